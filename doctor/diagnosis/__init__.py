@@ -1,0 +1,1 @@
+"""Diagnosis: from rule results to one bottleneck per (target, model) with findings, evidence and advice."""

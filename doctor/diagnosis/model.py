@@ -1,0 +1,64 @@
+"""The diagnosis value types every sink consumes (exposition, API, page, Slack, Alertmanager)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+BOTTLENECKS = ("unknown", "idle", "healthy", "batch_cap", "compute", "kv_cache")
+# Limits a server can hit; the other classes are states, not limits.
+LIMITS = ("kv_cache", "batch_cap", "compute")
+SEVERITIES = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One change an operator can make: the vLLM flag and what it buys, with numbers where known."""
+
+    flag: str
+    text: str
+    source: str = ""  # where the numbers come from, e.g. "cache_config_info" or "model arithmetic"
+
+
+@dataclass
+class Finding:
+    """Something wrong on a (target, model): a limit hit, a preemption storm, a dead target…"""
+
+    name: str
+    severity: str
+    summary: str
+    description: str = ""
+    evidence: dict[str, float | str] = field(default_factory=dict)
+    advice: list[Advice] = field(default_factory=list)
+    runbook: str = ""
+    bottleneck: str = ""  # set when the finding is the limit itself (kv_cache, batch_cap, compute)
+    since: float | None = None  # unix time the finding started to hold
+
+
+@dataclass
+class Diagnosis:
+    """The current verdict for one (target, model_name) at evaluation time t."""
+
+    target: str
+    model_name: str
+    t: float
+    bottleneck: str
+    since: float
+    findings: list[Finding] = field(default_factory=list)
+    evidence: dict[str, float | str] = field(default_factory=dict)
+    advice: list[Advice] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (NaN values become None)."""
+        d = asdict(self)
+        return _clean(d)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and v != v:
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    return v
