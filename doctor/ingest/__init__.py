@@ -1,0 +1,1 @@
+"""Ingest: fetch vLLM `/metrics`, parse the text exposition, read recordings."""

@@ -1,0 +1,96 @@
+"""Aggregation operators: sum, avg, min, max, count, group, stddev, stdvar, topk, bottomk, quantile (Prometheus 2.42)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from doctor.promql.quantile import quantile
+from doctor.promql.values import NAME, Elem, EvalError, Labels, Vector
+
+SUPPORTED = {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk", "bottomk", "quantile"}
+
+
+def _group_key(labels: Labels, by: bool, names: set[str]) -> Labels:
+    if by:
+        return tuple(p for p in labels if p[0] in names and p[0] != NAME)
+    return tuple(p for p in labels if p[0] not in names and p[0] != NAME)
+
+
+def aggregate(op: str, vec: Vector, by: bool, names: list[str], param: float | None) -> Vector:
+    """Aggregate vec grouped by (or without) names."""
+    nameset = set(names)
+    groups: dict[Labels, list[Elem]] = {}
+    for e in vec:
+        groups.setdefault(_group_key(e.labels, by, nameset), []).append(e)
+    if op in ("topk", "bottomk"):
+        return _topk(op, groups, param)
+    out: Vector = []
+    for key, elems in groups.items():
+        vs = [e.v for e in elems]
+        out.append(Elem(key, _reduce(op, vs, param)))
+    return out
+
+
+def _reduce(op: str, vs: list[float], param: float | None) -> float:
+    if op == "sum":
+        return sum(vs)  # plain left-to-right addition, as Prometheus does
+    if op == "avg":
+        return _mean(vs)
+    if op == "count":
+        return float(len(vs))
+    if op == "group":
+        return 1.0
+    if op == "min":
+        return _pick(vs, lambda a, b: a < b)
+    if op == "max":
+        return _pick(vs, lambda a, b: a > b)
+    if op in ("stddev", "stdvar"):
+        count = mean = m2 = 0.0
+        for v in vs:
+            count += 1
+            delta = v - mean
+            mean += delta / count
+            m2 += delta * (v - mean)
+        var = m2 / count
+        return math.sqrt(var) if op == "stddev" else var
+    if op == "quantile":
+        return quantile(param if param is not None else math.nan, vs)
+    raise EvalError(f"unsupported aggregation {op!r}")
+
+
+def _mean(vs: list[float]) -> float:
+    mean = 0.0
+    for count, v in enumerate(vs, 1):
+        if math.isinf(mean):
+            if math.isinf(v) and (mean > 0) == (v > 0):
+                continue
+            if not math.isinf(v) and not math.isnan(v):
+                continue
+        mean += v / count - mean / count
+    return mean
+
+
+def _pick(vs: list[float], better) -> float:  # type: ignore[no-untyped-def]
+    best = vs[0]
+    for v in vs[1:]:
+        if better(v, best) or math.isnan(best):
+            best = v
+    return best
+
+
+def _topk(op: str, groups: dict[Labels, list[Elem]], param: float | None) -> Vector:
+    if param is None or math.isnan(param):
+        raise EvalError(f"Parameter value is NaN for {op}")
+    k = int(param)
+    if k < 1:
+        return []
+    out: Vector = []
+    for elems in groups.values():
+        # NaN sorts as the smallest value for topk and the largest for bottomk, as in Prometheus.
+        if op == "topk":
+            best = heapq.nlargest(k, elems, key=lambda e: -math.inf if math.isnan(e.v) else e.v)
+        else:
+            best = heapq.nsmallest(k, elems, key=lambda e: math.inf if math.isnan(e.v) else e.v)
+        out.extend(best)
+    return out

@@ -1,0 +1,305 @@
+"""Evaluate promql-parser ASTs over the store at one instant, with Prometheus 2.42 semantics."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import timedelta
+from typing import Any
+
+import promql_parser as pp
+
+from doctor.promql import aggregate, binary, functions
+from doctor.promql.rangefuncs import FUNCTIONS as RANGE_FUNCTIONS
+from doctor.promql.rangefuncs import KEEPS_NAME
+from doctor.promql.values import (
+    NAME,
+    Elem,
+    EvalError,
+    Matrix,
+    Range,
+    Scalar,
+    String,
+    Value,
+    Vector,
+    check_unique,
+    drop_name,
+)
+from doctor.samples import Labels
+from doctor.store import Series, Store
+
+_MS = timedelta(milliseconds=1)
+_CARD = (
+    (pp.VectorMatchCardinality.OneToOne, "one-to-one"),
+    (pp.VectorMatchCardinality.ManyToOne, "many-to-one"),
+    (pp.VectorMatchCardinality.OneToMany, "one-to-many"),
+    (pp.VectorMatchCardinality.ManyToMany, "many-to-many"),
+)
+
+
+def ms(td: timedelta | None) -> int:
+    """A duration in whole milliseconds (0 for None)."""
+    return 0 if td is None else td // _MS
+
+
+class Engine:
+    """Evaluates expressions against a Store; one Engine can serve many evaluations."""
+
+    def __init__(self, store: Store, subquery_step_ms: int = 60_000) -> None:
+        self.store = store
+        self.lookback_ms = store.lookback_ms
+        self.subquery_step_ms = subquery_step_ms
+        self._regex: dict[str, re.Pattern[str]] = {}
+
+    def instant(self, expr: pp.Expr, t_ms: int) -> Value:
+        """The value of expr at t_ms."""
+        return self._eval(expr, t_ms)
+
+    # -- dispatch ---------------------------------------------------------------------------------------
+    def _eval(self, node: Any, t: int) -> Value:
+        if isinstance(node, pp.NumberLiteral):
+            return Scalar(float(node.val))
+        if isinstance(node, pp.StringLiteral):
+            return String(node.val)
+        if isinstance(node, pp.ParenExpr):
+            return self._eval(node.expr, t)
+        if isinstance(node, pp.VectorSelector):
+            return self._vector(node, t)
+        if isinstance(node, pp.MatrixSelector):
+            return self._matrix(node, t)
+        if isinstance(node, pp.SubqueryExpr):
+            return self._subquery(node, t)
+        if isinstance(node, pp.UnaryExpr):
+            return self._negate(self._eval(node.expr, t))
+        if isinstance(node, pp.BinaryExpr):
+            return self._binary(node, t)
+        if isinstance(node, pp.AggregateExpr):
+            return self._aggregate(node, t)
+        if isinstance(node, pp.Call):
+            return self._call(node, t)
+        raise EvalError(f"unsupported expression {type(node).__name__}")
+
+    # -- selectors --------------------------------------------------------------------------------------
+    def _ref_time(self, node: Any, t: int) -> int:
+        at = node.at
+        if at is not None:
+            t = round(at.at.timestamp() * 1000) if at.type == pp.AtModifierType.At else t
+        return t - ms(node.offset)
+
+    def _matching(self, node: pp.VectorSelector) -> list[Series]:
+        out = []
+        for s in self.store.select(node.name):
+            if all(self._match(m, s.labels) for m in node.matchers.matchers):
+                out.append(s)
+        return out
+
+    def _match(self, m: Any, labels: Labels) -> bool:
+        value = ""
+        for k, v in labels:
+            if k == m.name:
+                value = v
+                break
+        op = m.op
+        if op == pp.MatchOp.Equal:
+            return value == m.value
+        if op == pp.MatchOp.NotEqual:
+            return value != m.value
+        rx = self._regex.get(m.value)
+        if rx is None:
+            rx = self._regex[m.value] = functions.go_regex(m.value)
+        hit = rx.match(value) is not None
+        return hit if op == pp.MatchOp.Re else not hit
+
+    def _vector(self, node: pp.VectorSelector, t: int) -> Vector:
+        ref = self._ref_time(node, t)
+        out: Vector = []
+        for s in self._matching(node):
+            v = s.at(ref, self.lookback_ms)
+            if v is not None:
+                out.append(Elem(s.labels, v))
+        return out
+
+    def _matrix(self, node: pp.MatrixSelector, t: int) -> Matrix:
+        vs = node.vector_selector
+        end = self._ref_time(vs, t)
+        start = end - ms(node.range)
+        out: Matrix = []
+        for s in self._matching(vs):
+            ts, values = s.window(start, end)
+            if ts:
+                out.append(Range(s.labels, ts, values))
+        return out
+
+    def _subquery(self, node: pp.SubqueryExpr, t: int) -> Matrix:
+        step = ms(node.step) or self.subquery_step_ms
+        end = self._ref_time(node, t)
+        lo = end - ms(node.range)
+        start = step * (lo // step)
+        if start < lo:
+            start += step
+        series: dict[Labels, Range] = {}
+        for st in range(start, end + 1, step):
+            val = self._eval(node.expr, st)
+            if isinstance(val, Scalar):
+                val = [Elem((), val.v)]
+            for e in _vec(val):
+                r = series.get(e.labels)
+                if r is None:
+                    r = series[e.labels] = Range(e.labels, [], [])
+                r.ts.append(st)
+                r.vs.append(e.v)
+        return list(series.values())
+
+    # -- operators --------------------------------------------------------------------------------------
+    def _negate(self, val: Value) -> Value:
+        if isinstance(val, Scalar):
+            return Scalar(-val.v)
+        if isinstance(val, list) and (not val or isinstance(val[0], Elem)):
+            return check_unique([Elem(drop_name(e.labels), -e.v) for e in val])  # type: ignore[union-attr]
+        raise EvalError("unary minus is only allowed on scalars and instant vectors")
+
+    def _binary(self, node: pp.BinaryExpr, t: int) -> Value:
+        op = str(node.op)
+        mod = node.modifier
+        return_bool = bool(mod and mod.return_bool)
+        lhs, rhs = self._eval(node.lhs, t), self._eval(node.rhs, t)
+        if isinstance(lhs, Scalar) and isinstance(rhs, Scalar):
+            return binary.scalar_scalar(op, lhs.v, rhs.v, return_bool)
+        if isinstance(lhs, Scalar):
+            return binary.vector_scalar(op, _vec(rhs), lhs.v, True, return_bool)
+        if isinstance(rhs, Scalar):
+            return binary.vector_scalar(op, _vec(lhs), rhs.v, False, return_bool)
+        matching = _matching_of(mod, op)
+        if op in binary.SETOPS:
+            return binary.set_op(op, _vec(lhs), _vec(rhs), matching)
+        return binary.vector_vector(op, _vec(lhs), _vec(rhs), matching, return_bool)
+
+    def _aggregate(self, node: pp.AggregateExpr, t: int) -> Vector:
+        op = str(node.op)
+        param = None
+        if node.param is not None:
+            p = self._eval(node.param, t)
+            if not isinstance(p, Scalar):
+                raise EvalError(f"expected scalar parameter for {op}")
+            param = p.v
+        mod = node.modifier
+        by = mod is None or mod.type == pp.AggModifierType.By
+        labels = list(mod.labels) if mod is not None else []
+        return aggregate.aggregate(op, _vec(self._eval(node.expr, t)), by, labels, param)
+
+    # -- functions --------------------------------------------------------------------------------------
+    def _call(self, node: pp.Call, t: int) -> Value:
+        name = node.func.name
+        args = node.args
+        if name in RANGE_FUNCTIONS:
+            return self._range_call(name, args, t)
+        if name == "time":
+            return Scalar(t / 1000)
+        if name == "vector":
+            return [Elem((), self._scalar(args[0], t))]
+        if name == "scalar":
+            vec = _vec(self._eval(args[0], t))
+            return Scalar(vec[0].v if len(vec) == 1 else math.nan)
+        if name in functions.MATH:
+            return functions.apply_math(name, _vec(self._eval(args[0], t)))
+        if name == "histogram_quantile":
+            return functions.histogram_quantile(self._scalar(args[0], t), _vec(self._eval(args[1], t)))
+        if name in ("clamp", "clamp_min", "clamp_max"):
+            vec = _vec(self._eval(args[0], t))
+            lo = self._scalar(args[1], t) if name != "clamp_max" else -math.inf
+            hi = self._scalar(args[-1], t) if name != "clamp_min" else math.inf
+            return functions.clamp(vec, lo, hi)
+        if name == "round":
+            to = self._scalar(args[1], t) if len(args) > 1 else 1.0
+            return functions.round_vec(_vec(self._eval(args[0], t)), to)
+        if name == "label_replace":
+            s = [self._string(a, t) for a in args[1:]]
+            return functions.label_replace(_vec(self._eval(args[0], t)), *s)
+        if name == "label_join":
+            s = [self._string(a, t) for a in args[1:]]
+            return functions.label_join(_vec(self._eval(args[0], t)), s[0], s[1], s[2:])
+        if name == "absent":
+            return functions.absent(_vec(self._eval(args[0], t)), _equal_matchers(args[0]))
+        if name == "absent_over_time":
+            rng = self._eval(args[0], t)
+            empty: Vector = [] if rng else [Elem((), 1.0)]
+            return (
+                functions.absent(empty if empty else [Elem((), 1.0)], _equal_matchers(args[0]))
+                if empty
+                else []
+            )
+        if name in ("sort", "sort_desc"):
+            return functions.sort_vec(_vec(self._eval(args[0], t)), name == "sort_desc")
+        raise EvalError(f"unsupported function {name}()")
+
+    def _range_call(self, name: str, args: list[Any], t: int) -> Vector:
+        fn = RANGE_FUNCTIONS[name]
+        extra: list[float] = []
+        if name == "quantile_over_time":
+            extra, rng_node = [self._scalar(args[0], t)], args[1]
+        else:
+            rng_node = args[0]
+            if name == "predict_linear":
+                extra = [self._scalar(args[1], t)]
+        if isinstance(rng_node, pp.MatrixSelector):
+            end = self._ref_time(rng_node.vector_selector, t)
+            range_ms = ms(rng_node.range)
+        elif isinstance(rng_node, pp.SubqueryExpr):
+            end = self._ref_time(rng_node, t)
+            range_ms = ms(rng_node.range)
+        else:
+            raise EvalError(f"expected a range vector in call to function {name}()")
+        matrix = _mat(self._eval(rng_node, t))
+        start = end - range_ms
+        out: Vector = []
+        for r in matrix:
+            v = fn(r.ts, r.vs, start, end, range_ms / 1000, extra)
+            if v is not None:
+                out.append(Elem(r.labels if name in KEEPS_NAME else drop_name(r.labels), v))
+        return check_unique(out)
+
+    def _scalar(self, node: Any, t: int) -> float:
+        v = self._eval(node, t)
+        if not isinstance(v, Scalar):
+            raise EvalError("expected a scalar argument")
+        return v.v
+
+    def _string(self, node: Any, t: int) -> str:
+        v = self._eval(node, t)
+        if not isinstance(v, String):
+            raise EvalError("expected a string argument")
+        return v.s
+
+
+def _vec(v: Value) -> Vector:
+    if isinstance(v, list) and (not v or isinstance(v[0], Elem)):
+        return v  # type: ignore[return-value]
+    raise EvalError(f"expected an instant vector, got {type(v).__name__.lower()}")
+
+
+def _mat(v: Value) -> Matrix:
+    if isinstance(v, list) and (not v or isinstance(v[0], Range)):
+        return v  # type: ignore[return-value]
+    raise EvalError(f"expected a range vector, got {type(v).__name__.lower()}")
+
+
+def _matching_of(mod: Any, op: str) -> binary.Matching:
+    if mod is None:
+        card = "many-to-many" if op in binary.SETOPS else "one-to-one"
+        return binary.Matching(card, False, [], [])
+    m = mod.matching
+    on = m is not None and m.type == pp.LabelModifierType.Include
+    labels = list(m.labels) if m is not None else []
+    card = next(name for c, name in _CARD if c == mod.card)
+    return binary.Matching(card, on, labels, list(mod.group_labels or []))
+
+
+def _equal_matchers(node: Any) -> list[tuple[str, str]]:
+    if isinstance(node, pp.MatrixSelector):
+        node = node.vector_selector
+    if not isinstance(node, pp.VectorSelector):
+        return []
+    pairs = [(m.name, m.value) for m in node.matchers.matchers if m.op == pp.MatchOp.Equal]
+    if node.name:
+        pairs.append((NAME, node.name))
+    return pairs

@@ -1,0 +1,89 @@
+"""Evaluation value types and label helpers."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import NamedTuple
+
+from doctor.samples import Labels
+
+NAME = "__name__"
+
+
+class EvalError(Exception):
+    """An expression that cannot be evaluated (e.g. many-to-many matching); the message is Prometheus'."""
+
+
+class Scalar(NamedTuple):
+    """A scalar value."""
+
+    v: float
+
+
+class String(NamedTuple):
+    """A string value."""
+
+    s: str
+
+
+class Elem(NamedTuple):
+    """One instant-vector element."""
+
+    labels: Labels
+    v: float
+
+
+class Range(NamedTuple):
+    """One range-vector series: timestamps in ms and float values."""
+
+    labels: Labels
+    ts: list[int]
+    vs: list[float]
+
+
+Vector = list[Elem]
+Matrix = list[Range]
+Value = Scalar | String | Vector | Matrix
+
+
+def drop_name(labels: Labels) -> Labels:
+    """The label set without __name__."""
+    if labels and labels[0][0] == NAME:
+        return labels[1:]
+    return tuple(p for p in labels if p[0] != NAME)
+
+
+def set_label(labels: Labels, name: str, value: str) -> Labels:
+    """The label set with name=value (deleted when value is empty)."""
+    rest = [p for p in labels if p[0] != name]
+    if value:
+        rest.append((name, value))
+        rest.sort()
+    return tuple(rest)
+
+
+def get_label(labels: Labels, name: str) -> str:
+    """A label's value, or "" when absent."""
+    for k, v in labels:
+        if k == name:
+            return v
+    return ""
+
+
+def check_unique(vec: Vector) -> Vector:
+    """Raise as Prometheus does when dropping names left two elements with one label set."""
+    if len({e.labels for e in vec}) != len(vec):
+        raise EvalError("vector cannot contain metrics with the same labelset")
+    return vec
+
+
+def format_value(v: float) -> str:
+    """A float as Prometheus' API prints it (strconv.FormatFloat(v, 'f', -1, 64))."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return format(Decimal(repr(v)), "f")
