@@ -1,0 +1,1 @@
+"""Capacity model: KV-cache arithmetic from model configs, live cache_config_info, quantified advice."""
