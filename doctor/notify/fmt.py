@@ -1,0 +1,124 @@
+"""Numbers for humans: 93 %, 0.4/s, 1.2 s, 7m 30s; and labels for known evidence keys."""
+
+from __future__ import annotations
+
+import math
+import time
+
+# Evidence keys the diagnosis layer may emit → (label, kind). Unknown keys are guessed from their suffix.
+KNOWN: dict[str, tuple[str, str]] = {
+    "kv_cache_usage": ("KV cache usage", "pct"),
+    "kv_cache_usage_perc": ("KV cache usage", "pct"),
+    "gpu_cache_usage_perc": ("KV cache usage", "pct"),
+    "num_requests_running": ("Running", "count"),
+    "running": ("Running", "count"),
+    "max_num_seqs": ("Batch cap (max_num_seqs)", "count"),
+    "num_requests_waiting": ("Waiting", "count"),
+    "waiting": ("Waiting", "count"),
+    "preemptions_per_s": ("Preemptions", "rate"),
+    "preemption_rate": ("Preemptions", "rate"),
+    "ttft_p95": ("TTFT p95", "seconds"),
+    "ttft_p95_seconds": ("TTFT p95", "seconds"),
+    "itl_p95": ("ITL p95", "seconds"),
+    "itl_p95_seconds": ("ITL p95", "seconds"),
+    "tpot_p95_seconds": ("TPOT p95", "seconds"),
+    "prefix_cache_hit_rate": ("Prefix cache hit rate", "pct"),
+    "spec_decode_acceptance_rate": ("Spec-decode acceptance", "pct"),
+    "generation_tokens_per_s": ("Generation throughput", "tok/s"),
+    "prompt_tokens_per_s": ("Prompt throughput", "tok/s"),
+    "max_model_len": ("max_model_len", "count"),
+    "request_len_p99": ("Request length p99", "tokens"),
+}
+# Preferred order in Slack fields; the rest follow alphabetically.
+ORDER = list(KNOWN)
+
+
+def label_of(key: str) -> str:
+    """Human label for an evidence key."""
+    if key in KNOWN:
+        return KNOWN[key][0]
+    return key.replace("_", " ").strip().capitalize()
+
+
+def kind_of(key: str) -> str:
+    """How to format an evidence value: pct, rate, seconds, tok/s, tokens, count or plain."""
+    if key in KNOWN:
+        return KNOWN[key][1]
+    if key.endswith(("_perc", "_ratio", "_hit_rate", "_usage", "_fraction", "_pct")):
+        return "pct"
+    if key.endswith(("_per_s", "_per_second", "_rate")):
+        return "rate"
+    if key.endswith(("_seconds", "_s", "_p50", "_p90", "_p95", "_p99")):
+        return "seconds"
+    return "plain"
+
+
+def num(x: float) -> str:
+    """Compact number: 3, 0.42, 12.5, 1.2k, 3.4M."""
+    if math.isnan(x) or math.isinf(x):
+        return "n/a"
+    a = abs(x)
+    if a >= 1e6:
+        return f"{x / 1e6:.1f}M"
+    if a >= 1e4:
+        return f"{x / 1e3:.0f}k"
+    if a >= 1e3:
+        return f"{x / 1e3:.1f}k"
+    if float(x).is_integer():
+        return str(int(x))
+    if a >= 10:
+        return f"{x:.0f}"
+    if a >= 1:
+        return f"{x:.1f}"
+    return f"{x:.2g}"
+
+
+def seconds(x: float) -> str:
+    """Latency: 850 ms, 1.2 s, 45 s, 3m 10s."""
+    if math.isnan(x):
+        return "n/a"
+    if x < 1:
+        return f"{x * 1000:.0f} ms"
+    if x < 60:
+        return f"{x:.1f} s" if x < 10 else f"{x:.0f} s"
+    return duration(x)
+
+
+def duration(x: float) -> str:
+    """Elapsed time: 45s, 7m 30s, 4h 0m, 2d 3h."""
+    s = max(0, round(x))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s" if s % 60 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def value(key: str, v: float | str | None) -> str:
+    """Format one evidence value according to its key."""
+    if v is None:
+        return "n/a"
+    if isinstance(v, str):
+        return v
+    kind = kind_of(key)
+    if kind == "pct":
+        return f"{v * 100:.0f} %" if abs(v) <= 1.5 else f"{v:.0f} %"
+    if kind == "rate":
+        return f"{num(v)}/s"
+    if kind == "seconds":
+        return seconds(v)
+    if kind in ("tok/s", "tokens"):
+        return f"{num(v)} {kind}"
+    return num(v)
+
+
+def clock(t: float) -> str:
+    """UTC wall time for messages: 2026-09-01 12:03 UTC."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+def is_fraction_key(key: str) -> bool:
+    """True when the key's value is a 0–1 fraction (compare absolute, not relative, changes)."""
+    return kind_of(key) == "pct"
