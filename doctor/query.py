@@ -54,6 +54,8 @@ def instant_query(store: Store, expr: str, t: float, subquery_step_s: float = 60
     node = pp.parse(expr)
     t_ms = round(t * 1000)
     value = Engine(store, subquery_step_ms=round(subquery_step_s * 1000)).instant(node, t_ms)
+    if not value and isinstance(node, pp.MatrixSelector | pp.SubqueryExpr):
+        return {"resultType": "matrix", "result": []}
     return to_api(value, t_ms / 1000)
 
 

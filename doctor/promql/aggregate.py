@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import math
 
 from doctor.promql.quantile import quantile
@@ -13,7 +12,7 @@ SUPPORTED = {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "
 
 def _group_key(labels: Labels, by: bool, names: set[str]) -> Labels:
     if by:
-        return tuple(p for p in labels if p[0] in names and p[0] != NAME)
+        return tuple(p for p in labels if p[0] in names)  # `by (__name__)` keeps the name, as in Prometheus
     return tuple(p for p in labels if p[0] not in names and p[0] != NAME)
 
 
@@ -46,8 +45,8 @@ def _reduce(op: str, vs: list[float], param: float | None) -> float:
     if op == "max":
         return _pick(vs, lambda a, b: a > b)
     if op in ("stddev", "stdvar"):
-        count = mean = m2 = 0.0
-        for v in vs:
+        count, mean, m2 = 1.0, vs[0], 0.0  # seeded with the first value, as Prometheus does
+        for v in vs[1:]:
             count += 1
             delta = v - mean
             mean += delta / count
@@ -87,10 +86,54 @@ def _topk(op: str, groups: dict[Labels, list[Elem]], param: float | None) -> Vec
         return []
     out: Vector = []
     for elems in groups.values():
-        # NaN sorts as the smallest value for topk and the largest for bottomk, as in Prometheus.
-        if op == "topk":
-            best = heapq.nlargest(k, elems, key=lambda e: -math.inf if math.isnan(e.v) else e.v)
-        else:
-            best = heapq.nsmallest(k, elems, key=lambda e: math.inf if math.isnan(e.v) else e.v)
-        out.extend(best)
+        out.extend(_go_heap_select(elems, k, op == "topk"))
     return out
+
+
+def _go_heap_select(elems: list[Elem], k: int, top: bool) -> list[Elem]:
+    """Prometheus 2.42's topk/bottomk: a Go container/heap of size k, root replaced only by a strictly better value."""
+
+    def less(a: Elem, b: Elem) -> bool:
+        if math.isnan(a.v):
+            return True
+        return a.v < b.v if top else a.v > b.v
+
+    def better(s: Elem, root: Elem) -> bool:
+        if top:
+            return root.v < s.v or (math.isnan(root.v) and not math.isnan(s.v))
+        return root.v > s.v or (math.isnan(root.v) and not math.isnan(s.v))
+
+    h: list[Elem] = []
+    for e in elems:
+        if len(h) < k:
+            h.append(e)
+            _up(h, len(h) - 1, less)
+        elif better(e, h[0]):
+            h[0] = e
+            _down(h, 0, len(h), less)
+    return h
+
+
+def _up(h: list[Elem], j: int, less) -> None:  # type: ignore[no-untyped-def]
+    while j > 0:
+        i = (j - 1) // 2
+        if i == j or not less(h[j], h[i]):
+            break
+        h[i], h[j] = h[j], h[i]
+        j = i
+
+
+def _down(h: list[Elem], i0: int, n: int, less) -> None:  # type: ignore[no-untyped-def]
+    i = i0
+    while True:
+        j1 = 2 * i + 1
+        if j1 >= n or j1 < 0:
+            break
+        j = j1
+        j2 = j1 + 1
+        if j2 < n and less(h[j2], h[j1]):
+            j = j2
+        if not less(h[j], h[i]):
+            break
+        h[i], h[j] = h[j], h[i]
+        i = j

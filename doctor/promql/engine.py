@@ -87,10 +87,12 @@ class Engine:
         return t - ms(node.offset)
 
     def _matching(self, node: pp.VectorSelector) -> list[Series]:
-        out = []
-        for s in self.store.select(node.name):
-            if all(self._match(m, s.labels) for m in node.matchers.matchers):
-                out.append(s)
+        out = [
+            s
+            for s in self.store.select(node.name)
+            if all(self._match(m, s.labels) for m in node.matchers.matchers)
+        ]
+        out.sort(key=lambda s: s.labels)  # Prometheus returns series in label order; topk ties depend on it
         return out
 
     def _match(self, m: Any, labels: Labels) -> bool:
@@ -221,13 +223,9 @@ class Engine:
         if name == "absent":
             return functions.absent(_vec(self._eval(args[0], t)), _equal_matchers(args[0]))
         if name == "absent_over_time":
-            rng = self._eval(args[0], t)
-            empty: Vector = [] if rng else [Elem((), 1.0)]
-            return (
-                functions.absent(empty if empty else [Elem((), 1.0)], _equal_matchers(args[0]))
-                if empty
-                else []
-            )
+            if _mat(self._eval(args[0], t)):
+                return []
+            return functions.absent([], _equal_matchers(args[0]))
         if name in ("sort", "sort_desc"):
             return functions.sort_vec(_vec(self._eval(args[0], t)), name == "sort_desc")
         raise EvalError(f"unsupported function {name}()")

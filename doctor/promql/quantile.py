@@ -65,6 +65,8 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
         start = merged[b - 1][0]
         count -= merged[b - 1][1]
         rank -= merged[b - 1][1]
+    if count == 0:
+        return math.nan if rank == 0 else math.copysign(math.inf, rank)  # Go float division by zero
     return start + (merged[b][0] - start) * (rank / count)
 
 
