@@ -1,0 +1,135 @@
+"""kvdoctor's own /metrics: a Collector that builds fresh families from the daemon state on every scrape."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import CollectorRegistry
+
+from doctor import __version__
+from doctor.daemon.state import DaemonState
+from doctor.diagnosis.model import BOTTLENECKS
+
+# evidence key -> (metric name, help)
+GAUGES: dict[str, tuple[str, str]] = {
+    "kv_usage": ("kvdoctor_kv_cache_usage_ratio", "KV-cache usage 0-1 (rule kvdoctor:kv_usage:ratio from vllm:kv_cache_usage_perc)."),
+    "kv_usage_max_1m": ("kvdoctor_kv_cache_usage_max_1m_ratio", "Peak KV-cache usage over 1m (rule kvdoctor:kv_usage:max1m)."),
+    "running": ("kvdoctor_requests_running", "Requests in the batch (vllm:num_requests_running, summed over engines)."),
+    "waiting": ("kvdoctor_requests_waiting", "Requests waiting (vllm:num_requests_waiting, summed over engines)."),
+    "batch_cap_inferred": ("kvdoctor_batch_cap_inferred_requests", "Running plateau while requests waited: the inferred --max-num-seqs (rule kvdoctor:batch_cap:inferred)."),
+    "batch_cap_configured": ("kvdoctor_batch_cap_configured_requests", "--max-num-seqs configured for the target in kvdoctor's config."),
+    "preemptions_per_s": ("kvdoctor_preemptions_per_second", "Preemptions per second over 1m (rate of vllm:num_preemptions_total)."),
+    "ttft_p95_s": ("kvdoctor_ttft_p95_seconds", "Time to first token p95 over 1m (vllm:time_to_first_token_seconds)."),
+    "itl_p50_s": ("kvdoctor_itl_p50_seconds", "Inter-token latency p50 over 1m (vllm:inter_token_latency_seconds)."),
+    "itl_p95_s": ("kvdoctor_itl_p95_seconds", "Inter-token latency p95 over 1m (vllm:inter_token_latency_seconds)."),
+    "itl_baseline_s": ("kvdoctor_itl_baseline_seconds", "Learned light-load inter-token latency (rule kvdoctor:itl_seconds:baseline)."),
+    "queue_time_p95_s": ("kvdoctor_queue_time_p95_seconds", "Queue time p95 over 1m (vllm:request_queue_time_seconds)."),
+    "prefix_cache_hit_ratio": ("kvdoctor_prefix_cache_hit_ratio", "Prefix-cache hit ratio over 5m (vllm:prefix_cache_hits_total / queries_total)."),
+    "spec_decode_acceptance": ("kvdoctor_spec_decode_acceptance_ratio", "Speculative-decoding draft acceptance over 5m."),
+    "generation_tokens_per_s": ("kvdoctor_generation_tokens_per_second", "Generated tokens per second over 1m."),
+    "prompt_tokens_per_s": ("kvdoctor_prompt_tokens_per_second", "Prompt tokens per second over 1m."),
+    "kv_cache_tokens": ("kvdoctor_kv_cache_capacity_tokens", "Tokens the engine's KV cache holds (vllm:cache_config_info)."),
+}  # fmt: skip
+CODE_HELP = "Current bottleneck as a number for state timelines: " + ", ".join(
+    f"{i} {b}" for i, b in enumerate(BOTTLENECKS)
+)
+
+
+class DiagnosisCollector:
+    """Yields kvdoctor_* families from a DaemonState snapshot (fresh each collect, no lingering series)."""
+
+    def __init__(self, state: DaemonState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        """Build every family from the current snapshot."""
+        snap = self.state.snapshot()
+        one_hot = GaugeMetricFamily("kvdoctor_bottleneck", "Current bottleneck per target and model (one-hot).",
+                                    labels=["target", "model_name", "bottleneck"])  # fmt: skip
+        code = GaugeMetricFamily("kvdoctor_bottleneck_code", CODE_HELP, labels=["target", "model_name"])
+        since = GaugeMetricFamily("kvdoctor_bottleneck_since_timestamp_seconds", "When the current bottleneck started.",
+                                  labels=["target", "model_name"])  # fmt: skip
+        finding = GaugeMetricFamily("kvdoctor_finding", "Findings that hold now (1).",
+                                    labels=["target", "model_name", "finding", "severity"])  # fmt: skip
+        gauges = {k: GaugeMetricFamily(n, h, labels=["target", "model_name"]) for k, (n, h) in GAUGES.items()}
+        for d in snap["diagnoses"]:
+            for b in BOTTLENECKS:
+                one_hot.add_metric([d.target, d.model_name, b], 1.0 if d.bottleneck == b else 0.0)
+            code.add_metric([d.target, d.model_name], float(BOTTLENECKS.index(d.bottleneck)))
+            since.add_metric([d.target, d.model_name], d.since)
+            for f in d.findings:
+                finding.add_metric([d.target, d.model_name, f.name, f.severity], 1.0)
+            evidence = dict(d.evidence)
+            for f in d.findings:
+                evidence.update({k: v for k, v in f.evidence.items() if k not in evidence})
+            for key, fam in gauges.items():
+                v = evidence.get(key)
+                if isinstance(v, int | float):
+                    fam.add_metric([d.target, d.model_name], float(v))
+        yield from (one_hot, code, since, finding, *gauges.values())
+        yield from self._targets(snap)
+        yield from self._self(snap)
+
+    def _targets(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
+        up = GaugeMetricFamily(
+            "kvdoctor_target_up", "1 if the last scrape of the vLLM target succeeded.", labels=["target"]
+        )
+        dur = GaugeMetricFamily(
+            "kvdoctor_target_scrape_duration_seconds", "Duration of the last scrape.", labels=["target"]
+        )
+        last = GaugeMetricFamily("kvdoctor_target_last_success_timestamp_seconds", "Unix time of the last successful scrape.",
+                                 labels=["target"])  # fmt: skip
+        errs = CounterMetricFamily(
+            "kvdoctor_target_scrape_errors", "Failed scrapes of the target.", labels=["target"]
+        )
+        info = GaugeMetricFamily("kvdoctor_target_info", "Target facts: its URL (no credentials) and configured labels.",
+                                 labels=["target", "url"])  # fmt: skip
+        for name, t in sorted(snap["targets"].items()):
+            up.add_metric([name], 1.0 if t.up else 0.0)
+            if t.last_scrape_duration_s is not None:
+                dur.add_metric([name], t.last_scrape_duration_s)
+            if t.last_success_ts is not None:
+                last.add_metric([name], t.last_success_ts)
+            errs.add_metric([name], float(t.errors_total))
+            info.add_metric([name, t.url], 1.0)
+        yield from (up, dur, last, errs, info)
+
+    def _self(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
+        ev = GaugeMetricFamily(
+            "kvdoctor_evaluation_timestamp_seconds", "Unix time of the last rule evaluation."
+        )
+        if snap["evaluation_ts"] is not None:
+            ev.add_metric([], snap["evaluation_ts"])
+        evd = GaugeMetricFamily(
+            "kvdoctor_evaluation_duration_seconds", "Duration of the last evaluation cycle."
+        )
+        if snap["evaluation_duration_s"] is not None:
+            evd.add_metric([], snap["evaluation_duration_s"])
+        fails = CounterMetricFamily("kvdoctor_rule_evaluation_failures", "Rule evaluations that failed.")
+        fails.add_metric([], float(snap["rule_failures_total"]))
+        reload_ok = GaugeMetricFamily(
+            "kvdoctor_config_last_reload_successful", "1 if the last config/rules reload worked."
+        )
+        reload_ok.add_metric([], 1.0 if snap["reload_ok"] else 0.0)
+        reload_ts = GaugeMetricFamily(
+            "kvdoctor_config_last_reload_success_timestamp_seconds", "Last successful reload."
+        )
+        if snap["reload_ts"] is not None:
+            reload_ts.add_metric([], snap["reload_ts"])
+        build = GaugeMetricFamily(
+            "kvdoctor_build_info", "kvdoctor build information.", labels=["version", "python_version"]
+        )
+        build.add_metric([__version__, platform.python_version()], 1.0)
+        sched = CounterMetricFamily("kvdoctor_scheduler_events", "APScheduler job events.", labels=["event"])
+        for event in ("error", "missed", "max_instances"):
+            sched.add_metric([event], float(snap["scheduler_events"].get(event, 0)))
+        yield from (ev, evd, fails, reload_ok, reload_ts, build, sched)
+
+
+def make_registry(state: DaemonState) -> CollectorRegistry:
+    """A private registry holding only kvdoctor's collector."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(DiagnosisCollector(state))  # type: ignore[arg-type]
+    return reg

@@ -1,0 +1,124 @@
+"""What the daemon knows right now, shared between the cycle thread and the web, metrics and notify sinks."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from doctor.diagnosis.model import Diagnosis
+
+# Evidence keys kept per evaluation for the status page's charts.
+CHART_KEYS = (
+    "kv_usage",
+    "running",
+    "waiting",
+    "batch_cap_inferred",
+    "batch_cap_configured",
+    "ttft_p95_s",
+    "itl_p50_s",
+)
+
+
+@dataclass
+class TargetStats:
+    """Scrape health of one target."""
+
+    name: str
+    url: str  # without credentials
+    up: bool | None = None
+    last_scrape_duration_s: float | None = None
+    last_success_ts: float | None = None
+    last_error: str = ""
+    errors_total: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return dict(self.__dict__)
+
+
+class DaemonState:
+    """A lock-protected snapshot; writers replace whole values, readers copy."""
+
+    def __init__(self, history_points: int = 240) -> None:
+        self._lock = threading.Lock()
+        self.diagnoses: list[Diagnosis] = []
+        self.targets: dict[str, TargetStats] = {}
+        self.evaluation_ts: float | None = None
+        self.evaluation_duration_s: float | None = None
+        self.rule_failures_total = 0
+        self.reload_ok = True
+        self.reload_ts: float | None = None
+        self.reload_error = ""
+        self.scheduler_events: Counter[str] = Counter()
+        self.started_ts: float | None = None
+        self.ready = False
+        self._history: dict[tuple[str, str], deque[dict[str, float]]] = {}
+        self._points = history_points
+
+    def publish(self, diagnoses: list[Diagnosis], t: float, duration_s: float, rule_failures: int) -> None:
+        """Record one evaluation."""
+        with self._lock:
+            self.diagnoses = list(diagnoses)
+            self.evaluation_ts, self.evaluation_duration_s = t, duration_s
+            self.rule_failures_total += rule_failures
+            for d in diagnoses:
+                ring = self._history.setdefault((d.target, d.model_name), deque(maxlen=self._points))
+                point: dict[str, float] = {"t": t}
+                point.update(
+                    {
+                        k: float(v)
+                        for k, v in d.evidence.items()
+                        if k in CHART_KEYS and isinstance(v, int | float)
+                    }
+                )
+                ring.append(point)
+            self.ready = True
+
+    def set_target(self, stats: TargetStats) -> None:
+        """Replace one target's scrape stats."""
+        with self._lock:
+            self.targets[stats.name] = stats
+
+    def drop_target(self, name: str) -> None:
+        """Forget a removed target and its history."""
+        with self._lock:
+            self.targets.pop(name, None)
+            for key in [k for k in self._history if k[0] == name]:
+                del self._history[key]
+            self.diagnoses = [d for d in self.diagnoses if d.target != name]
+
+    def snapshot(self) -> dict[str, Any]:
+        """A consistent copy of everything, for readers."""
+        with self._lock:
+            return {
+                "diagnoses": list(self.diagnoses),
+                "targets": {k: replace(v) for k, v in self.targets.items()},
+                "evaluation_ts": self.evaluation_ts,
+                "evaluation_duration_s": self.evaluation_duration_s,
+                "rule_failures_total": self.rule_failures_total,
+                "reload_ok": self.reload_ok,
+                "reload_ts": self.reload_ts,
+                "reload_error": self.reload_error,
+                "scheduler_events": dict(self.scheduler_events),
+                "ready": self.ready,
+            }
+
+    def history(self, target: str, model_name: str) -> list[dict[str, float]]:
+        """Chart points of one (target, model), oldest first."""
+        with self._lock:
+            return list(self._history.get((target, model_name), ()))
+
+    def note_reload(self, ok: bool, t: float, error: str = "") -> None:
+        """Record a config/rules reload outcome."""
+        with self._lock:
+            self.reload_ok, self.reload_error = ok, error
+            if ok:
+                self.reload_ts = t
+
+    def count_event(self, event: str) -> None:
+        """Count a scheduler event (error, missed, max_instances)."""
+        with self._lock:
+            self.scheduler_events[event] += 1

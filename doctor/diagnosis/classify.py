@@ -1,0 +1,187 @@
+"""One bottleneck per (target, model) from the rule pack's alerts and signals, with findings, evidence and advice."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from doctor.capacity.advice import max_model_len_finding_text
+from doctor.capacity.budget import CapacityEstimate
+from doctor.capacity.live import LiveCapacity
+from doctor.diagnosis import advise
+from doctor.diagnosis.model import LIMITS, Advice, Diagnosis, Finding
+from doctor.diagnosis.signals import EVIDENCE_FOR, Key
+from doctor.rules.evaluate import Alert
+
+PRIORITY = ("kv_cache", "batch_cap", "compute")  # when several limits hold, the first explains the others
+OVERSIZED = 4.0  # --max-model-len at least this many times the observed p99 request length
+MIN_REQUESTS = 20
+
+
+@dataclass
+class TargetState:
+    """What the scrape layer knows about a target."""
+
+    name: str
+    up: bool | None = None  # None: never scraped yet
+    error: str = ""
+    missing: list[str] = field(default_factory=list)  # expected vLLM families absent from the last scrape
+    live: LiveCapacity | None = None
+    estimate: CapacityEstimate | None = None
+    gpu_fp8: bool | None = None
+    models: set[str] = field(default_factory=set)
+
+
+class Classifier:
+    """Keeps, per (target, model), the current class and since when it holds."""
+
+    def __init__(self) -> None:
+        self.since: dict[Key, tuple[str, float]] = {}
+
+    def classify(
+        self,
+        t: float,
+        signals: dict[Key, dict[str, float]],
+        alerts: list[Alert],
+        targets: dict[str, TargetState],
+    ) -> list[Diagnosis]:
+        """The diagnoses at t, one per (target, model_name) known."""
+        firing: dict[Key, list[Alert]] = {}
+        for a in alerts:
+            if a.state == "firing":
+                firing.setdefault((a.labels.get("instance", ""), a.labels.get("model_name", "")), []).append(
+                    a
+                )
+        keys = set(signals) | {k for k in firing if k[0] in targets}
+        for name, st in targets.items():
+            st.models |= {m for (tgt, m) in keys if tgt == name and m}
+            if not any(k[0] == name for k in keys):
+                keys |= {(name, m) for m in st.models} or {(name, "")}
+        out = []
+        for key in sorted(keys):
+            target = targets.get(key[0], TargetState(key[0]))
+            out.append(self._one(t, key, target, signals.get(key, {}), firing.get(key, [])))
+        return out
+
+    def _one(
+        self, t: float, key: Key, target: TargetState, ev: dict[str, float], alerts: list[Alert]
+    ) -> Diagnosis:
+        ev = {k: v for k, v in ev.items() if not math.isnan(v)}
+        findings = [self._finding(a, ev, target) for a in alerts if a.labels.get("finding")]
+        findings.sort(
+            key=lambda f: (
+                f.bottleneck not in PRIORITY,
+                PRIORITY.index(f.bottleneck) if f.bottleneck in PRIORITY else 0,
+            )
+        )
+        limits = [f.bottleneck for f in findings if f.bottleneck in LIMITS]
+        if target.up is False:
+            bottleneck = "unknown"
+            findings.insert(0, _down(target))
+        elif limits:
+            bottleneck = min(limits, key=PRIORITY.index)
+        elif "running_avg_1m" not in ev:
+            bottleneck = "unknown"
+        elif _idle(ev):
+            bottleneck = "idle"
+        elif "generation_tokens_per_s" not in ev:
+            bottleneck = "unknown"  # busy, but fewer than two scrapes so far: no rates yet
+        else:
+            bottleneck = "healthy"
+        if target.up:
+            findings += _python_findings(target, key[1], ev)
+        prev = self.since.get(key)
+        since = prev[1] if prev and prev[0] == bottleneck else t
+        self.since[key] = (bottleneck, since)
+        advice = next((f.advice for f in findings if f.bottleneck == bottleneck), [])
+        return Diagnosis(key[0], key[1], t, bottleneck, since, findings, _round(ev), advice)
+
+    def _finding(self, a: Alert, ev: dict[str, float], target: TargetState) -> Finding:
+        name = a.labels["finding"]
+        bottleneck = a.labels.get("bottleneck", "")
+        evidence = {k: ev[k] for k in EVIDENCE_FOR.get(name, ()) if k in ev}
+        if bottleneck == "kv_cache":
+            advice = advise.kv_cache(target.live, target.estimate, ev)
+            if target.live and target.live.kv_cache_tokens:
+                evidence["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
+        elif bottleneck == "batch_cap":
+            advice = advise.batch_cap(ev)
+        elif bottleneck == "compute":
+            advice = advise.compute(ev, target.gpu_fp8)
+        else:
+            advice = [Advice("", a.annotations["advice"])] if a.annotations.get("advice") else []
+        return Finding(
+            name, a.labels.get("severity", "warning"), a.annotations.get("summary", name),
+            a.annotations.get("description", ""), _round(evidence), advice, a.annotations.get("runbook_url", ""),
+            bottleneck, a.active_at,
+        )  # fmt: skip
+
+    def to_state(self) -> dict[str, Any]:
+        """The since-table as JSON-ready data."""
+        return {"since": [[k[0], k[1], b, s] for k, (b, s) in self.since.items()]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Reload a since-table saved by to_state()."""
+        for item in state.get("since", []):
+            try:
+                target, model, b, s = item
+                self.since[(str(target), str(model))] = (str(b), float(s))
+            except (TypeError, ValueError):
+                continue
+
+
+def _idle(ev: dict[str, float]) -> bool:
+    quiet = ev.get("running_max_1m", 0) == 0 and ev.get("waiting_avg_1m", 0) == 0
+    return quiet and not ev.get("generation_tokens_per_s")
+
+
+def _down(target: TargetState) -> Finding:
+    return Finding(
+        "target_down", "critical", f"vLLM target {target.name} is down",
+        f"The last scrape failed: {target.error or 'no answer'}.",
+        {"error": target.error},
+        [Advice("", "Check the vLLM process and its /metrics endpoint; an OOM at start-up often means "
+                    "--gpu-memory-utilization or --max-model-len is too high")],
+    )  # fmt: skip
+
+
+def _python_findings(target: TargetState, model: str, ev: dict[str, float]) -> list[Finding]:
+    out = []
+    if target.missing:
+        out.append(
+            Finding(
+                "metrics_missing", "warning", f"Expected vLLM metrics missing on {target.name}",
+                "Without them kvdoctor cannot tell some limits apart: " + ", ".join(target.missing),
+                {"missing": ", ".join(target.missing)},
+                [Advice("", "Scrape vLLM's own /metrics (not a proxy or a Ray-prefixed export); "
+                            "check --disable-log-stats is off and the version is ≥ 0.8")],
+            )
+        )  # fmt: skip
+    live = target.live
+    if (
+        live
+        and live.max_model_len_bound
+        and live.request_p99_tokens
+        and live.requests_observed >= MIN_REQUESTS
+    ):
+        low, high = live.max_model_len_bound
+        exact = live.max_model_len
+        limit = exact or low
+        p99 = live.request_p99_tokens
+        if p99 > 0 and limit >= OVERSIZED * p99:
+            text = max_model_len_finding_text(limit, None if exact else high, p99)
+            out.append(
+                Finding(
+                    "max_model_len_oversized", "info",
+                    f"--max-model-len on {target.name} is {limit / p99:.0f}× the p99 request length", text,
+                    {"max_model_len": float(limit), "request_p99_tokens": round(p99, 1),
+                     "requests_observed": float(live.requests_observed)},
+                    advise.kv_cache(live, target.estimate, ev)[:1],
+                )
+            )  # fmt: skip
+    return out
+
+
+def _round(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in d.items()}

@@ -1,0 +1,1 @@
+"""Rule files in Prometheus format: load and validate them, evaluate recording and alerting rules."""

@@ -1,0 +1,100 @@
+"""The fast parser gives prometheus-client's samples on real vLLM expositions and names bad lines."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from doctor.ingest.parse import ParseError, Parser, parse
+from doctor.ingest.recording import load_frames
+from tests.conftest import recording_dirs
+
+
+def reference(text: str) -> list[tuple]:
+    out = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            out.append((s.name, tuple(s.labels.items()), s.value))
+    return out
+
+
+def ours(text: str, parser: Parser | None = None) -> list[tuple]:
+    scrape = (parser or Parser()).parse(text)
+    return [(s.name, s.labels, s.value) for s in scrape.samples]
+
+
+def _same(a: list[tuple], b: list[tuple]) -> bool:
+    key = lambda x: (x[0], x[1])  # noqa: E731
+    a, b = sorted(a, key=key), sorted(b, key=key)
+    if [key(x) for x in a] != [key(x) for x in b]:
+        return False
+    return all(x[2] == y[2] or (math.isnan(x[2]) and math.isnan(y[2])) for x, y in zip(a, b, strict=True))
+
+
+def real_recordings():
+    files = [f for d in recording_dirs() for f in sorted(d.glob("*.jsonl*"))]
+    if not files:
+        pytest.skip("no recordings available")
+    return files
+
+
+def test_same_samples_as_prometheus_client_on_every_real_recording():
+    checked = 0
+    for path in real_recordings():
+        parser = Parser()  # warm cache across frames, as in the daemon
+        frames = [f for f in load_frames(path) if f.text]
+        for frame in frames[:: max(1, len(frames) // 12)]:
+            assert _same(ours(frame.text, parser), reference(frame.text)), f"{path.name} at t={frame.t}"
+            assert _same(ours(frame.text), reference(frame.text))
+            checked += 1
+    assert checked >= 12
+
+
+def test_created_series_are_dropped_and_types_kept():
+    text = (
+        "# HELP vllm:prompt_tokens_total Number of prefill tokens.\n"
+        "# TYPE vllm:prompt_tokens_total counter\n"
+        'vllm:prompt_tokens_total{engine="0",model_name="m"} 12.0\n'
+        "# TYPE vllm:prompt_tokens_created gauge\n"
+        'vllm:prompt_tokens_created{engine="0",model_name="m"} 1.7e9\n'
+    )
+    scrape = parse(text)
+    assert [s.name for s in scrape.samples] == ["vllm:prompt_tokens_total"]
+    assert scrape.types["vllm:prompt_tokens_total"] == "counter"
+
+
+def test_escapes_special_values_and_timestamps():
+    text = (
+        'a{path="C:\\\\dir",q="say \\"hi\\"",nl="x\\ny"} NaN\n'
+        "b +Inf 1700000000000\n"
+        'c{le="0.5",} -Inf\n'
+        "d{} 3.5e-3\n"
+    )
+    assert _same(ours(text), reference(text))
+    s = parse(text).samples
+    assert dict(s[0].labels) == {"path": "C:\\dir", "q": 'say "hi"', "nl": "x\ny"}
+    assert s[1].value == math.inf and s[1].timestamp_ms == 1700000000000
+    assert s[2].value == -math.inf
+
+
+@pytest.mark.parametrize(
+    ("text", "lineno"),
+    [
+        ("ok 1\nbad{a=b} 1\n", 2),
+        ('ok 1\n# comment\nx{a="1" 2\n', 3),
+        ('x{a="1",a="2"} 1\n', 1),
+        ("x 1 2 3\n", 1),
+        ("x one\n", 1),
+        ("1x 1\n", 1),
+        ('ok 1\nvllm:num_requests_running{engine="0",model_na', 2),
+    ],
+)
+def test_garbled_lines_are_refused_naming_the_line(text, lineno):
+    with pytest.raises(ParseError) as err:
+        parse(text)
+    assert err.value.lineno == lineno
+    assert f"line {lineno}" in str(err.value)
