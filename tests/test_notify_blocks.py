@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from doctor.notify import fmt
+from doctor import fmt
 from doctor.notify.blocks import Links, render, render_test
 from doctor.notify.config import NotifyConfig
 from doctor.notify.lifecycle import Event, Lifecycle
@@ -17,11 +17,11 @@ def events() -> list[Event]:
 
 
 def test_human_numbers() -> None:
-    assert fmt.value("kv_cache_usage", 0.934) == "93 %"
+    assert fmt.value("kv_usage_max_1m", 0.934) == "93 %"
     assert fmt.value("preemptions_per_s", 0.4) == "0.4/s"
-    assert fmt.value("ttft_p95_seconds", 1.23) == "1.2 s"
-    assert fmt.value("itl_p95_seconds", 0.045) == "45 ms"
-    assert fmt.value("num_requests_waiting", 12.0) == "12"
+    assert fmt.value("ttft_p95_s", 1.23) == "1.2 s"
+    assert fmt.value("itl_p95_s", 0.045) == "45 ms"
+    assert fmt.value("waiting", 12.0) == "12"
     assert fmt.value("generation_tokens_per_s", 12345.0) == "12k tok/s"
     assert fmt.value("something_new", float("nan")) == "n/a"
     assert fmt.duration(450) == "7m 30s" and fmt.duration(4 * 3600) == "4h 0m" and fmt.duration(59) == "59s"
@@ -33,11 +33,11 @@ def test_firing_root() -> None:
     assert blocks[0]["type"] == "header" and "KV cache full · vllm-a:8000" in blocks[0]["text"]["text"]
     fields = next(b for b in blocks if "fields" in b)["fields"]
     shown = [f["text"] for f in fields]
-    assert shown[:3] == ["*Running / cap*\n42 / 256", "*KV cache usage*\n95 %", "*Waiting*\n4"]
+    assert shown[:3] == ["*Running / cap*\n42 / 256", "*KV usage, 1m peak*\n95 %", "*Waiting*\n4"]
     assert (
         "*Preemptions*\n0.4/s" in shown
         and "*TTFT p95*\n1.2 s" in shown
-        and "*Prefix cache hit rate*\n31 %" in shown
+        and "*Prefix-cache hit rate*\n31 %" in shown
     )
     advice = next(
         b for b in blocks if b["type"] == "section" and "What to change" in b.get("text", {}).get("text", "")

@@ -40,7 +40,10 @@ def test_kv_incident_fires_once_updates_few_resolves_once() -> None:
     )
     first = events[0]
     assert first.t == T0 + 12 * 15  # `for` 1m after the finding started at cycle 8
-    assert first.alerts[0]["finding"] == "kv_cache" and first.alerts[0]["evidence"]["max_num_seqs"] == 256
+    assert (
+        first.alerts[0]["finding"] == "kv_cache"
+        and first.alerts[0]["evidence"]["batch_cap_configured"] == 256
+    )
     assert events[-1].t == T0 + (8 + 23 + 4) * 15  # last seen + 1m of absence
 
 

@@ -60,7 +60,7 @@ def check_incident(fake: FakeSlack) -> None:
     blob = str(root.body["blocks"])
     assert "KV cache full" in root.body["blocks"][0]["text"]["text"] and TARGET in blob and MODEL in blob
     for shown in (
-        "KV cache usage",
+        "KV usage, 1m peak",
         "95 %",
         "Running / cap",
         "42 / 256",

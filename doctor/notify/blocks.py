@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 from slack_sdk.models.blocks import Block
 
-from doctor.notify import fmt
+from doctor import fmt
 from doctor.notify.lifecycle import Event
 
 LIMIT_TITLES = {"kv_cache": "KV cache full", "batch_cap": "Batch cap hit", "compute": "Compute bound"}
@@ -42,14 +42,10 @@ def evidence_fields(evidence: dict[str, Any]) -> list[dict[str, Any]]:
     """Up to 10 mrkdwn fields for the evidence, known keys first, running/cap merged."""
     ev = dict(evidence)
     out: list[tuple[str, str]] = []
-    run = next((k for k in ("num_requests_running", "running") if k in ev), None)
-    if run and "max_num_seqs" in ev:
-        out.append(
-            (
-                "Running / cap",
-                f"{fmt.value(run, ev.pop(run))} / {fmt.value('max_num_seqs', ev.pop('max_num_seqs'))}",
-            )
-        )
+    run = next((k for k in ("running_max_1m", "running") if k in ev), None)
+    cap = next((k for k in ("batch_cap_configured", "batch_cap_inferred") if k in ev), None)
+    if run and cap:
+        out.append(("Running / cap", f"{fmt.value(run, ev.pop(run))} / {fmt.value(cap, ev.pop(cap))}"))
     order = {k: i for i, k in enumerate(fmt.ORDER)}
     for k in sorted(ev, key=lambda k: (order.get(k, len(order)), k)):
         out.append((fmt.label_of(k), fmt.value(k, ev[k])))

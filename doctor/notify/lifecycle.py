@@ -6,8 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from doctor import fmt
 from doctor.diagnosis.model import Diagnosis, Finding
-from doctor.notify import fmt
 from doctor.notify.config import NotifyConfig
 
 # While a target is down or its metrics are missing, its other findings can be neither confirmed nor

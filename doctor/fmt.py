@@ -1,4 +1,4 @@
-"""Numbers for humans: 93 %, 0.4/s, 1.2 s, 7m 30s; and labels for known evidence keys."""
+"""Numbers for humans (93 %, 0.4/s, 1.2 s, 7m 30s) and labels for the diagnosis evidence keys."""
 
 from __future__ import annotations
 
@@ -7,27 +7,36 @@ import time
 
 # Evidence keys the diagnosis layer may emit → (label, kind). Unknown keys are guessed from their suffix.
 KNOWN: dict[str, tuple[str, str]] = {
-    "kv_cache_usage": ("KV cache usage", "pct"),
-    "kv_cache_usage_perc": ("KV cache usage", "pct"),
-    "gpu_cache_usage_perc": ("KV cache usage", "pct"),
-    "num_requests_running": ("Running", "count"),
+    "kv_usage": ("KV cache usage", "pct"),
+    "kv_usage_max_1m": ("KV usage, 1m peak", "pct"),
+    "kv_usage_avg_1m": ("KV usage, 1m avg", "pct"),
     "running": ("Running", "count"),
-    "max_num_seqs": ("Batch cap (max_num_seqs)", "count"),
-    "num_requests_waiting": ("Waiting", "count"),
+    "running_max_1m": ("Running, 1m peak", "count"),
+    "running_avg_1m": ("Running, 1m avg", "count"),
+    "batch_cap_configured": ("Batch cap (max_num_seqs)", "count"),
+    "batch_cap_inferred": ("Batch cap (inferred)", "count"),
     "waiting": ("Waiting", "count"),
+    "waiting_avg_1m": ("Waiting, 1m avg", "count"),
     "preemptions_per_s": ("Preemptions", "rate"),
-    "preemption_rate": ("Preemptions", "rate"),
-    "ttft_p95": ("TTFT p95", "seconds"),
-    "ttft_p95_seconds": ("TTFT p95", "seconds"),
-    "itl_p95": ("ITL p95", "seconds"),
-    "itl_p95_seconds": ("ITL p95", "seconds"),
-    "tpot_p95_seconds": ("TPOT p95", "seconds"),
-    "prefix_cache_hit_rate": ("Prefix cache hit rate", "pct"),
-    "spec_decode_acceptance_rate": ("Spec-decode acceptance", "pct"),
+    "ttft_p95_s": ("TTFT p95", "seconds"),
+    "itl_p50_s": ("ITL p50", "seconds"),
+    "itl_p95_s": ("ITL p95", "seconds"),
+    "itl_baseline_s": ("ITL light-load baseline", "seconds"),
+    "slo_itl_p95_s": ("ITL p95 SLO", "seconds"),
+    "slo_ttft_p95_s": ("TTFT p95 SLO", "seconds"),
+    "queue_time_p95_s": ("Queue time p95", "seconds"),
+    "prefix_cache_hit_ratio": ("Prefix-cache hit rate", "pct"),
+    "spec_decode_acceptance": ("Spec-decode acceptance", "pct"),
     "generation_tokens_per_s": ("Generation throughput", "tok/s"),
     "prompt_tokens_per_s": ("Prompt throughput", "tok/s"),
-    "max_model_len": ("max_model_len", "count"),
-    "request_len_p99": ("Request length p99", "tokens"),
+    "requests_per_s": ("Finished requests", "rate"),
+    "prompt_tokens_p50": ("Prompt length p50", "tokens"),
+    "prompt_tokens_p99": ("Prompt length p99", "tokens"),
+    "generation_tokens_p99": ("Generation length p99", "tokens"),
+    "kv_cache_tokens": ("KV cache capacity", "tokens"),
+    "max_model_len": ("max_model_len", "tokens"),
+    "request_p99_tokens": ("Request length p99", "tokens"),
+    "requests_observed": ("Requests observed", "count"),
 }
 # Preferred order in Slack fields; the rest follow alphabetically.
 ORDER = list(KNOWN)
