@@ -151,7 +151,7 @@ class Store:
         dead = []
         for key, s in self._series.items():
             s.trim(cutoff)
-            if not s.ts:
+            if not s.ts or (s.vs[-1] is None and all(v is None for v in s.vs)):  # only stale markers left
                 dead.append(key)
         for key in dead:
             s = self._series.pop(key)

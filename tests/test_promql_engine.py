@@ -23,7 +23,9 @@ def build(series: dict[str, list[float]], step_s: float = 15.0, start_s: float =
     n = max(len(v) for v in series.values())
     for i in range(n):
         samples = [
-            Sample(parsed[k][0], parsed[k][1], v[i]) for k, v in series.items() if i < len(v) and v[i] is not None
+            Sample(parsed[k][0], parsed[k][1], v[i])
+            for k, v in series.items()
+            if i < len(v) and v[i] is not None
         ]
         st.ingest("t", round((start_s + i * step_s) * 1000), samples)
     return st
@@ -74,7 +76,9 @@ def test_histogram_quantile_interpolates_within_the_bucket():
     )
     # rank 0.5*40 = 20 falls in (0.1, 0.5]: 0.1 + 0.4 * (20-10)/20
     assert one(st, "histogram_quantile(0.5, increase(h_bucket[1m]))", 1015) == pytest.approx(0.3)
-    assert one(st, "histogram_quantile(0.99, increase(h_bucket[1m]))", 1015) == pytest.approx(0.5 + 0.5 * (39.6 - 30) / 10)
+    assert one(st, "histogram_quantile(0.99, increase(h_bucket[1m]))", 1015) == pytest.approx(
+        0.5 + 0.5 * (39.6 - 30) / 10
+    )
 
 
 def test_histogram_without_inf_bucket_is_nan():
@@ -95,7 +99,10 @@ def test_aggregation_and_matching():
     assert one(st, "max without (e) (run)", 1000) == 5.0
     assert one(st, "count(run)", 1000) == 2
     got = values(st, "wait * on(e, m) group_left run", 1000)
-    assert got == {(("e", "0"), ("m", "a"), ("r", "capacity")): 6.0, (("e", "0"), ("m", "a"), ("r", "deferred")): 3.0}
+    assert got == {
+        (("e", "0"), ("m", "a"), ("r", "capacity")): 6.0,
+        (("e", "0"), ("m", "a"), ("r", "deferred")): 3.0,
+    }
     with pytest.raises(EvalError, match="many-to-many"):
         instant_query(st, "run + on(e) wait", 1000)
     assert values(st, "run > 4", 1000) == {(("__name__", "run"), ("e", "1"), ("m", "a")): 5.0}
@@ -107,7 +114,7 @@ def test_aggregation_and_matching():
 def test_label_functions_and_absent():
     st = build({'g{model_name="qwen"}': [1]})
     got = values(st, 'label_replace(g, "family", "$1", "model_name", "(q[a-z]+)")', 1000)
-    assert (("family", "qwen") in next(iter(got)))
+    assert ("family", "qwen") in next(iter(got))
     assert values(st, 'absent(nope{job="vllm"})', 1000) == {(("job", "vllm"),): 1.0}
     assert values(st, "absent(g)", 1000) == {}
     assert one(st, 'label_join(g, "x", "-", "model_name", "model_name")', 1000) == 1.0
