@@ -12,6 +12,10 @@ from doctor import __version__
 # subcommand name -> module under doctor.cli (or a full module path) exposing add_parser(subparsers) and run(args)
 SUBCOMMANDS = {
     "query": "doctor.cli.query",
+    "replay": "doctor.cli.replay",
+    "capacity": "doctor.capacity.cli",
+    "check": "doctor.cli.check",
+    "replay-server": "doctor.cli.replayserver",
 }
 
 
@@ -35,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args.run(args))
+        return int((getattr(args, "run", None) or args.func)(args))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -1,0 +1,102 @@
+"""The command line as a user runs it: query, replay and check on real recordings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from doctor.cli import main
+from doctor.replayserver import Playlist, ReplayServer
+
+
+@pytest.fixture
+def kv_bound(shared_032):
+    return str(shared_032 / "kv_bound.jsonl.gz")
+
+
+def test_query_json_is_prometheus_api_data(kv_bound, capsys):
+    assert main(["query", kv_bound, "vllm:kv_cache_usage_perc", "--time", "+80", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["resultType"] == "vector"
+    (item,) = data["result"]
+    assert item["metric"]["__name__"] == "vllm:kv_cache_usage_perc"
+    assert item["metric"]["instance"] == "kv_bound" and item["metric"]["job"] == "vllm"
+    assert 0.0 <= float(item["value"][1]) <= 1.0
+
+
+def test_query_several_expressions_print_a_list_in_order(kv_bound, capsys):
+    assert (
+        main(
+            [
+                "query",
+                kv_bound,
+                "time()",
+                "sum(rate(vllm:num_preemptions_total[1m]))",
+                "--time",
+                "+100",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    scalar, vector = json.loads(capsys.readouterr().out)
+    assert scalar["resultType"] == "scalar" and vector["resultType"] == "vector"
+    assert float(vector["result"][0]["value"][1]) > 0  # kv_bound preempts
+
+
+def test_query_table_and_bad_expression(kv_bound, capsys):
+    assert main(["query", kv_bound, "vllm:num_requests_running", "--time", "+80"]) == 0
+    out = capsys.readouterr().out
+    assert 'vllm:num_requests_running{engine="0", instance="kv_bound"' in out
+    assert main(["query", kv_bound, "sum(rate(vllm:x[5m])"]) == 2
+    err = capsys.readouterr().err
+    assert "unclosed left parenthesis" in err and "column 4" in err
+
+
+def test_query_missing_recording_is_a_usage_error(tmp_path, capsys):
+    assert main(["query", str(tmp_path / "nope.jsonl"), "up"]) == 2
+    assert "nope.jsonl" in capsys.readouterr().err
+
+
+def test_replay_json_timeline(kv_bound, capsys):
+    assert main(["replay", kv_bound, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    timeline = doc["timeline"]
+    assert {"t", "target", "model_name", "bottleneck", "findings", "evidence"} <= set(timeline[0])
+    late = [e for e in timeline if e["t"] >= timeline[0]["t"] + 60]
+    assert late and all(e["bottleneck"] == "kv_cache" for e in late)
+    assert "preemption_storm" in late[-1]["findings"]
+    assert late[-1]["evidence"]["kv_usage_max_1m"] >= 0.9
+
+
+def test_replay_prints_changes_with_advice_numbers(kv_bound, capsys):
+    assert main(["replay", kv_bound]) == 0
+    out = capsys.readouterr().out
+    assert "kv_cache (was " in out
+    assert "`--kv-cache-dtype fp8` doubles the cache from 4,096 to 8,192 tokens" in out
+    assert out.count("kv_cache (was") == 1  # one change into the state, not one line per evaluation
+
+
+def test_check_against_a_replayed_vllm_prints_class_and_advice(shared_032, capsys):
+    server = ReplayServer(Playlist([shared_032 / "batch_cap.jsonl.gz"], start_offset_s=40)).start()
+    try:
+        code = main(["check", server.url, "--duration", "6", "--interval", "0.5"])
+    finally:
+        server.stop()
+    out = capsys.readouterr().out
+    assert code == 1
+    assert ": BATCH_CAP" in out
+    assert "raise `--max-num-seqs` from 4" in out
+
+
+def test_check_healthy_exits_zero_and_dead_target_exits_two(shared_032, capsys):
+    server = ReplayServer(Playlist([shared_032 / "healthy.jsonl.gz"], start_offset_s=60)).start()
+    try:
+        assert main(["check", server.url, "--duration", "4", "--interval", "0.5", "--json"]) == 0
+    finally:
+        server.stop()
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["diagnoses"][0]["bottleneck"] == "healthy"
+    assert main(["check", "http://127.0.0.1:9/metrics", "--duration", "1", "--interval", "0.5"]) == 2
+    assert "no successful scrape" in capsys.readouterr().err
