@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "capacity": "doctor.capacity.cli",
     "check": "doctor.cli.check",
     "replay-server": "doctor.cli.replayserver",
+    "serve": "doctor.cli.serve",
 }
 
 

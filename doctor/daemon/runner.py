@@ -1,0 +1,226 @@
+"""`kvdoctor serve`: APScheduler drives scrape + evaluate cycles; sinks read the shared state."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from doctor.cli.common import target_config, target_state
+from doctor.config import Config, ConfigError, TargetSpec, load_config
+from doctor.daemon import persist
+from doctor.daemon.discovery import FileDiscovery
+from doctor.daemon.exposition import make_registry
+from doctor.daemon.scrape import Scraper
+from doctor.daemon.state import DaemonState, TargetStats
+from doctor.diagnosis.model import Diagnosis
+from doctor.pipeline import Pipeline
+from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
+
+log = logging.getLogger("kvdoctor")
+EVENTS = {EVENT_JOB_ERROR: "error", EVENT_JOB_MISSED: "missed", EVENT_JOB_MAX_INSTANCES: "max_instances"}
+
+
+def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[Group]]:
+    """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem."""
+    cfg = load_config(cfg_path)
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(cfg, key, value)
+    return cfg, load_files(rule_files(cfg.rules))
+
+
+class Daemon:
+    """Owns the pipeline, the scraper, the scheduler and the sinks."""
+
+    def __init__(self, cfg: Config, groups: list[Group], cfg_path: str | None = None,
+                 overrides: dict[str, Any] | None = None, on_change: Any = None) -> None:  # fmt: skip
+        self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
+        self.state = DaemonState()
+        self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+        self.scraper = Scraper(cfg.scrape_workers)
+        self.discovery = FileDiscovery(cfg.file_sd)
+        self.registry = make_registry(self.state)
+        self.on_change = on_change  # called with (diagnosis, previous bottleneck) when a class changes
+        self.notifier: Any = None
+        self.web: Any = None
+        self.stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._specs: dict[str, TargetSpec] = {}
+        self._last: dict[tuple[str, str], str] = {}
+        self.scheduler = BackgroundScheduler(
+            timezone=UTC,
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": int(cfg.interval_s)},
+        )
+        self.scheduler.add_listener(self._event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        if cfg.state_file:
+            persist.load(cfg.state_file, self.pipeline)
+        self._sync_targets()
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(self, web: bool = True) -> None:
+        """Start the sinks and the cycle job (first cycle at once)."""
+        self._start_notifier()
+        if web:
+            from doctor.web.server import WebServer
+
+            extra = (lambda: {"notify": self.notifier.status()}) if self.notifier else None
+            self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
+                                 reload=self.reload, extra_status=extra)  # fmt: skip
+            self.web.start()
+        self.scheduler.add_job(self.cycle, "interval", seconds=self.cfg.interval_s, id="cycle",
+                               next_run_time=datetime.now(UTC))  # fmt: skip
+        self.scheduler.start()
+        self.state.started_ts = time.time()
+
+    def serve_forever(self) -> int:
+        """Block until SIGTERM/SIGINT; SIGHUP reloads."""
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
+        self.stop_event.wait()
+        self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        """Drain: wait for the running cycle, persist, flush notifications, stop serving."""
+        log.info("shutting down")
+        self.scheduler.shutdown(wait=True)
+        self._persist()
+        if self.notifier is not None:
+            self.notifier.flush(10.0)
+            self.notifier.close()
+        if self.web is not None:
+            self.web.stop()
+        self.scraper.close()
+
+    # -- one cycle -----------------------------------------------------------------------------------
+    def cycle(self) -> list[Diagnosis]:
+        """Scrape every target, evaluate the rules, publish the diagnoses."""
+        with self._lock:
+            start = time.monotonic()
+            self._sync_targets()
+            specs = list(self._specs.values())
+            deadline = max((s.http.total_timeout for s in specs), default=1.0) + 1.0
+            for r in self.scraper.scrape(specs, deadline):
+                self.pipeline.observe(r.target, r.t, r.text, r.error)
+                self._stats(
+                    r.target,
+                    r.duration_s,
+                    r.t,
+                    self.pipeline.targets[r.target].error
+                    if r.error or self.pipeline.targets[r.target].up is False
+                    else None,
+                )
+            now = time.time()
+            cycle = self.pipeline.evaluate(now)
+            self.state.publish(cycle.diagnoses, now, time.monotonic() - start, len(cycle.evaluation.errors))
+            if self.notifier is not None:
+                self.notifier.observe(cycle.diagnoses, now)
+            self._announce(cycle.diagnoses)
+            self._persist()
+            return cycle.diagnoses
+
+    def _stats(self, name: str, duration: float, t: float, error: str | None) -> None:
+        spec = self._specs[name]
+        prev = self.state.snapshot()["targets"].get(name)
+        stats = TargetStats(name, spec.safe_url, labels=dict(spec.labels))
+        if prev is not None:
+            stats.errors_total, stats.last_success_ts = prev.errors_total, prev.last_success_ts
+        stats.last_scrape_duration_s = duration
+        stats.up = error is None
+        if error is None:
+            stats.last_success_ts = t
+        else:
+            stats.errors_total += 1
+            stats.last_error = error
+            # Say it when a target goes down (and when the reason changes), not on every cycle.
+            level = (
+                logging.WARNING
+                if prev is None or prev.up is not False or prev.last_error != error
+                else logging.DEBUG
+            )
+            log.log(level, "target %s down: %s", name, error, extra={"target": name})
+        if error is None and prev is not None and prev.up is False:
+            log.info("target %s is back up", name, extra={"target": name})
+        self.state.set_target(stats)
+
+    def _announce(self, diagnoses: list[Diagnosis]) -> None:
+        for d in diagnoses:
+            key = (d.target, d.model_name)
+            prev = self._last.get(key)
+            if prev != d.bottleneck:
+                log.info("%s · %s: %s (was %s)", d.target, d.model_name or "-", d.bottleneck, prev or "-",
+                         extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.bottleneck})  # fmt: skip
+                if self.on_change:
+                    self.on_change(d, prev)
+            self._last[key] = d.bottleneck
+
+    def _persist(self) -> None:
+        if self.cfg.state_file:
+            try:
+                persist.save(self.cfg.state_file, self.pipeline)
+            except OSError as exc:
+                log.error("cannot write state file %s: %s", self.cfg.state_file, exc)
+
+    # -- targets, reload --------------------------------------------------------------------------------
+    def _sync_targets(self) -> None:
+        wanted = {t.name: t for t in [*self.cfg.targets, *self.discovery.targets()]}
+        for gone in set(self._specs) - set(wanted):
+            self.pipeline.remove_target(gone)
+            self.state.drop_target(gone)
+        self.scraper.forget(set(self._specs) - set(wanted))
+        for name, spec in wanted.items():
+            old = self._specs.get(name)
+            if old is None or old != spec:
+                self.pipeline.add_target(name, target_config(spec))
+                st = target_state(spec)
+                prev = self.pipeline.targets.get(name)
+                if prev is not None:
+                    st.up, st.error, st.models = prev.up, prev.error, prev.models
+                self.pipeline.targets[name] = st
+                if old is None:
+                    self.state.set_target(TargetStats(name, spec.safe_url, labels=dict(spec.labels)))
+        self._specs = wanted
+
+    def reload(self) -> tuple[bool, str]:
+        """Re-read config and rules; a bad file keeps the last good one running."""
+        try:
+            cfg, groups = load_everything(self.cfg_path, self.overrides)
+        except (ConfigError, RuleLoadError) as exc:
+            self.state.note_reload(False, time.time(), str(exc))
+            log.error("reload failed, keeping the running config: %s", exc)
+            return False, str(exc)
+        with self._lock:
+            self.cfg = cfg
+            self.discovery = FileDiscovery(cfg.file_sd)
+            self.pipeline.set_rules(groups)
+            self._sync_targets()
+        self.state.note_reload(True, time.time())
+        log.info("reloaded config and %d rule groups", len(groups))
+        return True, "reloaded"
+
+    def _start_notifier(self) -> None:
+        if not self.cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
+            return
+        from doctor.notify import Notifier, parse_notify_config
+
+        ncfg, errors = parse_notify_config(self.cfg.notify, os.environ)
+        if errors:
+            raise ConfigError([f"{self.cfg.path or 'config'}: {e}" for e in errors])
+        state_dir = Path(self.cfg.state_file).parent if self.cfg.state_file else Path(".kvdoctor")
+        self.notifier = Notifier(ncfg, state_dir)
+
+    def _event(self, event: JobEvent) -> None:
+        name = EVENTS.get(event.code, "other")
+        self.state.count_event(name)
+        if name == "error":
+            log.error("cycle failed: %s", getattr(event, "exception", ""))
