@@ -1,0 +1,24 @@
+# kvdoctor: `kvdoctor serve` by default; the same image runs `kvdoctor replay-server` for the compose demo.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+# README* matches nothing harmlessly if the readme is absent; pyproject names it as the long description.
+COPY pyproject.toml README* ./
+COPY doctor ./doctor
+COPY rules ./rules
+RUN pip install . \
+    && useradd --system --uid 10001 --user-group --home-dir /var/lib/kvdoctor --create-home kvdoctor
+
+USER kvdoctor
+WORKDIR /var/lib/kvdoctor
+EXPOSE 9860
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9860/-/healthy', timeout=3)"]
+
+ENTRYPOINT ["kvdoctor"]
+CMD ["serve", "--config", "/etc/kvdoctor/kvdoctor.yml"]

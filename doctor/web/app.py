@@ -1,0 +1,261 @@
+"""The routes of kvdoctor's web server as plain functions from a request to a response (no sockets here)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import CollectorRegistry
+
+from doctor import __version__
+from doctor.daemon.state import DaemonState
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+}
+Reload = Callable[[], tuple[bool, str]]
+
+
+@dataclass
+class Response:
+    """What to send: status, body, content type, extra headers and the Cache-Control policy."""
+
+    status: int
+    body: bytes = b""
+    content_type: str = TEXT
+    headers: dict[str, str] = field(default_factory=dict)
+    cache: str = "no-store"
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    """A Prometheus-style JSON envelope around data."""
+    body = {"status": "success", "data": data} if status < 400 else data
+    return Response(status, json.dumps(_finite(body), separators=(",", ":"), allow_nan=False).encode(), JSON)
+
+
+def api_error(status: int, kind: str, message: str) -> Response:
+    """A Prometheus-style JSON error."""
+    return json_response({"status": "error", "errorType": kind, "error": message}, status)
+
+
+def text(status: int, message: str, **headers: str) -> Response:
+    """A short plain-text response."""
+    return Response(status, (message + "\n").encode(), TEXT, dict(headers))
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    return v
+
+
+def load_static() -> dict[str, tuple[bytes, str, str]]:
+    """Every file shipped in doctor/web/static: name -> (content, content type, ETag)."""
+    out: dict[str, tuple[bytes, str, str]] = {}
+    static = resources.files("doctor.web").joinpath("static")
+    if not static.is_dir():
+        log.error("status page files missing from the package (doctor/web/static); serving the API only")
+        return out
+    for entry in static.iterdir():
+        suffix = "." + entry.name.rpartition(".")[2]
+        if entry.is_file() and suffix in TYPES:
+            data = entry.read_bytes()
+            out[entry.name] = (data, TYPES[suffix], '"' + hashlib.sha256(data).hexdigest()[:20] + '"')
+    return out
+
+
+class App:
+    """Routes: /metrics, /api/v1/*, /-/healthy, /-/ready, /-/reload, / and /static/*."""
+
+    def __init__(
+        self,
+        state: DaemonState,
+        registry: CollectorRegistry,
+        reload: Reload | None = None,
+        extra_status: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.state, self.registry = state, registry
+        self.reload, self.extra_status = reload, extra_status
+        self.static = load_static()
+        self._reload_lock = threading.Lock()
+        self.api: dict[str, Callable[[dict[str, list[str]]], Response]] = {
+            "/api/v1/targets": self._targets,
+            "/api/v1/diagnoses": self._diagnoses,
+            "/api/v1/history": self._history,
+            "/api/v1/status": self._status,
+        }
+
+    def handle(self, method: str, target: str, headers: Mapping[str, str]) -> Response:
+        """Answer one request (method, request-target as sent, headers)."""
+        url = urlsplit(target)
+        path, query = url.path, parse_qs(url.query)
+        if path == "/-/reload":
+            return self._reload(method, headers)
+        known = (
+            path in self.api
+            or path in ("/", "/metrics", "/-/healthy", "/-/ready")
+            or path.startswith("/static/")
+        )
+        if known and method not in ("GET", "HEAD"):
+            return text(405, f"{method} not allowed on {path}", Allow="GET, HEAD")
+        if path in self.api:
+            try:
+                return self.api[path](query)
+            except ValueError as exc:
+                return api_error(400, "bad_data", str(exc))
+        if path == "/metrics":
+            return self._metrics(query, headers)
+        if path == "/-/healthy":
+            return text(200, "kvdoctor is Healthy.")
+        if path == "/-/ready":
+            ready = self.state.ready
+            return (
+                text(200, "kvdoctor is Ready.")
+                if ready
+                else text(503, "kvdoctor is not ready: no evaluation yet.")
+            )
+        if path == "/" or path.startswith("/static/"):
+            return self._file("index.html" if path == "/" else path[len("/static/") :], headers)
+        if path.startswith("/api/"):
+            return api_error(404, "not_found", f"no API endpoint {path}")
+        return text(404, "404 page not found")
+
+    def _metrics(self, query: dict[str, list[str]], headers: Mapping[str, str]) -> Response:
+        encoder, content_type = choose_encoder(headers.get("Accept", ""))
+        source: Any = _Only(self.registry, set(query["name[]"])) if "name[]" in query else self.registry
+        return Response(200, encoder(source), content_type)
+
+    def _targets(self, query: dict[str, list[str]]) -> Response:
+        targets = self.state.snapshot()["targets"]
+        return json_response([targets[name].to_dict() for name in sorted(targets)])
+
+    def _diagnoses(self, query: dict[str, list[str]]) -> Response:
+        want = set(query.get("target", []))
+        diagnoses = sorted(self.state.snapshot()["diagnoses"], key=lambda d: (d.target, d.model_name))
+        return json_response([d.to_dict() for d in diagnoses if not want or d.target in want])
+
+    def _history(self, query: dict[str, list[str]]) -> Response:
+        since = _float(query, "since")
+        target, model = _one(query, "target"), _one(query, "model_name")
+        if target is not None and model is not None:
+            keys = [(target, model)]
+        else:
+            diagnoses = self.state.snapshot()["diagnoses"]
+            keys = sorted({(d.target, d.model_name) for d in diagnoses if target in (None, d.target)})
+        series = []
+        for t, m in keys:
+            points = self.state.history(t, m)
+            if since is not None:
+                points = [p for p in points if p["t"] > since]
+            series.append({"target": t, "model_name": m, "points": points})
+        return json_response(series)
+
+    def _status(self, query: dict[str, list[str]]) -> Response:
+        snap = self.state.snapshot()
+        targets = snap["targets"].values()
+        data: dict[str, Any] = {
+            "version": __version__,
+            "now": time.time(),
+            "started": self.state.started_ts,
+            "ready": snap["ready"],
+            "evaluation": {
+                "ts": snap["evaluation_ts"],
+                "duration_s": snap["evaluation_duration_s"],
+                "rule_failures_total": snap["rule_failures_total"],
+            },
+            "reload": {"ok": snap["reload_ok"], "ts": snap["reload_ts"], "error": snap["reload_error"]},
+            "scheduler_events": snap["scheduler_events"],
+            "targets": {"total": len(targets), "up": sum(1 for t in targets if t.up)},
+        }
+        if self.extra_status is not None:
+            try:
+                data.update(self.extra_status())
+            except Exception:
+                log.exception("extra status failed")
+                data["extra_status_error"] = "unavailable, see the daemon log"
+        return json_response(data)
+
+    def _reload(self, method: str, headers: Mapping[str, str]) -> Response:
+        if method not in ("POST", "PUT"):
+            return text(405, "Only POST or PUT requests allowed.", Allow="POST, PUT")
+        # A browser on another site can send a simple POST here; refuse anything that says it is cross-origin.
+        origin = headers.get("Origin")
+        if headers.get("Sec-Fetch-Site") == "cross-site" or (
+            origin and urlsplit(origin).netloc != headers.get("Host", "")
+        ):
+            return text(403, "cross-origin reload refused")
+        if self.reload is None:
+            return text(403, "reload is not enabled")
+        with self._reload_lock:
+            try:
+                ok, message = self.reload()
+            except Exception as exc:
+                log.exception("reload failed")
+                ok, message = False, f"{type(exc).__name__}: {exc}"
+        if ok:
+            return text(200, message or "reloaded")
+        return text(500, f"failed to reload config: {message}")
+
+    def _file(self, name: str, headers: Mapping[str, str]) -> Response:
+        found = self.static.get(name)
+        if found is None:
+            return text(404, "404 page not found")
+        data, content_type, etag = found
+        cache = "no-cache"  # revalidate each load so an upgrade shows at once; the ETag makes that cheap
+        if etag in (headers.get("If-None-Match") or ""):
+            return Response(304, b"", content_type, {"ETag": etag}, cache)
+        return Response(200, data, content_type, {"ETag": etag}, cache)
+
+
+class _Only:
+    """The families of a registry named in ?name[]= (by family or sample name)."""
+
+    def __init__(self, registry: CollectorRegistry, names: set[str]) -> None:
+        self.registry, self.names = registry, names
+
+    def collect(self) -> Iterator[Metric]:
+        """Families with a matching name."""
+        for m in self.registry.collect():
+            if m.name in self.names or any(s.name in self.names for s in m.samples):
+                yield m
+
+
+def _one(query: dict[str, list[str]], key: str) -> str | None:
+    values = query.get(key)
+    return values[-1] if values else None
+
+
+def _float(query: dict[str, list[str]], key: str) -> float | None:
+    v = _one(query, key)
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        raise ValueError(f"{key}: not a number: {v!r}") from None
+    if not math.isfinite(f):
+        raise ValueError(f"{key}: not a finite number: {v!r}")
+    return f

@@ -1,0 +1,151 @@
+"""Replay export: kvdoctor_* series as OpenMetrics, parsed back, and backfilled into a real Prometheus."""
+
+from __future__ import annotations
+
+import heapq
+import io
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from doctor.diagnosis.model import BOTTLENECKS, Diagnosis, Finding
+from doctor.export.openmetrics import export_openmetrics, format_timestamp
+from doctor.pipeline import Cycle, Pipeline, TargetConfig
+from doctor.query import recording_instance
+from doctor.replay import replay
+from doctor.rules.evaluate import Evaluation
+from doctor.rules.loader import default_rule_files, load_files
+from tests.conftest import labelled_windows
+from tests.support.prometheus import PrometheusServer, backfill, binaries
+
+# --max-num-seqs the recordings were made with, told to kvdoctor as an operator would (labels.json has no flags).
+MAX_NUM_SEQS = {"batch_cap": 4, "compute_bound": 128}
+
+
+def _cycle(t: float, diagnoses: list[Diagnosis], errors: int = 0) -> Cycle:
+    return Cycle(t, diagnoses, Evaluation(t, [], ["boom"] * errors))
+
+
+def _synthetic() -> list[Cycle]:
+    kv = Finding(
+        "kv_cache", "warning", "KV full", evidence={"kv_cache_tokens": 4096.0}, bottleneck="kv_cache"
+    )
+    down = Finding("target_down", "critical", "down")
+    return [
+        _cycle(
+            1000.0, [Diagnosis("a", "m", 1000.0, "healthy", 1000.0, [], {"kv_usage": 0.1, "running": 2.0})]
+        ),
+        _cycle(1015.0, [Diagnosis("a", "m", 1015.0, "kv_cache", 1015.0, [kv], {"kv_usage": 0.97})], errors=1),
+        _cycle(1030.0, [Diagnosis("a", "m", 1030.0, "unknown", 1030.0, [down], {})]),
+    ]
+
+
+def test_export_shape_and_parse_back() -> None:
+    buf = io.StringIO()
+    n = export_openmetrics(_synthetic(), buf, {"a": "http://vllm-a:8000/metrics"})
+    text = buf.getvalue()
+    assert text.endswith("# EOF\n")
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert n == len(lines)
+    for ln in lines:
+        assert re.search(r" -?\d+\.\d{3}$", ln), ln  # every sample timestamped in seconds, 3 decimals
+    families = list(
+        text_string_to_metric_families(text)
+    )  # the OpenMetrics parser refuses non-contiguous families
+    by_name = {f.name: f for f in families}
+    assert by_name["kvdoctor_target_scrape_errors"].type == "counter"
+    assert {s.name for s in by_name["kvdoctor_target_scrape_errors"].samples} == {
+        "kvdoctor_target_scrape_errors_total"
+    }
+    code = [(s.timestamp, s.value) for s in by_name["kvdoctor_bottleneck_code"].samples]
+    assert [v for _, v in code] == [BOTTLENECKS.index(b) for b in ("healthy", "kv_cache", "unknown")]
+    assert [float(t) for t, _ in code] == [1000.0, 1015.0, 1030.0]
+    up = [s.value for s in by_name["kvdoctor_target_up"].samples]
+    assert up == [1.0, 1.0, 0.0]
+    errors = [s.value for s in by_name["kvdoctor_target_scrape_errors"].samples]
+    assert errors == [0.0, 0.0, 1.0]
+    failures = [s.value for s in by_name["kvdoctor_rule_evaluation_failures"].samples]
+    assert failures == [0.0, 1.0, 1.0]
+    finding = by_name["kvdoctor_finding"].samples
+    assert {(s.labels["finding"], float(s.timestamp)) for s in finding} == {
+        ("kv_cache", 1015.0),
+        ("target_down", 1030.0),
+    }
+    (cap,) = by_name["kvdoctor_kv_cache_capacity_tokens"].samples
+    assert cap.value == 4096.0 and cap.labels == {"target": "a", "model_name": "m"}
+    (info,) = {s.labels["url"] for s in by_name["kvdoctor_target_info"].samples}
+    assert info == "http://vllm-a:8000/metrics"
+    seen = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")]
+    assert len(seen) == len(set(seen)) and all(n.startswith("kvdoctor_") for n in seen)
+
+
+def test_extra_labels_and_order() -> None:
+    buf = io.StringIO()
+    export_openmetrics(_synthetic()[:1], buf, extra_labels={"job": "kvdoctor", "instance": "kvdoctor:9860"})
+    for ln in buf.getvalue().splitlines():
+        if ln and not ln.startswith("#"):
+            assert 'job="kvdoctor"' in ln and 'instance="kvdoctor:9860"' in ln, ln
+    with pytest.raises(ValueError, match="not after"):
+        export_openmetrics(list(reversed(_synthetic())), io.StringIO())
+
+
+def test_format_timestamp() -> None:
+    assert format_timestamp(1795941809079) == "1795941809.079"
+    assert format_timestamp(5) == "0.005"
+
+
+def alias(path: Path, tmp: Path) -> Path:
+    """A symlink naming a recording `<dir>--<file>`, so recordings of different versions get distinct targets."""
+    link = tmp / f"{path.parent.name}--{path.name}"
+    if not link.exists():
+        link.symlink_to(path)
+    return link
+
+
+def replay_all(paths: Iterable[Path], interval_s: float = 15.0) -> Iterator[Cycle]:
+    """Replay each recording through its own pipeline and merge the cycles in time order."""
+    runs = []
+    for path in paths:
+        p = Pipeline(load_files(default_rule_files()))
+        stem = recording_instance(path).split("--")[-1]
+        p.add_target(recording_instance(path), TargetConfig(max_num_seqs=MAX_NUM_SEQS.get(stem)))
+        runs.append(replay(p, [path], interval_s))
+    return heapq.merge(*runs, key=lambda c: c.t)
+
+
+@pytest.mark.integration
+def test_backfilled_export_answers_in_prometheus(tmp_path: Path) -> None:
+    found = binaries()
+    if found is None:
+        pytest.skip("prometheus/promtool not on PATH (scripts/test.sh installs Debian's prometheus)")
+    windows = labelled_windows()
+    if not windows:
+        pytest.skip("no labelled vLLM recordings")
+    links = tmp_path / "recordings"
+    links.mkdir()
+    paths = {alias(w["path"], links): w for w in windows}
+    om = tmp_path / "kvdoctor.om"
+    with om.open("w", encoding="utf-8") as fh:
+        n = export_openmetrics(
+            replay_all(paths), fh, {recording_instance(p): f"replay://{p.name}" for p in paths}
+        )
+    assert n > 0
+    storage = tmp_path / "tsdb"
+    backfill(om, storage, promtool=found[1])
+    with PrometheusServer(storage, tmp_path, binary=found[0]) as prom:
+        for path, w in paths.items():
+            target = recording_instance(path)
+            t = w["steady_to"]
+            res = prom.query(f'kvdoctor_bottleneck_code{{target="{target}"}}', t)["result"]
+            assert len(res) == 1, (target, res)
+            assert float(res[0]["value"][1]) == BOTTLENECKS.index(w["expected"]), (target, w["expected"], res)
+            one_hot = prom.query(f'kvdoctor_bottleneck{{target="{target}"}} == 1', t)["result"]
+            assert [r["metric"]["bottleneck"] for r in one_hot] == [w["expected"]]
+            up = prom.query(f'kvdoctor_target_up{{target="{target}"}}', t)["result"]
+            assert float(up[0]["value"][1]) == 1.0
+        errs = prom.query("count(kvdoctor_target_scrape_errors_total)", max(w["steady_to"] for w in windows))
+        assert errs["result"], json.dumps(errs)
