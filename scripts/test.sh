@@ -7,6 +7,7 @@ need=()
 command -v promtool >/dev/null || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null || need+=(chromium)
+command -v docker-compose >/dev/null || need+=(docker-compose)  # validates docker-compose.yml offline
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq

@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "check": "doctor.cli.check",
     "replay-server": "doctor.cli.replayserver",
     "serve": "doctor.cli.serve",
+    "demo": "doctor.cli.demo",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -64,15 +65,26 @@ def fetch(url: str, opts: HttpOptions | None = None, session: requests.Session |
                 raise ScrapeError(
                     f"{url}: body of {int(declared)} bytes exceeds the {opts.max_bytes}-byte limit"
                 )
+            # A server dripping bytes resets the read timeout with every byte; close the socket at the deadline.
+            timer = threading.Timer(max(0.0, deadline - time.monotonic()), _abort, (resp,))
+            timer.daemon = True
+            timer.start()
             chunks: list[bytes] = []
             size = 0
-            for chunk in resp.iter_content(chunk_size=65536):
-                size += len(chunk)
-                if size > opts.max_bytes:
-                    raise ScrapeError(f"{url}: body exceeds the {opts.max_bytes}-byte limit")
-                if time.monotonic() > deadline:
-                    raise ScrapeError(f"{url}: timed out after {opts.total_timeout:g}s (body still arriving)")
-                chunks.append(chunk)
+            try:
+                for chunk in resp.iter_content(chunk_size=65536):
+                    size += len(chunk)
+                    if size > opts.max_bytes:
+                        raise ScrapeError(f"{url}: body exceeds the {opts.max_bytes}-byte limit")
+                    chunks.append(chunk)
+            except (requests.exceptions.RequestException, AttributeError, ValueError, OSError):
+                if time.monotonic() >= deadline:
+                    raise ScrapeError(f"{url}: timed out after {opts.total_timeout:g}s (body still arriving)") from None
+                raise
+            finally:
+                timer.cancel()
+            if time.monotonic() >= deadline:  # the timer cut the body short: never parse half an exposition
+                raise ScrapeError(f"{url}: timed out after {opts.total_timeout:g}s (body still arriving)")
             body = b"".join(chunks)
     except ScrapeError:
         raise
@@ -80,6 +92,8 @@ def fetch(url: str, opts: HttpOptions | None = None, session: requests.Session |
         raise ScrapeError(f"{url}: connect timed out after {opts.connect_timeout:g}s") from None
     except requests.exceptions.ReadTimeout:
         raise ScrapeError(f"{url}: read timed out after {opts.read_timeout:g}s") from None
+    except requests.exceptions.ChunkedEncodingError:
+        raise ScrapeError(f"{url}: body truncated: the connection closed before the declared length") from None
     except requests.exceptions.SSLError as exc:
         raise ScrapeError(f"{url}: TLS error: {_short(exc)}") from None
     except requests.exceptions.ConnectionError as exc:
@@ -90,6 +104,14 @@ def fetch(url: str, opts: HttpOptions | None = None, session: requests.Session |
         return body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScrapeError(f"{url}: body is not UTF-8 text (byte {exc.start})") from None
+
+
+def _abort(resp: requests.Response) -> None:
+    """Shut the socket down from another thread: this wakes a blocked read, where close() would not."""
+    try:
+        resp.raw.shutdown()
+    except (AttributeError, OSError):
+        resp.close()
 
 
 def _short(exc: Exception) -> str:

@@ -224,10 +224,8 @@ def _is_vector(ast: Any) -> bool:
 
 
 def default_rule_dir() -> Path:
-    """Where the shipped rule pack lives: inside an installed wheel, or `rules/` of a source checkout."""
-    here = Path(__file__).resolve().parent.parent
-    installed = here / "rulepack"
-    return installed if installed.is_dir() else here.parent / "rules"
+    """Where the shipped rule pack lives (`rules/` of a checkout links here)."""
+    return Path(__file__).resolve().parent.parent / "rulepack"
 
 
 def default_rule_files() -> list[Path]:

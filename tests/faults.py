@@ -1,0 +1,81 @@
+"""A misbehaving /metrics server for fault tests: refuse, hang, drip, truncate, garbage, huge, wrong type."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+GOOD = '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 1.0\n'
+
+
+class FaultServer:
+    """Serves one fault mode on 127.0.0.1; `stop()` ends it."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.stopping = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server.handle(self)
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/metrics"
+
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        mode = self.mode
+        try:
+            if mode == "hang":
+                self.stopping.wait(30)
+                return
+            if mode == "drip":
+                h.send_response(200)
+                h.send_header("Content-Type", "text/plain")
+                h.end_headers()
+                for ch in GOOD * 100:
+                    if self.stopping.wait(0.2):
+                        return
+                    h.wfile.write(ch.encode())
+                    h.wfile.flush()
+                return
+            body = {
+                "garbage": b"\x00\xffnot {a metric exposition}\n<html>",
+                "truncate": GOOD.encode() + b'vllm:num_requests_waiting{model_name="m',
+                "huge": GOOD.encode() + b"# " + b"x" * (50 * 1024 * 1024) + b"\n",
+                "html": b"<html><body>login</body></html>",
+                "nan": b'vllm:kv_cache_usage_perc{model_name="m"} NaN\nvllm:num_requests_running{model_name="m"} +Inf\n',
+                "dupes": (GOOD + GOOD).encode(),
+            }[mode]
+            h.send_response(200)
+            h.send_header("Content-Type", "text/html" if mode == "html" else "text/plain; version=0.0.4")
+            h.send_header("Content-Length", str(len(body) + (100 if mode == "truncate" else 0)))
+            h.end_headers()
+            h.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def refused_url() -> str:
+    """A URL on which nothing listens."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    time.sleep(0.01)
+    return f"http://127.0.0.1:{port}/metrics"

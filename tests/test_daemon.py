@@ -1,0 +1,120 @@
+"""The daemon under faults: bad targets are marked down, never diagnosed as limited, and never disturb others."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from doctor.config import Config, TargetSpec
+from doctor.daemon.runner import Daemon
+from doctor.ingest.fetch import HttpOptions
+from doctor.replayserver import Playlist, ReplayServer
+from doctor.rules.loader import default_rule_files, load_files
+from tests.faults import FaultServer, refused_url
+
+FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
+MODES = ["hang", "drip", "garbage", "truncate", "huge", "html"]
+
+
+@pytest.fixture
+def kv_server(shared_032):
+    server = ReplayServer(Playlist([shared_032 / "kv_bound.jsonl.gz"], start_offset_s=40, loop=True)).start()
+    yield server
+    server.stop()
+
+
+def _daemon(targets: list[TargetSpec], **kw) -> Daemon:
+    cfg = Config(targets=targets, interval_s=1.0, **kw)
+    return Daemon(cfg, load_files(default_rule_files()))
+
+
+def test_faulty_targets_go_down_without_disturbing_a_good_one(kv_server):
+    faults = {m: FaultServer(m) for m in MODES}
+    try:
+        targets = [TargetSpec(url=kv_server.url, name="good", http=FAST)]
+        targets += [TargetSpec(url=f.url, name=m, http=FAST) for m, f in faults.items()]
+        targets.append(TargetSpec(url=refused_url(), name="refused", http=FAST))
+        d = _daemon(targets)
+        start = time.monotonic()
+        for _ in range(3):
+            diagnoses = {x.target: x for x in d.cycle()}
+        assert time.monotonic() - start < 3 * 4.0  # a hanging target costs its own timeout, not the cycle
+        assert diagnoses["good"].bottleneck == "kv_cache"
+        stats = d.state.snapshot()["targets"]
+        for name in [*MODES, "refused"]:
+            assert diagnoses[name].bottleneck == "unknown", name
+            assert [f.name for f in diagnoses[name].findings][:1] == ["target_down"], name
+            assert stats[name].up is False and stats[name].errors_total == 3, name
+        assert "50" in stats["huge"].last_error or "limit" in stats["huge"].last_error
+        assert "content type" in stats["html"].last_error
+        assert "UTF-8" in stats["garbage"].last_error
+        assert "truncated" in stats["truncate"].last_error and "timed out" in stats["drip"].last_error
+        assert stats["good"].up and stats["good"].errors_total == 0
+    finally:
+        for f in faults.values():
+            f.stop()
+
+
+def test_nan_and_duplicate_series_do_not_break_the_scrape():
+    servers = {m: FaultServer(m) for m in ("nan", "dupes")}
+    try:
+        d = _daemon([TargetSpec(url=s.url, name=m, http=FAST) for m, s in servers.items()])
+        for _ in range(2):
+            diagnoses = {x.target: x for x in d.cycle()}
+        assert all(s.up for s in d.state.snapshot()["targets"].values())
+        assert all(x.bottleneck not in ("kv_cache", "batch_cap", "compute") for x in diagnoses.values())
+    finally:
+        for s in servers.values():
+            s.stop()
+
+
+def test_restart_with_counter_reset_is_not_a_false_diagnosis(shared_032):
+    # healthy light load, then the server restarts (counters from zero) into the same light load
+    path = shared_032 / "healthy.jsonl.gz"
+    server = ReplayServer(Playlist([path, path], start_offset_s=85), speed=1.0).start()
+    try:
+        d = _daemon([TargetSpec(url=server.url, name="h", http=FAST)])
+        seen = []
+        for _ in range(30):
+            seen += [x.bottleneck for x in d.cycle()]
+            time.sleep(0.4)
+        assert "healthy" in seen
+        assert not {"kv_cache", "batch_cap", "compute"} & set(seen), seen
+        rates = d.pipeline.store.select("kvdoctor:generation_tokens:rate1m")
+        assert all(v is None or v >= 0 for s in rates for v in s.vs)  # a reset never reads as a negative rate
+    finally:
+        server.stop()
+
+
+def test_state_file_keeps_firing_state_across_a_restart(kv_server, tmp_path):
+    state = tmp_path / "state.json"
+    d = _daemon([TargetSpec(url=kv_server.url, name="good", http=FAST)], state_file=str(state))
+    for _ in range(2):
+        first = d.cycle()
+    since = first[0].since
+    assert first[0].bottleneck == "kv_cache" and state.exists()
+    d2 = _daemon([TargetSpec(url=kv_server.url, name="good", http=FAST)], state_file=str(state))
+    again = d2.cycle()
+    assert again[0].bottleneck == "kv_cache"
+    assert again[0].since == since  # not re-announced as a new incident
+    assert any(a.state == "firing" for a in d2.pipeline.rules.active.values())
+
+
+def test_reload_with_a_broken_rule_file_keeps_the_last_good(kv_server, tmp_path):
+    rules = tmp_path / "rules.yml"
+    rules.write_text((default_rule_files()[0]).read_text())
+    cfg_file = tmp_path / "kvdoctor.yml"
+    cfg_file.write_text(f"targets: ['{kv_server.url}']\nrules: ['{rules}']\n")
+    from doctor.daemon.runner import load_everything
+
+    cfg, groups = load_everything(str(cfg_file), {})
+    d = Daemon(cfg, groups, str(cfg_file), {})
+    assert d.cycle()[0].bottleneck == "kv_cache"
+    rules.write_text("groups:\n  - name: x\n    rules:\n      - record: bad\n        expr: sum(rate(x[5m])\n")
+    ok, message = d.reload()
+    assert not ok and f"{rules}:4" in message and "unclosed left parenthesis" in message
+    assert d.state.snapshot()["reload_ok"] is False
+    assert d.cycle()[0].bottleneck == "kv_cache"  # the old pack still runs
+    rules.write_text((default_rule_files()[0]).read_text())
+    assert d.reload()[0] and d.state.snapshot()["reload_ok"] is True
