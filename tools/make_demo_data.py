@@ -32,9 +32,15 @@ def main() -> None:
             for line in fh:
                 rec = json.loads(line)
                 if "text" in rec:
-                    rec = {"t": rec["t"], "text": "\n".join(x for x in rec["text"].split("\n") if keep(x)) + "\n"}
+                    rec = {
+                        "t": rec["t"],
+                        "text": "\n".join(x for x in rec["text"].split("\n") if keep(x)) + "\n",
+                    }
                 out.append(json.dumps(rec))
-        with open(out_dir / f"{name}.jsonl.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+        with (
+            open(out_dir / f"{name}.jsonl.gz", "wb") as raw,
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+        ):
             gz.write(("\n".join(out) + "\n").encode())
         print(name, (out_dir / f"{name}.jsonl.gz").stat().st_size)
 

@@ -79,7 +79,9 @@ def fetch(url: str, opts: HttpOptions | None = None, session: requests.Session |
                     chunks.append(chunk)
             except (requests.exceptions.RequestException, AttributeError, ValueError, OSError):
                 if time.monotonic() >= deadline:
-                    raise ScrapeError(f"{url}: timed out after {opts.total_timeout:g}s (body still arriving)") from None
+                    raise ScrapeError(
+                        f"{url}: timed out after {opts.total_timeout:g}s (body still arriving)"
+                    ) from None
                 raise
             finally:
                 timer.cancel()
@@ -93,7 +95,9 @@ def fetch(url: str, opts: HttpOptions | None = None, session: requests.Session |
     except requests.exceptions.ReadTimeout:
         raise ScrapeError(f"{url}: read timed out after {opts.read_timeout:g}s") from None
     except requests.exceptions.ChunkedEncodingError:
-        raise ScrapeError(f"{url}: body truncated: the connection closed before the declared length") from None
+        raise ScrapeError(
+            f"{url}: body truncated: the connection closed before the declared length"
+        ) from None
     except requests.exceptions.SSLError as exc:
         raise ScrapeError(f"{url}: TLS error: {_short(exc)}") from None
     except requests.exceptions.ConnectionError as exc:
