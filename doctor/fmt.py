@@ -8,6 +8,7 @@ import time
 # Evidence keys the diagnosis layer may emit → (label, kind). Unknown keys are guessed from their suffix.
 KNOWN: dict[str, tuple[str, str]] = {
     "kv_usage": ("KV cache usage", "pct"),
+    "kv_usage_max_30s": ("KV usage, 30s peak", "pct"),
     "kv_usage_max_1m": ("KV usage, 1m peak", "pct"),
     "kv_usage_avg_1m": ("KV usage, 1m avg", "pct"),
     "running": ("Running", "count"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from doctor.ingest.recording import load_frames
 from doctor.pipeline import Pipeline
 from doctor.replay import replay
 from doctor.rules.loader import default_rule_files, load_files
@@ -18,9 +19,11 @@ LIMITS = {"kv_cache", "batch_cap", "compute"}
 
 def _classes(path, entry, interval_s: float, scrape_every_s: float) -> list[str]:
     pipeline = Pipeline(load_files(default_rule_files()))
+    # A window that opens with the recording cannot be judged before two scrapes exist (rates need two samples).
+    warm = load_frames(path)[0].t + 2 * max(scrape_every_s, 1.0)
     got = []
     for cycle in replay(pipeline, [path], interval_s=interval_s, scrape_every_s=scrape_every_s):
-        if entry["steady_from"] - 0.5 <= cycle.t <= entry["steady_to"] + 0.5:
+        if max(entry["steady_from"] - 0.5, warm) <= cycle.t <= entry["steady_to"] + 0.5:
             got += [d.bottleneck for d in cycle.diagnoses if d.model_name]
     return got
 

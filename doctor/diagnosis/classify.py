@@ -48,16 +48,24 @@ class Classifier:
     ) -> list[Diagnosis]:
         """The diagnoses at t, one per (target, model_name) known."""
         firing: dict[Key, list[Alert]] = {}
+        target_level: dict[str, list[Alert]] = {}  # alerts about a target, not a model (e.g. target down)
         for a in alerts:
-            if a.state == "firing":
-                firing.setdefault((a.labels.get("instance", ""), a.labels.get("model_name", "")), []).append(
-                    a
-                )
+            if a.state != "firing":
+                continue
+            instance, model = a.labels.get("instance", ""), a.labels.get("model_name", "")
+            if model:
+                firing.setdefault((instance, model), []).append(a)
+            else:
+                target_level.setdefault(instance, []).append(a)
         keys = set(signals) | {k for k in firing if k[0] in targets}
         for name, st in targets.items():
             st.models |= {m for (tgt, m) in keys if tgt == name and m}
+            if st.up is None:
+                continue  # not scraped yet: nothing to say
             if not any(k[0] == name for k in keys):
                 keys |= {(name, m) for m in st.models} or {(name, "")}
+        for key in keys:
+            firing.setdefault(key, []).extend(target_level.get(key[0], []))
         out = []
         for key in sorted(keys):
             target = targets.get(key[0], TargetState(key[0]))
@@ -69,6 +77,8 @@ class Classifier:
     ) -> Diagnosis:
         ev = {k: v for k, v in ev.items() if not math.isnan(v)}
         findings = [self._finding(a, ev, target) for a in alerts if a.labels.get("finding")]
+        if target.up is False:  # kvdoctor's own scrape verdict replaces the rule pack's slower one
+            findings = [f for f in findings if f.name != "target_down"]
         findings.sort(
             key=lambda f: (
                 f.bottleneck not in PRIORITY,
@@ -91,6 +101,7 @@ class Classifier:
             bottleneck = "healthy"
         if target.up:
             findings += _python_findings(target, key[1], ev)
+        findings = list({f.name: f for f in reversed(findings)}.values())[::-1]  # one of each, first wins
         prev = self.since.get(key)
         since = prev[1] if prev and prev[0] == bottleneck else t
         self.since[key] = (bottleneck, since)

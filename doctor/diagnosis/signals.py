@@ -13,6 +13,7 @@ SIGNALS: dict[str, str] = {
     "kv_usage": "kvdoctor:kv_usage:ratio",
     "kv_usage_avg_1m": "kvdoctor:kv_usage:avg1m",
     "kv_usage_max_1m": "kvdoctor:kv_usage:max1m",
+    "kv_usage_max_30s": "kvdoctor:kv_usage:max30s",
     "running": "kvdoctor:running",
     "running_avg_1m": "kvdoctor:running:avg1m",
     "running_max_1m": "kvdoctor:running:max1m",
@@ -45,7 +46,7 @@ _BY_RULE_INSTANCE = {rule: key for key, rule in INSTANCE_SIGNALS.items()}
 
 # what decides each finding, in display order
 EVIDENCE_FOR: dict[str, tuple[str, ...]] = {
-    "kv_cache": ("kv_usage_max_1m", "kv_usage_avg_1m", "waiting_avg_1m", "preemptions_per_s", "running_avg_1m",
+    "kv_cache": ("kv_usage_max_30s", "kv_usage_max_1m", "waiting_avg_1m", "preemptions_per_s", "running_avg_1m",
                  "ttft_p95_s", "queue_time_p95_s"),
     "batch_cap": ("running_max_1m", "batch_cap_configured", "batch_cap_inferred", "waiting_avg_1m", "kv_usage_max_1m",
                   "preemptions_per_s", "ttft_p95_s", "queue_time_p95_s"),

@@ -68,8 +68,8 @@ class Scenario:
 
 
 def find_recording(name: str) -> Path | None:
-    """A recording by file name: committed fixtures first, then ../shared."""
-    for candidate in (FIXTURES / name, *sorted(FIXTURES.glob(f"*/{name}")), SHARED / name):
+    """A recording by file name: ../shared's 0.32 set first (the scenario's times come from its labels), then fixtures."""
+    for candidate in (SHARED / name, FIXTURES / name, *sorted(FIXTURES.glob(f"*/{name}"))):
         if candidate.is_file():
             return candidate.resolve()
     return None
