@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import re
-from datetime import timedelta
 from typing import Any
 
 import promql_parser as pp
 
 from doctor.promql import aggregate, binary, functions
-from doctor.promql.rangefuncs import FUNCTIONS as RANGE_FUNCTIONS
-from doctor.promql.rangefuncs import KEEPS_NAME
+from doctor.promql.calls import Calls, as_vector
 from doctor.promql.values import (
-    NAME,
     Elem,
     EvalError,
     Matrix,
@@ -24,11 +20,11 @@ from doctor.promql.values import (
     Vector,
     check_unique,
     drop_name,
+    ms,
 )
 from doctor.samples import Labels
 from doctor.store import Series, Store
 
-_MS = timedelta(milliseconds=1)
 _CARD = (
     (pp.VectorMatchCardinality.OneToOne, "one-to-one"),
     (pp.VectorMatchCardinality.ManyToOne, "many-to-one"),
@@ -37,12 +33,7 @@ _CARD = (
 )
 
 
-def ms(td: timedelta | None) -> int:
-    """A duration in whole milliseconds (0 for None)."""
-    return 0 if td is None else td // _MS
-
-
-class Engine:
+class Engine(Calls):
     """Evaluates expressions against a Store; one Engine can serve many evaluations."""
 
     def __init__(self, store: Store, subquery_step_ms: int = 60_000) -> None:
@@ -144,7 +135,7 @@ class Engine:
             val = self._eval(node.expr, st)
             if isinstance(val, Scalar):
                 val = [Elem((), val.v)]
-            for e in _vec(val):
+            for e in as_vector(val):
                 r = series.get(e.labels)
                 if r is None:
                     r = series[e.labels] = Range(e.labels, [], [])
@@ -168,13 +159,13 @@ class Engine:
         if isinstance(lhs, Scalar) and isinstance(rhs, Scalar):
             return binary.scalar_scalar(op, lhs.v, rhs.v, return_bool)
         if isinstance(lhs, Scalar):
-            return binary.vector_scalar(op, _vec(rhs), lhs.v, True, return_bool)
+            return binary.vector_scalar(op, as_vector(rhs), lhs.v, True, return_bool)
         if isinstance(rhs, Scalar):
-            return binary.vector_scalar(op, _vec(lhs), rhs.v, False, return_bool)
+            return binary.vector_scalar(op, as_vector(lhs), rhs.v, False, return_bool)
         matching = _matching_of(mod, op)
         if op in binary.SETOPS:
-            return binary.set_op(op, _vec(lhs), _vec(rhs), matching)
-        return binary.vector_vector(op, _vec(lhs), _vec(rhs), matching, return_bool)
+            return binary.set_op(op, as_vector(lhs), as_vector(rhs), matching)
+        return binary.vector_vector(op, as_vector(lhs), as_vector(rhs), matching, return_bool)
 
     def _aggregate(self, node: pp.AggregateExpr, t: int) -> Vector:
         op = str(node.op)
@@ -187,98 +178,7 @@ class Engine:
         mod = node.modifier
         by = mod is None or mod.type == pp.AggModifierType.By
         labels = list(mod.labels) if mod is not None else []
-        return aggregate.aggregate(op, _vec(self._eval(node.expr, t)), by, labels, param)
-
-    # -- functions --------------------------------------------------------------------------------------
-    def _call(self, node: pp.Call, t: int) -> Value:
-        name = node.func.name
-        args = node.args
-        if name in RANGE_FUNCTIONS:
-            return self._range_call(name, args, t)
-        if name == "time":
-            return Scalar(t / 1000)
-        if name == "vector":
-            return [Elem((), self._scalar(args[0], t))]
-        if name == "scalar":
-            vec = _vec(self._eval(args[0], t))
-            return Scalar(vec[0].v if len(vec) == 1 else math.nan)
-        if name in functions.MATH:
-            return functions.apply_math(name, _vec(self._eval(args[0], t)))
-        if name == "histogram_quantile":
-            return functions.histogram_quantile(self._scalar(args[0], t), _vec(self._eval(args[1], t)))
-        if name in ("clamp", "clamp_min", "clamp_max"):
-            vec = _vec(self._eval(args[0], t))
-            lo = self._scalar(args[1], t) if name != "clamp_max" else -math.inf
-            hi = self._scalar(args[-1], t) if name != "clamp_min" else math.inf
-            return functions.clamp(vec, lo, hi)
-        if name == "round":
-            to = self._scalar(args[1], t) if len(args) > 1 else 1.0
-            return functions.round_vec(_vec(self._eval(args[0], t)), to)
-        if name == "label_replace":
-            s = [self._string(a, t) for a in args[1:]]
-            return functions.label_replace(_vec(self._eval(args[0], t)), *s)
-        if name == "label_join":
-            s = [self._string(a, t) for a in args[1:]]
-            return functions.label_join(_vec(self._eval(args[0], t)), s[0], s[1], s[2:])
-        if name == "absent":
-            return functions.absent(_vec(self._eval(args[0], t)), _equal_matchers(args[0]))
-        if name == "absent_over_time":
-            if _mat(self._eval(args[0], t)):
-                return []
-            return functions.absent([], _equal_matchers(args[0]))
-        if name in ("sort", "sort_desc"):
-            return functions.sort_vec(_vec(self._eval(args[0], t)), name == "sort_desc")
-        raise EvalError(f"unsupported function {name}()")
-
-    def _range_call(self, name: str, args: list[Any], t: int) -> Vector:
-        fn = RANGE_FUNCTIONS[name]
-        extra: list[float] = []
-        if name == "quantile_over_time":
-            extra, rng_node = [self._scalar(args[0], t)], args[1]
-        else:
-            rng_node = args[0]
-            if name == "predict_linear":
-                extra = [self._scalar(args[1], t)]
-        if isinstance(rng_node, pp.MatrixSelector):
-            end = self._ref_time(rng_node.vector_selector, t)
-            range_ms = ms(rng_node.range)
-        elif isinstance(rng_node, pp.SubqueryExpr):
-            end = self._ref_time(rng_node, t)
-            range_ms = ms(rng_node.range)
-        else:
-            raise EvalError(f"expected a range vector in call to function {name}()")
-        matrix = _mat(self._eval(rng_node, t))
-        start = end - range_ms
-        out: Vector = []
-        for r in matrix:
-            v = fn(r.ts, r.vs, start, end, range_ms / 1000, extra)
-            if v is not None:
-                out.append(Elem(r.labels if name in KEEPS_NAME else drop_name(r.labels), v))
-        return check_unique(out)
-
-    def _scalar(self, node: Any, t: int) -> float:
-        v = self._eval(node, t)
-        if not isinstance(v, Scalar):
-            raise EvalError("expected a scalar argument")
-        return v.v
-
-    def _string(self, node: Any, t: int) -> str:
-        v = self._eval(node, t)
-        if not isinstance(v, String):
-            raise EvalError("expected a string argument")
-        return v.s
-
-
-def _vec(v: Value) -> Vector:
-    if isinstance(v, list) and (not v or isinstance(v[0], Elem)):
-        return v  # type: ignore[return-value]
-    raise EvalError(f"expected an instant vector, got {type(v).__name__.lower()}")
-
-
-def _mat(v: Value) -> Matrix:
-    if isinstance(v, list) and (not v or isinstance(v[0], Range)):
-        return v  # type: ignore[return-value]
-    raise EvalError(f"expected a range vector, got {type(v).__name__.lower()}")
+        return aggregate.aggregate(op, as_vector(self._eval(node.expr, t)), by, labels, param)
 
 
 def _matching_of(mod: Any, op: str) -> binary.Matching:
@@ -290,14 +190,3 @@ def _matching_of(mod: Any, op: str) -> binary.Matching:
     labels = list(m.labels) if m is not None else []
     card = next(name for c, name in _CARD if c == mod.card)
     return binary.Matching(card, on, labels, list(mod.group_labels or []))
-
-
-def _equal_matchers(node: Any) -> list[tuple[str, str]]:
-    if isinstance(node, pp.MatrixSelector):
-        node = node.vector_selector
-    if not isinstance(node, pp.VectorSelector):
-        return []
-    pairs = [(m.name, m.value) for m in node.matchers.matchers if m.op == pp.MatchOp.Equal]
-    if node.name:
-        pairs.append((NAME, node.name))
-    return pairs

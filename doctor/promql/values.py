@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
 from doctor.samples import Labels
 
 NAME = "__name__"
+_MS = timedelta(milliseconds=1)
 
 
 class EvalError(Exception):
@@ -87,3 +89,8 @@ def format_value(v: float) -> str:
     if v == int(v) and abs(v) < 1e15:
         return str(int(v))
     return format(Decimal(repr(v)), "f")
+
+
+def ms(td: timedelta | None) -> int:
+    """A duration in whole milliseconds (0 for None)."""
+    return 0 if td is None else td // _MS
