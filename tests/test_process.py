@@ -1,0 +1,107 @@
+"""The daemon and the demo as processes: signals, reload, drain, and the README's main command."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from doctor.replayserver import Playlist, ReplayServer
+from doctor.rules.loader import default_rule_files
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "doctor" / "demo"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url: str, timeout: float = 20.0) -> requests.Response:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            r = requests.get(url, timeout=1)
+            if r.status_code == 200:
+                return r
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} never answered 200")
+        time.sleep(0.2)
+
+
+def metric(text: str, name: str) -> float:
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    assert m, name
+    return float(m.group(1))
+
+
+def test_sighup_reload_keeps_last_good_and_sigterm_drains(tmp_path):
+    server = ReplayServer(Playlist([DEMO / "batch_cap.jsonl.gz"], start_offset_s=40, loop=True)).start()
+    rules = tmp_path / "rules.yml"
+    rules.write_text(default_rule_files()[0].read_text())
+    port = free_port()
+    cfg = tmp_path / "kvdoctor.yml"
+    state = tmp_path / "state.json"
+    cfg.write_text(f"interval: 1s\nlisten: 127.0.0.1:{port}\nstate_file: {state}\nrules: ['{rules}']\n"
+                   f"log: {{format: json}}\ntargets: ['{server.url}']\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "doctor", "serve", "--config", str(cfg)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(f"{base}/-/ready")
+        assert (
+            metric(requests.get(f"{base}/metrics", timeout=5).text, "kvdoctor_config_last_reload_successful")
+            == 1
+        )
+        rules.write_text("groups: [{name: g, rules: [{record: x, expr: 'sum(rate(y[5m])'}]}]\n")
+        os.kill(proc.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while (
+            metric(requests.get(f"{base}/metrics", timeout=5).text, "kvdoctor_config_last_reload_successful")
+            != 0
+        ):
+            assert time.monotonic() < deadline, "SIGHUP did not reload"
+            time.sleep(0.2)
+        assert requests.get(f"{base}/-/healthy", timeout=5).status_code == 200  # still serving the old pack
+        rules.write_text(default_rule_files()[0].read_text())
+        assert requests.post(f"{base}/-/reload", timeout=10).status_code == 200
+        assert (
+            metric(requests.get(f"{base}/metrics", timeout=5).text, "kvdoctor_config_last_reload_successful")
+            == 1
+        )
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0
+        assert state.exists()
+        assert '"msg": "reload failed, keeping the running config' in err  # JSON logs
+        assert "unclosed left parenthesis" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.stop()
+
+
+def test_demo_prints_changes_and_the_status_page():
+    port = free_port()
+    proc = subprocess.run(
+        [sys.executable, "-m", "doctor", "demo", "--duration", "20", "--interval", "1", "--speed", "4",
+         "--listen", f"127.0.0.1:{port}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"status page: http://127.0.0.1:{port}/" in out
+    assert re.search(r"vllm-c · tiny  compute \(was", out)
+    assert re.search(r"vllm-b · tiny  batch_cap \(was", out)
+    assert "raise `--max-num-seqs` from 4" in out
