@@ -73,7 +73,7 @@ def stamp(t: float, start: float | None = None) -> str:
 def change_line(d: Diagnosis, start: float | None, previous: str | None) -> str:
     """One timeline entry for a change of class or findings."""
     names = ", ".join(f.name for f in d.findings) or "none"
-    was = f" (was {previous})" if previous else ""
+    was = f" (was {previous})" if previous and previous != d.bottleneck else ""
     head = f"{stamp(d.t, start)}  {d.target} · {d.model_name or '-'}  {d.bottleneck}{was}  findings: {names}"
     ev = evidence_line(d.evidence, CORE)
     return head + (f"\n    evidence: {ev}" if ev else "")

@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "replay-server": "doctor.cli.replayserver",
     "serve": "doctor.cli.serve",
     "demo": "doctor.cli.demo",
+    "notify": "doctor.cli.notify",
 }
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
+import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,21 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--config", help="kvdoctor config (per-target max_num_seqs, SLOs, model; notify section)")
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")
-    p.add_argument("--notify", action="store_true", help="send the notifications that would have gone out")
+    p.add_argument(
+        "--notify",
+        action="store_true",
+        help="send the notifications that would have gone out, to the sinks of the config's notify section "
+        "and KVDOCTOR_SLACK_*. Slack messages carry the recording's own times. Alertmanager drops alerts that "
+        "ended in the past, so it gets them moved to now: the first alert starts when the replay reaches it "
+        "and later times keep their distance (an incident that lasted 5m resolves there 5m later). "
+        "Exit 1 when a notification could not be delivered",
+    )
+    p.add_argument(
+        "--notify-state",
+        metavar="DIR",
+        help="keep the replay's notification state (lifecycle, outbox, Slack threads) in DIR, so a replay "
+        "split in parts continues its incidents (default: a fresh temporary directory; never the daemon's)",
+    )
     p.add_argument("--export-openmetrics", metavar="FILE", help="write kvdoctor_* series per evaluation")
     p.set_defaults(run=run)
 
@@ -43,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     pipeline = build_pipeline(cfg, args.rules, recordings=args.recordings)
     if pipeline is None:
         return 2
-    notifier = _notifier(cfg) if args.notify else None
+    notifier, tmp = _notifier(cfg, args.notify_state, args.interval) if args.notify else (None, None)
     if args.notify and notifier is None:
         return 2
     cycles = []
@@ -56,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             if args.export_openmetrics:
                 cycles.append(cycle)
             if notifier is not None:
-                notifier.observe(cycle.diagnoses, cycle.t)
+                notify_cycle(notifier, cycle.diagnoses, cycle.t)
             for d in cycle.diagnoses:
                 timeline.append(_entry(d))
                 key, state = (d.target, d.model_name), (d.bottleneck, tuple(f.name for f in d.findings))
@@ -70,9 +88,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvdoctor replay: {exc}", file=sys.stderr)
         return 2
     finally:
-        if notifier is not None:
-            notifier.flush(30.0)
-            notifier.close()
+        undelivered = notify_close(notifier, tmp) if notifier is not None else False
     if args.export_openmetrics:
         from doctor.export.openmetrics import export_openmetrics
 
@@ -81,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {n} samples to {args.export_openmetrics}", file=sys.stderr)
     if args.json:
         print(json.dumps({"recordings": names, "interval": args.interval, "timeline": timeline}))
-    return 0
+    return 1 if undelivered else 0
 
 
 def _entry(d: Diagnosis) -> dict[str, Any]:
@@ -98,12 +114,57 @@ def _entry(d: Diagnosis) -> dict[str, Any]:
     }
 
 
-def _notifier(cfg: Any) -> Any:
-    from doctor.notify import Notifier, parse_notify_config
+def _notifier(cfg: Any, state: str | None, interval: float) -> tuple[Any, Path | None]:
+    from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
+    from doctor.notify import Notifier
 
-    ncfg, errors = parse_notify_config(cfg.notify, {})
-    if errors:
-        for e in errors:
-            print(f"kvdoctor replay: {cfg.path or 'config'}: {e}", file=sys.stderr)
-        return None
-    return Notifier(ncfg, tempfile.mkdtemp(prefix="kvdoctor-replay-"), clock=lambda: 0.0)
+    ncfg = notify_config(cfg, os.environ, "kvdoctor replay")
+    if ncfg is None:
+        return None, None
+    if not has_sinks(ncfg):
+        print(f"kvdoctor replay: --notify: {NO_SINKS}", file=sys.stderr)
+        return None, None
+    # Never the daemon's outbox (notify.outbox_path): a replay has incidents of its own.
+    state_dir = Path(state) if state else Path(tempfile.mkdtemp(prefix="kvdoctor-replay-"))
+    # Alerts pushed on the replay's fast clock must not outlive their own resolution in Alertmanager.
+    am = dataclasses.replace(
+        ncfg.alertmanager, ends_at_after=min(ncfg.alertmanager.ends_at_after, 2 * interval)
+    )
+    ncfg = dataclasses.replace(
+        ncfg, enabled=True, outbox_path=str(state_dir / "replay-notify.sqlite"), alertmanager=am
+    )
+    notifier = Notifier(ncfg, state_dir, clock=time.time)
+    notifier.alertmanager_offset = None
+    return notifier, None if state else state_dir
+
+
+def notify_cycle(notifier: Any, diagnoses: list[Diagnosis], t: float) -> None:
+    """Feed one replayed cycle; Alertmanager gets every push (the replay outruns its background pusher)."""
+    notifier.observe(diagnoses, t)
+    am = notifier.alertmanager
+    if am is not None and not am.last_error:
+        am.flush(am.config.timeout + 1.0)
+
+
+def notify_close(notifier: Any, tmp: Path | None) -> bool:
+    """Deliver what is owed and print a summary on stderr; True when something could not be delivered."""
+    delivered = notifier.flush(30.0)
+    stats = notifier.status()["outbox"]
+    am_error = notifier.alertmanager.last_error if notifier.alertmanager else ""
+    notifier.close()
+    parts = []
+    if notifier.slack is not None:
+        parts.append(
+            f"Slack: {stats['done']} delivered, {stats['pending']} pending, {stats['dead']} rejected"
+        )
+    if notifier.alertmanager is not None:
+        parts.append(f"Alertmanager: {'failed' if am_error else 'ok'}")
+    line = "kvdoctor replay: notify: " + "; ".join(parts)
+    if stats["last_error"] or am_error:
+        line += f" (last error: {stats['last_error'] or am_error})"
+    if stats["pending"] and tmp is not None:
+        line += f"; the owed messages are left in {tmp}"
+    elif tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(line, file=sys.stderr)
+    return not delivered or bool(stats["pending"] or stats["dead"] or am_error)

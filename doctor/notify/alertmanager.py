@@ -10,9 +10,10 @@ from urllib.parse import urlencode
 import requests
 
 from doctor.notify.config import AlertmanagerConfig
-from doctor.notify.redact import describe_error, redacting_logger
+from doctor.notify.redact import describe_error, redact, redacting_logger
 
 log = redacting_logger("doctor.notify.alertmanager")
+_TIMES = ("started", "last_seen", "fired_at", "resolved_at", "since")
 _BOTTLENECK_NAMES = {"kv_cache": "KVCache", "batch_cap": "BatchCap", "compute": "Compute"}
 
 
@@ -27,6 +28,13 @@ def alertname(alert: dict[str, Any]) -> str:
 def rfc3339(t: float) -> str:
     """Unix seconds → RFC 3339 UTC with milliseconds."""
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def shifted(a: dict[str, Any], offset: float) -> dict[str, Any]:
+    """An alert view with its times moved by offset seconds (replay: the recording's clock → now)."""
+    if not offset:
+        return a
+    return {**a, **{k: a[k] + offset for k in _TIMES if isinstance(a.get(k), int | float)}}
 
 
 def to_alert(a: dict[str, Any], config: AlertmanagerConfig, now: float) -> dict[str, Any]:
@@ -73,27 +81,28 @@ class AlertmanagerSink:
         self._thread = threading.Thread(target=self._run, name="kvdoctor-alertmanager", daemon=True)
         self._thread.start()
 
-    def submit(self, alerts: list[dict[str, Any]], now: float) -> None:
-        """Queue this cycle's alerts (Alertmanager expects re-sends while active)."""
+    def submit(self, alerts: list[dict[str, Any]], now: float, offset: float = 0.0) -> None:
+        """Queue this cycle's alerts (Alertmanager expects re-sends while active); offset shifts every time."""
         if not alerts or not self.config.urls:
             return
-        payload = [to_alert(a, self.config, now) for a in alerts]
+        payload = [to_alert(shifted(a, offset), self.config, now + offset) for a in alerts]
         with self._cond:
             self._latest = payload
             self._cond.notify_all()
 
-    def post(self, payload: list[dict[str, Any]]) -> list[str]:
-        """POST to every configured Alertmanager; returns a redacted result per URL."""
+    def post(self, payload: list[dict[str, Any]]) -> list[tuple[bool, str]]:
+        """POST to every configured Alertmanager; returns (ok, redacted result line) per URL."""
         out = []
         for url in self.config.urls:
+            where = redact(url)
             try:
                 r = self.session.post(f"{url}/api/v2/alerts", json=payload, timeout=self.config.timeout)
                 r.raise_for_status()
-                out.append(f"alertmanager {url}: ok ({len(payload)} alerts)")
+                out.append((True, f"alertmanager {where}: ok ({len(payload)} alerts)"))
             except Exception as e:
                 self.last_error = describe_error(e)
-                log.warning("alertmanager push to %s failed: %s", url, self.last_error)
-                out.append(f"alertmanager {url}: failed: {self.last_error}")
+                log.warning("alertmanager push to %s failed: %s", where, self.last_error)
+                out.append((False, f"alertmanager {where}: failed: {self.last_error}"))
         return out
 
     def _run(self) -> None:
@@ -116,7 +125,7 @@ class AlertmanagerSink:
         with self._cond:
             return self._cond.wait_for(lambda: self._latest is None and not self._busy, timeout)
 
-    def send_test(self, now: float) -> list[str]:
+    def send_test(self, now: float) -> list[tuple[bool, str]]:
         """Push a short-lived test alert (KVDoctorTest, endsAt now + 1m)."""
         alert = {"labels": {"alertname": "KVDoctorTest", "severity": "info"},
                  "annotations": {"summary": "kvdoctor test notification"},

@@ -38,17 +38,43 @@ def _where(ev: Event, a: dict[str, Any]) -> str:
     return f"{a.get('target', ev.group_labels.get('target', ''))} · {a.get('model_name', '')}".strip(" ·")
 
 
+# Variants of one quantity share a field: (key shown first, [(extra key, its short label)…]).
+MERGED = (
+    (
+        "kv_usage_max_1m",
+        [("kv_usage", "now"), ("kv_usage_max_30s", "30s peak"), ("kv_usage_avg_1m", "1m avg")],
+    ),
+    ("kv_usage", [("kv_usage_max_30s", "30s peak"), ("kv_usage_avg_1m", "1m avg")]),
+    ("running_max_1m", [("running", "now"), ("running_avg_1m", "1m avg")]),
+    ("running", [("running_avg_1m", "1m avg")]),
+    ("waiting", [("waiting_avg_1m", "1m avg")]),
+    ("ttft_p95_s", [("slo_ttft_p95_s", "SLO")]),
+    ("itl_p95_s", [("itl_p50_s", "p50"), ("itl_baseline_s", "baseline"), ("slo_itl_p95_s", "SLO")]),
+    ("itl_p50_s", [("itl_baseline_s", "baseline"), ("slo_itl_p95_s", "SLO")]),
+)
+
+
 def evidence_fields(evidence: dict[str, Any]) -> list[dict[str, Any]]:
-    """Up to 10 mrkdwn fields for the evidence, known keys first, running/cap merged."""
+    """Up to 10 mrkdwn fields for the evidence, known keys first, variants of one quantity in one field."""
     ev = dict(evidence)
     out: list[tuple[str, str]] = []
     run = next((k for k in ("running_max_1m", "running") if k in ev), None)
     cap = next((k for k in ("batch_cap_configured", "batch_cap_inferred") if k in ev), None)
     if run and cap:
-        out.append(("Running / cap", f"{fmt.value(run, ev.pop(run))} / {fmt.value(cap, ev.pop(cap))}"))
+        extra = (
+            f" (1m avg {fmt.value('running_avg_1m', ev['running_avg_1m'])})" if "running_avg_1m" in ev else ""
+        )
+        out.append(("Running / cap", f"{fmt.value(run, ev[run])} / {fmt.value(cap, ev[cap])}{extra}"))
+        for k in ("running_max_1m", "running", "running_avg_1m", cap):
+            ev.pop(k, None)
+    extras: dict[str, str] = {}
+    for key, variants in MERGED:
+        if key in ev and key not in extras:
+            parts = [f"{short} {fmt.value(k, ev.pop(k))}" for k, short in variants if k in ev]
+            extras[key] = f" ({', '.join(parts)})" if parts else ""
     order = {k: i for i, k in enumerate(fmt.ORDER)}
     for k in sorted(ev, key=lambda k: (order.get(k, len(order)), k)):
-        out.append((fmt.label_of(k), fmt.value(k, ev[k])))
+        out.append((fmt.label_of(k), fmt.value(k, ev[k]) + extras.get(k, "")))
     return [
         {"type": "mrkdwn", "text": _cut(f"*{label}*\n{val}", MAX_FIELD)} for label, val in out[:MAX_FIELDS]
     ]
@@ -118,6 +144,7 @@ def render(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dic
         text = f"Resolved: {title} on {where} (lasted {lasted})"
         head = f"✅ Resolved: {title} · {where}"
         lead = f"started {fmt.clock(start)}, last seen {fmt.clock(end)}: lasted *{lasted}*"
+        lead += " · numbers from when it fired" if root and a.get("fired_evidence") else ""
     else:
         text = f"{title} on {where}: {a.get('summary', '')}"
         head = f"{'🔁 Still firing: ' if ev.kind == 'repeat' else ''}{title} · {where}"
@@ -134,7 +161,9 @@ def render(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dic
         body = "*Changed:* " + "; ".join(ev.changes) + "\n" + body
         text = text if ev.kind == "resolved" else f"{where}: " + "; ".join(ev.changes)
     blocks.append(_text_section(body))
-    fields = evidence_fields(a.get("evidence", {}))
+    # A resolved root keeps the numbers that made it fire (the last ones are often already back to normal).
+    evidence = a.get("fired_evidence") if root and ev.kind == "resolved" else None
+    fields = evidence_fields(evidence or a.get("evidence", {}))
     if fields:
         blocks.append({"type": "section", "fields": fields})
     if (others := _others(ev.alerts)) is not None:

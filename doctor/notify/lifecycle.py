@@ -33,6 +33,7 @@ class Alert:
     silenced: bool = False
     snapshot: dict[str, Any] = field(default_factory=dict)
     notified: dict[str, Any] = field(default_factory=dict)  # snapshot at the last notification
+    fired_evidence: dict[str, Any] = field(default_factory=dict)  # evidence when it started firing
 
     @property
     def key(self) -> str:
@@ -48,7 +49,8 @@ class Alert:
     def view(self) -> dict[str, Any]:
         """What renderers and sinks need, JSON-ready."""
         return {**self.snapshot, **self.labels(), "status": self.status, "started": self.started,
-                "last_seen": self.last_seen, "fired_at": self.fired_at, "resolved_at": self.resolved_at}  # fmt: skip
+                "last_seen": self.last_seen, "fired_at": self.fired_at, "resolved_at": self.resolved_at,
+                "fired_evidence": self.fired_evidence}  # fmt: skip
 
 
 @dataclass
@@ -164,6 +166,7 @@ class Lifecycle:
             a.last_seen, a.severity, a.snapshot = now, f.severity, _snapshot(f, d)
             if a.status == "pending" and now - a.started >= self._for(f.name):
                 a.status, a.fired_at = "firing", now
+                a.fired_evidence = dict(a.snapshot.get("evidence", {}))
                 fired.append(a)
         for key, a in list(self.alerts.items()):
             if key in present:

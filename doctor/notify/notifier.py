@@ -14,7 +14,7 @@ from doctor.notify.blocks import Links
 from doctor.notify.config import NotifyConfig
 from doctor.notify.lifecycle import Event, Lifecycle
 from doctor.notify.outbox import Outbox
-from doctor.notify.redact import redacting_logger
+from doctor.notify.redact import redact, redacting_logger
 from doctor.notify.slack import SlackSink
 from doctor.notify.worker import Sink, Worker
 
@@ -33,6 +33,7 @@ class Notifier:
         self._lock = threading.Lock()
         self._saved_sig: tuple = ()
         self._saved_at = float("-inf")
+        self._pruned_at = 0.0
         links = Links(config.status_page_url, config.grafana_url)
         self.slack = (
             SlackSink(config.slack, links, retry_backoff=slack_retry_backoff) if config.slack.mode else None
@@ -40,6 +41,9 @@ class Notifier:
         sinks: dict[str, Sink] = {self.slack.name: self.slack} if self.slack else {}
         self.worker = Worker(self.outbox, sinks, initial=config.retry_initial, cap=config.retry_max)
         self.alertmanager = AlertmanagerSink(config.alertmanager) if config.alertmanager.urls else None
+        # Seconds added to every time pushed to Alertmanager; None (replay): fixed at the first push so that the
+        # first alert starts "now" on the wall clock and later times keep their distance from it.
+        self.alertmanager_offset: float | None = 0.0
         if start:
             self.worker.start()
 
@@ -65,8 +69,13 @@ class Notifier:
             alerts = self.lifecycle.active_alerts()
         if items:
             self.worker.wake()
-        if self.alertmanager:
-            self.alertmanager.submit(alerts, t)
+        if time.time() - self._pruned_at >= 3600:  # delivered rows are kept a week, for status and debugging
+            self._pruned_at = time.time()
+            self.outbox.prune(self._pruned_at - 7 * 86400)
+        if self.alertmanager and alerts:
+            if self.alertmanager_offset is None:
+                self.alertmanager_offset = time.time() - t
+            self.alertmanager.submit(alerts, t, self.alertmanager_offset)
         for ev in events:
             log.info("notification %s %s (%d alerts)", ev.kind, ev.key, len(ev.alerts))
         return events
@@ -76,20 +85,20 @@ class Notifier:
         alerts = tuple((a.key, a.status, a.announced, a.silenced, a.severity) for a in lc.alerts.values())
         return alerts, tuple((g.key, g.seq) for g in lc.groups.values()), len(lc.recently_resolved)
 
-    def send_test_message(self) -> list[str]:
-        """Send a test message to every configured sink; one redacted result line per sink."""
+    def send_test_message(self) -> list[tuple[bool, str]]:
+        """Send a test message to every configured sink; (ok, redacted result line) per sink."""
         out = []
         if self.slack:
             out.append(self.slack.send_test())
         if self.alertmanager:
             out += self.alertmanager.send_test(self.clock())
-        return out or ["no notification sinks configured (set notify.slack or notify.alertmanager)"]
+        return out
 
     def status(self) -> dict[str, Any]:
         """Redacted delivery status for /api: sinks, outbox counts, open incidents."""
         return {
             "slack": self.config.slack.mode or "off",
-            "alertmanager": list(self.config.alertmanager.urls),
+            "alertmanager": [redact(u) for u in self.config.alertmanager.urls],
             "outbox": self.outbox.stats(),
             "open_incidents": sorted(g.incident for g in self.lifecycle.groups.values()),
             "alertmanager_last_error": self.alertmanager.last_error if self.alertmanager else "",

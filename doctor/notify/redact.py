@@ -11,6 +11,7 @@ _PATTERNS = (
     (re.compile(r"xapp-[A-Za-z0-9-]+"), "xapp-REDACTED"),
     (re.compile(r"/services/[A-Za-z0-9_]+/[A-Za-z0-9_]+/[A-Za-z0-9_]+"), "/services/T000/B000/REDACTED"),
     (re.compile(r"(?i)(bearer\s+)[^\s'\",}]+"), r"\1REDACTED"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1REDACTED@"),
 )
 
 _known: set[str] = set()

@@ -112,20 +112,21 @@ class SlackSink:
                                   reply_broadcast=ev.kind == "repeat", unfurl_links=False)  # fmt: skip
         return Result(True)
 
-    def send_test(self) -> str:
-        """Send a test message; returns a one-line, redacted result."""
+    def send_test(self) -> tuple[bool, str]:
+        """Send a test message; returns (ok, a one-line redacted result)."""
         text, blocks = render_test(self.links)
         try:
             if self.web is not None:
                 resp = self.web.chat_postMessage(channel=self.config.channel, text=text, blocks=blocks)
-                return f"slack (bot): ok, posted to {resp['channel']} at ts {resp['ts']}"
+                return True, f"slack (bot): ok, posted to {resp['channel']} at ts {resp['ts']}"
             if self.hook is not None:
                 r = self.hook.send(text=text, blocks=blocks)
-                ok = r.status_code == 200
-                return f"slack (webhook): {'ok' if ok else redact(f'failed: HTTP {r.status_code} {r.body[:200]}')}"
+                if r.status_code == 200:
+                    return True, "slack (webhook): ok"
+                return False, redact(f"slack (webhook): failed: HTTP {r.status_code} {r.body[:200]}")
         except Exception as e:
-            return f"slack ({self.config.mode}): failed: {classify(e).error}"
-        return "slack: not configured"
+            return False, f"slack ({self.config.mode}): failed: {classify(e).error}"
+        return False, "slack: not configured"
 
     def payload(self, ev: Event) -> dict[str, Any]:
         """What goes into the outbox for this sink."""

@@ -1,0 +1,53 @@
+"""A real Alertmanager (Debian's prometheus-alertmanager, clustering off) whose webhook is a local Recorder."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.notify_support.http_recorder import Recorder
+
+AM = shutil.which("prometheus-alertmanager")
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running_alertmanager(workdir: Path) -> Iterator[tuple[str, Recorder]]:
+    """(Alertmanager URL, receiver); group_wait 1s, send_resolved on; skips when the binary is missing."""
+    if AM is None:
+        pytest.skip("prometheus-alertmanager not installed")
+    rx, port = Recorder(), free_port()
+    (workdir / "am.yml").write_text(
+        "route: {receiver: hook, group_by: [target], group_wait: 1s, group_interval: 1s, repeat_interval: 1h}\n"
+        f"receivers: [{{name: hook, webhook_configs: [{{url: '{rx.url}/hook', send_resolved: true}}]}}]\n"
+    )
+    args = [AM, f"--config.file={workdir / 'am.yml'}", f"--storage.path={workdir / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                if requests.get(f"{url}/-/ready", timeout=0.5).ok:
+                    break
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        yield url, rx
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        rx.close()
