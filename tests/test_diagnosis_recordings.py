@@ -19,11 +19,16 @@ LIMITS = {"kv_cache", "batch_cap", "compute"}
 
 def _classes(path, entry, interval_s: float, scrape_every_s: float) -> list[str]:
     pipeline = Pipeline(load_files(default_rule_files()))
-    # A window that opens with the recording cannot be judged before two scrapes exist (rates need two samples).
-    warm = load_frames(path)[0].t + 2 * max(scrape_every_s, 1.0)
+    # Rates need two scrapes: right after the recording starts, or after the server was down, a verdict
+    # cannot exist yet (kvdoctor says `unknown`); those evaluations are not judged.
+    frames = load_frames(path)
+    warm = 2 * max(scrape_every_s, 1.0) + 0.5
+    restarts = [frames[0].t] + [f.t for f in frames if f.text is None]
     got = []
     for cycle in replay(pipeline, [path], interval_s=interval_s, scrape_every_s=scrape_every_s):
-        if max(entry["steady_from"] - 0.5, warm) <= cycle.t <= entry["steady_to"] + 0.5:
+        if any(0 <= cycle.t - r < warm for r in restarts):
+            continue
+        if entry["steady_from"] - 0.5 <= cycle.t <= entry["steady_to"] + 0.5:
             got += [d.bottleneck for d in cycle.diagnoses if d.model_name]
     return got
 
