@@ -76,6 +76,8 @@ class Classifier:
         self, t: float, key: Key, target: TargetState, ev: dict[str, float], alerts: list[Alert]
     ) -> Diagnosis:
         ev = {k: v for k, v in ev.items() if not math.isnan(v)}
+        if target.live and target.live.kv_cache_tokens:
+            ev["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
         findings = [self._finding(a, ev, target) for a in alerts if a.labels.get("finding")]
         if target.up is False:  # kvdoctor's own scrape verdict replaces the rule pack's slower one
             findings = [f for f in findings if f.name != "target_down"]
