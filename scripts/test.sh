@@ -7,18 +7,22 @@ need=()
 command -v promtool >/dev/null || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null || need+=(chromium)
-command -v docker-compose >/dev/null || need+=(docker-compose)  # validates docker-compose.yml offline
-if [ ${#need[@]} -gt 0 ]; then
+lean=()
+command -v docker-compose >/dev/null || lean+=(docker-compose)  # only to validate docker-compose.yml offline
+if [ $((${#need[@]} + ${#lean[@]})) -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    [ ${#need[@]} -eq 0 ] || apt-get install -y -qq "${need[@]}" >/dev/null
+    [ ${#lean[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${lean[@]}" >/dev/null
   else
-    echo "note: ${need[*]} missing and not root: integration tests will be skipped" >&2
+    echo "note: ${need[*]} ${lean[*]} missing and not root: integration tests will be skipped" >&2
   fi
 fi
 python3 -m venv .venv
-.venv/bin/pip install -q --upgrade pip >/dev/null
-.venv/bin/pip install -q -e ".[test]"
+quiet() { grep -v "^WARNING: Location 'file://" || true; }  # this image's pip config lists local indexes that may be absent
+.venv/bin/pip install -q --upgrade pip 2>&1 | quiet
+.venv/bin/pip install -q -e ".[test]" 2>&1 | quiet
 .venv/bin/ruff check doctor tests benchmarks tools
 .venv/bin/ruff format --check doctor tests benchmarks tools
 .venv/bin/mypy doctor
