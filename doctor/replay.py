@@ -21,7 +21,8 @@ def replay(
     frames: list[tuple[float, str, Frame]] = []
     for path in recordings:
         name = recording_instance(path)
-        pipeline.targets.setdefault(name, pipeline.targets.get(name) or _state(pipeline, name))
+        if name not in pipeline.targets:
+            pipeline.add_target(name)
         last = -1e18
         for f in load_frames(path):
             if scrape_every_s and f.t - last < scrape_every_s - 1e-6:
@@ -45,7 +46,3 @@ def replay(
         yield cycle
         t += interval_s
 
-
-def _state(pipeline: Pipeline, name: str):  # type: ignore[no-untyped-def]
-    pipeline.add_target(name)
-    return pipeline.targets[name]
