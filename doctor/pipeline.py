@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from doctor.capacity.live import live_capacity
 from doctor.diagnosis.classify import Classifier, TargetState
 from doctor.diagnosis.model import Diagnosis
-from doctor.diagnosis.signals import SIGNALS, collect
+from doctor.diagnosis.signals import INSTANCE_SIGNALS, SIGNALS, collect
 from doctor.ingest.parse import ParseError, Parser
 from doctor.rules.evaluate import Evaluation, RuleEngine
 from doctor.rules.loader import Group
@@ -27,7 +27,8 @@ EXPECTED = {
         "vllm:time_per_output_token_seconds_bucket",
     ),
 }
-_SIGNAL_NAMES = set(SIGNALS.values())
+# Every recorded series the classifier reads, for either source.
+SIGNAL_NAMES = set(SIGNALS.values()) | set(INSTANCE_SIGNALS.values())
 
 
 @dataclass
@@ -109,7 +110,7 @@ class Pipeline:
         evaluation = self.rules.evaluate(t)
         t_ms = round(t * 1000)
         series = []
-        for name in _SIGNAL_NAMES | {"kvdoctor:batch_cap:configured", "kvdoctor:slo_itl_p95_seconds"}:
+        for name in SIGNAL_NAMES:
             for s in self.store.select(name):
                 v = s.at(t_ms, self.store.lookback_ms)
                 if v is not None and not math.isnan(v):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from doctor.config import ConfigError
-from doctor.config.schema import TargetSpec
+from doctor.config.schema import PrometheusSource, TargetSpec
 from doctor.daemon.logs import setup_logging
-from doctor.rules.loader import RuleLoadError
+from doctor.ingest.fetch import HttpOptions
+from doctor.rules.loader import RuleLoadError, parse_duration
 
 
 def add_parser(sub: Any) -> None:
@@ -25,7 +27,96 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--log-format", choices=("text", "json"))
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")
     p.add_argument("--web-config", help="exporter-toolkit web-config.yml (TLS, basic auth)")
+    add_source_arguments(p)
     p.set_defaults(run=run)
+
+
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """--source and the Prometheus connection flags (they replace the config's `prometheus:` section)."""
+    g = p.add_argument_group("prometheus source (run on the fleet's Prometheus instead of scraping)")
+    g.add_argument(
+        "--source", choices=("scrape", "prometheus"), help="where series come from (default scrape)"
+    )
+    g.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="query API base, e.g. http://prometheus:9090 (implies --source prometheus)",
+    )
+    g.add_argument("--prometheus-bearer-token-file", metavar="FILE", help="file holding a bearer token")
+    g.add_argument(
+        "--prometheus-basic-auth-user", metavar="USER", help="basic-auth user (password from the file below)"
+    )
+    g.add_argument(
+        "--prometheus-basic-auth-password-file", metavar="FILE", help="file holding the basic-auth password"
+    )
+    g.add_argument(
+        "--prometheus-header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra request header (repeatable), e.g. X-Scope-OrgID:tenant",
+    )
+    g.add_argument("--prometheus-ca-file", metavar="FILE", help="CA bundle to verify the server with")
+    g.add_argument(
+        "--prometheus-cert-file", metavar="FILE", help="client certificate (with --prometheus-key-file)"
+    )
+    g.add_argument("--prometheus-key-file", metavar="FILE", help="client key")
+    g.add_argument(
+        "--prometheus-insecure-skip-verify",
+        action="store_true",
+        help="do not verify the server's certificate",
+    )
+    g.add_argument("--prometheus-timeout", metavar="DURATION", help="per-query timeout (default 10s)")
+
+
+def prometheus_source(args: argparse.Namespace) -> PrometheusSource | None:
+    """The `prometheus:` section given by flags (None without --prometheus-url); raises ConfigError."""
+    flags = [
+        a for a in vars(args) if a.startswith("prometheus_") and a != "prometheus_url" and getattr(args, a)
+    ]
+    if not args.prometheus_url:
+        if flags:
+            raise ConfigError([f"--{flags[0].replace('_', '-')} needs --prometheus-url"])
+        return None
+    errors: list[str] = []
+
+    def read(path: str | None, what: str) -> str | None:
+        if path is None:
+            return None
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            errors.append(f"{what}: cannot read {path}: {exc.strerror or exc}")
+            return None
+
+    token = read(args.prometheus_bearer_token_file, "--prometheus-bearer-token-file")
+    password = read(args.prometheus_basic_auth_password_file, "--prometheus-basic-auth-password-file")
+    headers = []
+    for h in args.prometheus_header:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            errors.append(f"--prometheus-header: expected NAME:VALUE, got {h.split(':')[0]!r}")
+        headers.append((name.strip(), value.strip()))
+    timeout = 10.0
+    if args.prometheus_timeout:
+        try:
+            timeout = parse_duration(args.prometheus_timeout)
+        except ValueError:
+            errors.append(f"--prometheus-timeout: not a duration: {args.prometheus_timeout!r}")
+    if bool(args.prometheus_cert_file) != bool(args.prometheus_key_file):
+        errors.append("--prometheus-cert-file and --prometheus-key-file go together")
+    if errors:
+        raise ConfigError(errors)
+    verify: bool | str = args.prometheus_ca_file or True
+    if args.prometheus_insecure_skip_verify:
+        verify = False
+    cert = (args.prometheus_cert_file, args.prometheus_key_file) if args.prometheus_cert_file else None
+    basic = (args.prometheus_basic_auth_user, password or "") if args.prometheus_basic_auth_user else None
+    http = HttpOptions(
+        connect_timeout=min(3.0, timeout), read_timeout=timeout, total_timeout=timeout, bearer_token=token,
+        basic_auth=basic, verify=verify, client_cert=cert, headers=tuple(headers),
+    )  # fmt: skip
+    return PrometheusSource(args.prometheus_url, http)
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -36,26 +127,34 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
     if args.target:
         out["targets"] = [TargetSpec(url=u if "://" in u else f"http://{u}/metrics") for u in args.target]
+    out["prometheus"] = prometheus_source(args)
+    out["source"] = args.source or ("prometheus" if out["prometheus"] else None)
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM; exit 2 on a bad config or rule file."""
     from doctor.daemon.runner import Daemon, load_everything
+    from doctor.sources.client import SourceError
 
     try:
-        cfg, groups = load_everything(args.config, overrides(args))
+        flags = overrides(args)
+        cfg, groups = load_everything(args.config, flags)
+        if cfg.source == "prometheus" and cfg.prometheus is None:
+            raise ConfigError(
+                ["source `prometheus` needs --prometheus-url (or `prometheus.url` in the config)"]
+            )
         setup_logging(cfg.log_format, cfg.log_level)
-        daemon = Daemon(cfg, groups, args.config, overrides(args))
+        daemon = Daemon(cfg, groups, args.config, flags)
         daemon.start()
-    except (ConfigError, RuleLoadError) as exc:
+    except (ConfigError, RuleLoadError, SourceError) as exc:
         for e in str(exc).splitlines():
             print(f"kvdoctor serve: {e}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"kvdoctor serve: cannot listen on {cfg.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    if not cfg.targets and not cfg.file_sd:
+    if cfg.source == "scrape" and not cfg.targets and not cfg.file_sd:
         print(
             "kvdoctor serve: no targets yet (use --target URL, `targets:` or `file_sd:` in the config)",
             file=sys.stderr,

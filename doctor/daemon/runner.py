@@ -22,7 +22,7 @@ from doctor.daemon.exposition import make_registry
 from doctor.daemon.scrape import Scraper
 from doctor.daemon.state import DaemonState, TargetStats
 from doctor.diagnosis.model import Diagnosis
-from doctor.pipeline import Pipeline
+from doctor.pipeline import Cycle, Pipeline
 from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
 
 log = logging.getLogger("kvdoctor")
@@ -64,6 +64,11 @@ class Daemon:
         if cfg.state_file:
             persist.load(cfg.state_file, self.pipeline)
         self._sync_targets()
+        self.source: Any = None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        if cfg.source == "prometheus":
+            from doctor.sources.daemon import DaemonSource
+
+            self.source = DaemonSource(self)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, web: bool = True) -> None:
@@ -107,6 +112,9 @@ class Daemon:
         """Scrape every target, evaluate the rules, publish the diagnoses."""
         with self._lock:
             start = time.monotonic()
+            if self.source is not None:
+                cycle = self.source.cycle(time.time())
+                return self._publish(cycle, start) if cycle is not None else []
             self._sync_targets()
             specs = list(self._specs.values())
             deadline = max((s.http.total_timeout for s in specs), default=1.0) + 1.0
@@ -120,14 +128,15 @@ class Daemon:
                     if r.error or self.pipeline.targets[r.target].up is False
                     else None,
                 )
-            now = time.time()
-            cycle = self.pipeline.evaluate(now)
-            self.state.publish(cycle.diagnoses, now, time.monotonic() - start, len(cycle.evaluation.errors))
-            if self.notifier is not None:
-                self.notifier.observe(cycle.diagnoses, now)
-            self._announce(cycle.diagnoses)
-            self._persist()
-            return cycle.diagnoses
+            return self._publish(self.pipeline.evaluate(time.time()), start)
+
+    def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
+        self.state.publish(cycle.diagnoses, cycle.t, time.monotonic() - start, len(cycle.evaluation.errors))
+        if self.notifier is not None:
+            self.notifier.observe(cycle.diagnoses, cycle.t)
+        self._announce(cycle.diagnoses)
+        self._persist()
+        return cycle.diagnoses
 
     def _stats(self, name: str, duration: float, t: float, error: str | None) -> None:
         spec = self._specs[name]

@@ -79,6 +79,14 @@ class RuleEngine:
             log.warning("rule evaluation failed: %s", e)
         return Evaluation(t, sorted(self.active.values(), key=lambda a: a.key()), errors)
 
+    def apply_alert_vectors(self, vectors: list[tuple[Rule, list[Elem]]], t: float) -> Evaluation:
+        """Advance alert state from alert vectors computed elsewhere (by a Prometheus), as evaluate() would."""
+        seen: set[tuple[str, Labels]] = set()
+        for rule, vec in vectors:
+            seen |= self._alert(rule, vec, t)
+        self._resolve(seen, t)
+        return Evaluation(t, sorted(self.active.values(), key=lambda a: a.key()), [])
+
     def _record(self, group: Group, i: int, rule: Rule, vec: list[Elem], t_ms: int) -> str | None:
         samples = []
         seen: set[Labels] = set()

@@ -1,0 +1,128 @@
+"""`kvdoctor rules export`: the rule pack for a Prometheus (rule file) or the Prometheus Operator (PrometheusRule)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from doctor.rules.loader import RuleLoadError, load_files, parse_duration, rule_files
+
+FORMATS = ("prometheus", "prometheus-operator")
+
+
+def add_parser(sub: Any) -> None:
+    """Register the subcommand."""
+    p = sub.add_parser("rules", help="work with the rule pack (export it for Prometheus)")
+    actions = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
+    e = actions.add_parser("export", help="write the rule pack as a Prometheus rule file or a PrometheusRule")
+    e.add_argument(
+        "--format", choices=FORMATS, default="prometheus", help="rule file (default) or PrometheusRule"
+    )
+    e.add_argument("-o", "--output", metavar="DIR", help="write into DIR (created) instead of stdout")
+    e.add_argument(
+        "--rules", action="append", help="rule file or directory to export (default: the shipped pack)"
+    )
+    e.add_argument("--name", default="kvdoctor", help="PrometheusRule metadata.name (default kvdoctor)")
+    e.add_argument("--namespace", help="PrometheusRule metadata.namespace")
+    e.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE",
+        help="PrometheusRule metadata label (repeatable), e.g. release=prometheus for the operator's ruleSelector",
+    )  # fmt: skip
+    e.add_argument("--interval", metavar="DURATION", help="override every group's evaluation interval")
+    p.set_defaults(run=run)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line expressions as literal blocks, so the export reads like the pack."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump(doc: Any) -> str:
+    """YAML text of doc, keys in their given order."""
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
+
+
+def groups_of(files: list[Path], interval: str | None = None) -> list[dict[str, Any]]:
+    """The groups of every file, in order, as plain data (intervals overridden when asked)."""
+    groups: list[dict[str, Any]] = []
+    for f in files:
+        doc = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+        groups += doc.get("groups") or []
+    if interval:
+        groups = [{**g, "interval": interval} for g in groups]
+    return groups
+
+
+def prometheus_rule(
+    groups: list[dict[str, Any]], name: str, namespace: str | None, labels: dict[str, str]
+) -> dict[str, Any]:
+    """A monitoring.coreos.com/v1 PrometheusRule carrying the groups."""
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {"app.kubernetes.io/name": "kvdoctor", "app.kubernetes.io/component": "rules", **labels}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": meta,
+        "spec": {"groups": groups},
+    }
+
+
+def render(args: argparse.Namespace) -> dict[str, str]:
+    """File name -> text of what to export; raises ValueError/RuleLoadError on bad input."""
+    files = rule_files(args.rules)
+    load_files(files)  # every error at file:line before anything is written
+    if args.interval:
+        parse_duration(args.interval)
+    labels = {}
+    for item in args.label:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label: expected KEY=VALUE, got {item!r}")
+        labels[key] = value
+    if args.format == "prometheus-operator":
+        doc = prometheus_rule(groups_of(files, args.interval), args.name, args.namespace, labels)
+        return {f"{args.name}.prometheusrule.yaml": dump(doc)}
+    if len(files) == 1 and not args.interval:
+        return {files[0].name: files[0].read_text(encoding="utf-8")}  # verbatim: comments are documentation
+    if args.output and not args.interval:
+        return {f.name: f.read_text(encoding="utf-8") for f in files}
+    return {"kvdoctor.yml": dump({"groups": groups_of(files, args.interval)})}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export; exit 2 on a bad rule file or argument."""
+    try:
+        out = render(args)
+    except RuleLoadError as exc:
+        for e in exc.errors:
+            print(f"kvdoctor rules export: {e}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"kvdoctor rules export: {exc}", file=sys.stderr)
+        return 2
+    if not args.output:
+        sys.stdout.write("\n---\n".join(out.values()) if len(out) > 1 else next(iter(out.values())))
+        return 0
+    d = Path(args.output)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        for name, text in out.items():
+            (d / name).write_text(text, encoding="utf-8")
+            print(d / name, file=sys.stderr)
+    except OSError as exc:
+        print(f"kvdoctor rules export: cannot write {d}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0

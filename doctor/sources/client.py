@@ -1,0 +1,114 @@
+"""A small client for the Prometheus HTTP query API (Prometheus, Thanos, Mimir, VictoriaMetrics)."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+
+from doctor.ingest.fetch import HttpOptions
+
+# (labels including __name__ when the series has one, value) per element of an instant vector
+Series = list[tuple[dict[str, str], float]]
+
+
+class SourceError(Exception):
+    """A failed query against the source; the message names the server and the problem, never a credential."""
+
+
+def safe_url(url: str) -> str:
+    """The URL without user:password."""
+    u = urlsplit(url)
+    return urlunsplit(u._replace(netloc=u.netloc.rsplit("@", 1)[-1]))
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class PromClient:
+    """Instant queries over HTTP with the configured auth and TLS; counts every query it sends."""
+
+    def __init__(
+        self, url: str, http: HttpOptions | None = None, session: requests.Session | None = None
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SourceError(f"prometheus url must be http(s)://host:port[/prefix], got {safe_url(url)!r}")
+        self.http = http or HttpOptions()
+        basic = self.http.basic_auth
+        if (
+            basic is None and parts.username is not None
+        ):  # http://user:pass@host works as it does in a browser
+            basic = (parts.username, parts.password or "")
+        self._auth = basic
+        self.base = safe_url(url).rstrip("/")
+        self.session = session or requests.Session()
+        self.session.headers.update(dict(self.http.headers))
+        if self.http.bearer_token:
+            self.session.headers["Authorization"] = f"Bearer {self.http.bearer_token}"
+        self._lock = threading.Lock()
+        self.queries_total = 0
+
+    def __repr__(self) -> str:
+        return f"PromClient({self.base!r})"
+
+    def query(self, expr: str, t: float) -> Series:
+        """Evaluate expr at t (unix seconds); a vector or scalar as (labels, value) pairs; raises SourceError."""
+        with self._lock:
+            self.queries_total += 1
+        body = self._post("/api/v1/query", {"query": expr, "time": f"{t:.3f}"}, expr)
+        data = body.get("data")
+        if not isinstance(data, dict):
+            raise SourceError(f"{self.base}: query {_short(expr, 80)!r}: response has no `data` object")
+        kind, result = data.get("resultType"), data.get("result")
+        try:
+            if kind == "vector":
+                return [(dict(r["metric"]), float(r["value"][1])) for r in result]  # type: ignore[union-attr]
+            if kind == "scalar":
+                return [({}, float(result[1]))]  # type: ignore[index]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise SourceError(
+                f"{self.base}: query {_short(expr, 80)!r}: malformed {kind} result: {exc}"
+            ) from None
+        raise SourceError(f"{self.base}: query {_short(expr, 80)!r}: expected a vector, got {kind!r}")
+
+    def _post(self, path: str, form: dict[str, str], expr: str) -> dict[str, Any]:
+        what = f"{self.base}: query {_short(expr, 80)!r}"
+        h = self.http
+        try:
+            resp = self.session.post(
+                self.base + path, data=form, auth=self._auth, verify=h.verify, cert=h.client_cert,
+                timeout=(h.connect_timeout, h.read_timeout), allow_redirects=True,
+            )  # fmt: skip
+        except requests.exceptions.SSLError as exc:
+            raise SourceError(f"{self.base}: TLS error: {_short(str(exc))}") from None
+        except requests.exceptions.Timeout:
+            raise SourceError(f"{what}: timed out after {h.read_timeout:g}s") from None
+        except requests.exceptions.ConnectionError as exc:
+            reason = "connection refused" if "refused" in str(exc).lower() else _short(str(exc))
+            raise SourceError(f"{self.base}: cannot connect: {reason}") from None
+        except requests.exceptions.RequestException as exc:
+            raise SourceError(f"{what}: {type(exc).__name__}: {_short(str(exc))}") from None
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if resp.status_code in (401, 403):
+            raise SourceError(f"{self.base}: HTTP {resp.status_code}: check the bearer token / basic auth")
+        if not isinstance(body, dict):
+            status = f"HTTP {resp.status_code}"
+            raise SourceError(f"{what}: {status}, body is not a JSON object: {_short(resp.text, 120)!r}")
+        if resp.status_code != 200 or body.get("status") != "success":
+            err = f"{body.get('errorType', 'error')}: {_short(body.get('error', 'no error message'))}"
+            raise SourceError(f"{what}: HTTP {resp.status_code} {err}")
+        return body
+
+
+def finite(series: Series) -> Series:
+    """The elements whose value is a number (Prometheus sends NaN for empty ratios)."""
+    return [(labels, v) for labels, v in series if not math.isnan(v)]

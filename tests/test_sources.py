@@ -1,0 +1,255 @@
+"""The Prometheus source: the query client's errors and auth, and one evaluation cycle against a fake Prometheus."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+
+from doctor.ingest.fetch import HttpOptions
+from doctor.pipeline import Pipeline
+from doctor.rules.loader import default_rule_files, load_files
+from doctor.sources.client import PromClient, SourceError
+from doctor.sources.prometheus import QUERIES, PrometheusEvaluator
+
+Answer = Callable[
+    [str, dict[str, str]], tuple[int, Any]
+]  # (expr, headers) -> (status, JSON body or raw bytes)
+
+
+class FakePrometheus:
+    """Answers POST /api/v1/query with whatever `answer` returns; records requests."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length", 0))
+                form = {k: v[0] for k, v in parse_qs(self.rfile.read(n).decode()).items()}
+                headers = dict(self.headers.items())
+                fake.requests.append((form.get("query", ""), headers))
+                status, body = fake.answer(form.get("query", ""), headers)
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        """Base URL."""
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def stop(self) -> None:
+        """Shut down."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def vector(*elems: tuple[dict[str, str], float]) -> dict[str, Any]:
+    """A successful instant-vector answer."""
+    result = [{"metric": m, "value": [1.0, str(v)]} for m, v in elems]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+@pytest.fixture(name="fake")
+def fake_fixture() -> Iterator[Callable[[Answer], FakePrometheus]]:
+    servers: list[FakePrometheus] = []
+
+    def make(answer: Answer) -> FakePrometheus:
+        servers.append(FakePrometheus(answer))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.stop()
+
+
+def test_client_parses_vectors_and_scalars_and_sends_auth(fake):
+    srv = fake(lambda q, h: (200, vector(({"__name__": "up", "instance": "a"}, 1)) if q == "up" else
+                             {"status": "success", "data": {"resultType": "scalar", "result": [1, "NaN"]}}))  # fmt: skip
+    opts = HttpOptions(bearer_token="s3cret-token", headers=(("X-Scope-OrgID", "team"),))
+    client = PromClient(srv.url + "/", opts)
+    assert client.query("up", 1.0) == [({"__name__": "up", "instance": "a"}, 1.0)]
+    [(labels, v)] = client.query("scalar(x)", 1.0)
+    assert labels == {} and v != v  # NaN
+    headers = srv.requests[0][1]
+    assert headers["Authorization"] == "Bearer s3cret-token" and headers["X-Scope-OrgID"] == "team"
+    assert client.queries_total == 2 and "s3cret" not in repr(client) and "s3cret" not in repr(opts)
+
+
+def test_client_basic_auth_from_url_is_used_and_never_shown(fake):
+    srv = fake(lambda q, h: (401, b"unauthorized"))
+    url = srv.url.replace("http://", "http://alice:hunter2@")
+    client = PromClient(url)
+    with pytest.raises(SourceError) as err:
+        client.query("up", 1.0)
+    sent = srv.requests[0][1]["Authorization"]
+    assert base64.b64decode(sent.split()[1]) == b"alice:hunter2"
+    assert "HTTP 401" in str(err.value) and "hunter2" not in str(err.value) and "alice" not in str(err.value)
+    assert "hunter2" not in client.base
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expect"),
+    [
+        (
+            422,
+            {"status": "error", "errorType": "execution", "error": "many-to-many matching"},
+            "HTTP 422 execution",
+        ),
+        (400, {"status": "error", "errorType": "bad_data", "error": "parse error"}, "bad_data: parse error"),
+        (503, b"<html>upstream down</html>", "HTTP 503, body is not a JSON object"),
+        (200, b"{not json", "body is not a JSON object"),
+        (200, {"status": "success", "data": {"resultType": "matrix", "result": []}}, "expected a vector"),
+        (
+            200,
+            {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}},
+            "malformed",
+        ),
+    ],
+)
+def test_client_errors_are_clear(fake, status, body, expect):
+    srv = fake(lambda q, h: (status, body))
+    with pytest.raises(SourceError, match=expect) as err:
+        PromClient(srv.url, HttpOptions(bearer_token="tok-123")).query("rate(x[1m])", 1.0)
+    assert srv.url in str(err.value) and "tok-123" not in str(err.value)
+
+
+def test_client_down_and_bad_url():
+    from tests.faults import refused_url
+
+    url = refused_url().rsplit("/", 1)[0]
+    with pytest.raises(SourceError, match="cannot connect: connection refused"):
+        PromClient(url, HttpOptions(connect_timeout=0.5, read_timeout=0.5)).query("up", 1.0)
+    with pytest.raises(SourceError, match="http"):
+        PromClient("prometheus:9090")
+
+
+# --- one evaluation cycle ---------------------------------------------------------------------------
+
+GROUPS = load_files(default_rule_files())
+KV_ALERT = next(r for g in GROUPS for r in g.rules if r.name == "VLLMKVCacheBound")
+SIGNALS = {
+    "kvdoctor:kv_usage:ratio": 0.97, "kvdoctor:kv_usage:max1m": 0.99, "kvdoctor:kv_usage:max30s": 0.99,
+    "kvdoctor:running:avg1m": 6, "kvdoctor:running:max1m": 6, "kvdoctor:waiting:avg1m": 9,
+    "kvdoctor:preemptions:rate1m": 0.3, "kvdoctor:generation_tokens:rate1m": 50,
+}  # fmt: skip
+HEALTHY = {"kvdoctor:running:avg1m": 2, "kvdoctor:running:max1m": 3, "kvdoctor:waiting:avg1m": 0,
+           "kvdoctor:generation_tokens:rate1m": 40, "kvdoctor:kv_usage:max1m": 0.1}  # fmt: skip
+
+
+def fleet_answer(n: int) -> Answer:
+    """A fleet of n targets: t0 KV-bound, t1 down, the rest healthy."""
+    names = [f"10.0.0.{i}:8000" for i in range(n)]
+
+    def labels(i: int, **extra: str) -> dict[str, str]:
+        return {"job": "vllm", "instance": names[i], **extra}
+
+    def answer(q: str, _h: dict[str, str]) -> tuple[int, Any]:
+        if q == QUERIES["targets"]:
+            ups = [(labels(i, __name__="up"), 0 if i == 1 else 1) for i in range(n)]
+            return 200, vector(*ups, (labels(0, __name__="scrape_duration_seconds"), 0.02))
+        if q == QUERIES["signals"]:
+            out = [({**labels(0, model_name="m"), "__name__": k}, v) for k, v in SIGNALS.items()]
+            out += [
+                ({**labels(i, model_name="m"), "__name__": k}, v)
+                for i in range(2, n)
+                for k, v in HEALTHY.items()
+            ]
+            return 200, vector(
+                *out,
+                ({**labels(0, model_name="m"), "__name__": "kvdoctor:ttft_seconds:p95_1m"}, float("nan")),
+            )
+        if q == QUERIES["capacity"]:
+            info = {
+                "__name__": "vllm:cache_config_info",
+                **labels(0),
+                "engine": "0",
+                "num_gpu_blocks": "100",
+                "block_size": "16",
+            }
+            return 200, vector((info, 1))
+        if q == QUERIES["present"]:
+            return 200, vector(({"__name__": "vllm:num_requests_running", "instance": names[0]}, 1))
+        if q == KV_ALERT.expr:
+            return 200, vector(({"__name__": "kvdoctor:kv_usage:max30s", **labels(0, model_name="m")}, 0.99))
+        return 200, vector()
+
+    return answer  # fmt: skip
+
+
+def test_one_cycle_classifies_the_fleet(fake):
+    srv = fake(fleet_answer(4))
+    ev = PrometheusEvaluator(PromClient(srv.url), Pipeline(GROUPS))
+    cycle = ev.evaluate(1000.0)
+    by = {d.target: d for d in cycle.diagnoses}
+    kv = by["10.0.0.0:8000"]
+    assert kv.bottleneck == "kv_cache" and kv.findings[0].name == "kv_cache"
+    assert "ttft_p95_s" not in kv.evidence and kv.evidence["kv_usage_max_30s"] == 0.99
+    assert kv.findings[0].evidence["kv_cache_tokens"] == 1600.0  # num_gpu_blocks x block_size from Prometheus
+    assert (
+        by["10.0.0.1:8000"].bottleneck == "unknown" and by["10.0.0.1:8000"].findings[0].name == "target_down"
+    )
+    assert "up == 0" in by["10.0.0.1:8000"].findings[0].evidence["error"]
+    assert by["10.0.0.2:8000"].bottleneck == "healthy" and by["10.0.0.3:8000"].bottleneck == "healthy"
+    missing = ev.pipeline.targets["10.0.0.0:8000"].missing
+    assert "KV usage" in missing and "running requests" not in missing
+    assert ev.discovered["10.0.0.0:8000"].scrape_duration_s == 0.02
+    # the alert went through the same state machine: active since the first cycle, still firing later
+    cycle2 = ev.evaluate(1015.0)
+    [alert] = [a for a in cycle2.evaluation.alerts if a.rule == "VLLMKVCacheBound"]
+    assert (
+        alert.state == "firing"
+        and alert.active_at == 1000.0
+        and "KV cache full on 10.0.0.0:8000" in alert.annotations["summary"]
+    )
+
+
+def test_queries_per_cycle_do_not_grow_with_the_fleet(fake):
+    counts = {}
+    for n in (3, 300):
+        srv = fake(fleet_answer(n))
+        ev = PrometheusEvaluator(PromClient(srv.url), Pipeline(GROUPS))
+        cycle = ev.evaluate(1000.0)
+        assert len({d.target for d in cycle.diagnoses}) == n
+        counts[n] = (ev.last_cycle_queries, len(srv.requests))
+    alerts = sum(r.kind == "alert" for g in GROUPS for r in g.rules)
+    assert counts[3] == counts[300] == (len(QUERIES) + alerts,) * 2
+
+
+def test_targets_that_vanish_are_forgotten_and_a_failed_query_fails_the_cycle(fake):
+    state = {"n": 4, "fail": False}
+
+    def answer(q: str, h: dict[str, str]) -> tuple[int, Any]:
+        if state["fail"] and q == KV_ALERT.expr:
+            return 422, {"status": "error", "errorType": "execution", "error": "boom"}
+        return fleet_answer(state["n"])(q, h)
+
+    srv = fake(answer)
+    ev = PrometheusEvaluator(PromClient(srv.url), Pipeline(GROUPS))
+    ev.evaluate(1000.0)
+    state["n"] = 3
+    ev.evaluate(1001.0)
+    assert "10.0.0.3:8000" not in ev.pipeline.targets
+    state["fail"] = True
+    before = dict(ev.pipeline.rules.active)
+    with pytest.raises(SourceError, match="execution: boom"):
+        ev.evaluate(1002.0)
+    assert ev.pipeline.rules.active == before  # a failed cycle resolves nothing
