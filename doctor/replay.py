@@ -45,4 +45,3 @@ def replay(
             on_cycle(cycle)
         yield cycle
         t += interval_s
-

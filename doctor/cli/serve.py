@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             )
         setup_logging(cfg.log_format, cfg.log_level)
         daemon = Daemon(cfg, groups, args.config, flags)
+        daemon.handle_signals()
         daemon.start()
     except (ConfigError, RuleLoadError, SourceError) as exc:
         for e in str(exc).splitlines():

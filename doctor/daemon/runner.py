@@ -86,11 +86,14 @@ class Daemon:
         self.scheduler.start()
         self.state.started_ts = time.time()
 
-    def serve_forever(self) -> int:
-        """Block until SIGTERM/SIGINT; SIGHUP reloads."""
+    def handle_signals(self) -> None:
+        """SIGTERM/SIGINT stop, SIGHUP reloads; call from the main thread before start() so no signal is missed."""
         signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
         signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
+
+    def serve_forever(self) -> int:
+        """Block until stopped, then drain."""
         self.stop_event.wait()
         self.shutdown()
         return 0
@@ -209,10 +212,17 @@ class Daemon:
             log.error("reload failed, keeping the running config: %s", exc)
             return False, str(exc)
         with self._lock:
+            notify_changed = cfg.notify != self.cfg.notify
             self.cfg = cfg
             self.discovery = FileDiscovery(cfg.file_sd)
             self.pipeline.set_rules(groups)
             self._sync_targets()
+        if notify_changed and self.notifier is not None:
+            # open incidents and Slack threads live in the notifier's state dir, so a new notifier picks them up
+            self.notifier.flush(5.0)
+            self.notifier.close()
+            self.notifier = None
+            self._start_notifier()
         self.state.note_reload(True, time.time())
         log.info("reloaded config and %d rule groups", len(groups))
         return True, "reloaded"
@@ -220,12 +230,15 @@ class Daemon:
     def _start_notifier(self) -> None:
         if not self.cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
             return
+        from doctor.cli.notify import located_errors
         from doctor.notify import Notifier, parse_notify_config
 
         ncfg, errors = parse_notify_config(self.cfg.notify, os.environ)
         if errors:
-            raise ConfigError([f"{self.cfg.path or 'config'}: {e}" for e in errors])
+            raise ConfigError(located_errors(self.cfg, errors))
         state_dir = Path(self.cfg.state_file).parent if self.cfg.state_file else Path(".kvdoctor")
+        if not self.cfg.state_file:
+            log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
         self.notifier = Notifier(ncfg, state_dir)
 
     def _event(self, event: JobEvent) -> None:
