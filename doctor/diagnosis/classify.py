@@ -58,11 +58,14 @@ class Classifier:
             else:
                 target_level.setdefault(instance, []).append(a)
         keys = set(signals) | {k for k in firing if k[0] in targets}
+        models: dict[str, set[str]] = {}
+        for tgt, m in keys:
+            models.setdefault(tgt, set()).add(m)
         for name, st in targets.items():
-            st.models |= {m for (tgt, m) in keys if tgt == name and m}
+            st.models |= models.get(name, set()) - {""}
             if st.up is None:
                 continue  # not scraped yet: nothing to say
-            if not any(k[0] == name for k in keys):
+            if name not in models:
                 keys |= {(name, m) for m in st.models} or {(name, "")}
         for key in keys:
             firing.setdefault(key, []).extend(target_level.get(key[0], []))
