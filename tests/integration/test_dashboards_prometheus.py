@@ -46,12 +46,9 @@ OLD_NAMES = {
     "vllm:gpu_prefix_cache_queries_total",
 }
 # Panels that can only be empty on the recordings we have, and why (the test fails once a recording has data).
-EXPECTED_EMPTY = {
-    "Speculative decoding acceptance": (
-        "vllm:spec_decode_num_draft_tokens_total",
-        "no recording ran vLLM with --speculative-config, so the spec-decode counters are never registered",
-    ),
-}
+# Panels that may legitimately be empty on every recording: (family, why). None today — the spec-decode panel is
+# fed by the vllm-0.32-cpu-specdecode fixture.
+EXPECTED_EMPTY: dict[str, tuple[str, str]] = {}
 FIXTURE_PREFERENCE = ("kv_cache", "batch_cap", "healthy", "compute")
 
 
@@ -220,9 +217,22 @@ def test_panel_query_returns_data(loaded: Any, board: str, title: str, ref: str,
         assert any(per_target[tg.name] for tg in targets if tg.origin == "0.32"), f"{title!r}: empty on 0.32"
     if vllm_only:
         for origin in {tg.origin for tg in targets} - {"0.32", "legacy"}:
-            assert any(per_target[tg.name] for tg in targets if tg.origin == origin), (
+            members = {tg.name for tg in targets if tg.origin == origin}
+            if not _exports(raw, names, members):
+                continue  # that vLLM version does not export these families (V0 CPU has no prefix-cache metrics)
+            assert any(per_target[name] for name in members), (
                 f"{title!r} {ref}: empty on every {origin} recording"
             )
+
+
+def _exports(raw: Any, names: set[str], instances: set[str]) -> bool:
+    """True when any of the recordings of `instances` carries one of the metric families `names`."""
+    for name in names:
+        for fam in (name, name + "_bucket", name + "_total", name.removesuffix("_bucket")):
+            for labels in raw.points(fam):
+                if dict(labels).get("instance") in instances:
+                    return True
+    return False
 
 
 def test_loaded_versions(loaded: Any) -> None:
