@@ -12,7 +12,9 @@ from doctor.ingest.recording import load_frames
 from doctor.pipeline import Pipeline
 from doctor.replay import replay
 from doctor.rules.loader import default_rule_files, load_files
-from tests.conftest import labelled_windows
+from tests.conftest import FIXTURES, labelled_windows
+
+FIXTURE_DIR = FIXTURES / "recordings"
 
 ENGINE = re.compile(r'engine="0"')
 
@@ -52,3 +54,16 @@ def test_old_and_new_names_together_are_not_double_counted():
             assert 0 <= d.evidence.get("kv_usage", 0) <= 1  # max of both names, never their sum
     series = list(p.store.select("kvdoctor:kv_usage:ratio"))
     assert len(series) == 1
+
+
+def test_speculative_decoding_with_low_acceptance_is_a_finding():
+    path = FIXTURE_DIR / "vllm-0.32-cpu-specdecode" / "spec_decode.jsonl.gz"
+    if not path.exists():
+        pytest.skip("no speculative-decoding fixture")
+    last = list(replay(Pipeline(load_files(default_rule_files())), [path]))[-1].diagnoses[0]
+    assert last.bottleneck == "healthy"
+    (finding,) = [f for f in last.findings if f.name == "spec_decode_low_acceptance"]
+    assert (
+        0.1 < finding.evidence["spec_decode_acceptance"] < 0.4
+    )  # the recording accepted about 21 % of drafts
+    assert any("num_speculative_tokens" in a.text for a in finding.advice)
