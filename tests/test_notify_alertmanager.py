@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import socket
-import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
@@ -20,9 +13,9 @@ from doctor.diagnosis.model import Diagnosis
 from doctor.notify import Notifier, parse_notify_config
 from doctor.notify.alertmanager import alertname, rfc3339, to_alert
 from doctor.notify.config import AlertmanagerConfig
+from tests.notify_support.alertmanager import running_alertmanager
 from tests.notify_support.diagnoses import T0, kv_incident
-
-AM = shutil.which("prometheus-alertmanager")
+from tests.notify_support.http_recorder import Recorder
 
 
 def test_alertname_and_payload_shape() -> None:
@@ -47,81 +40,19 @@ def test_alertname_and_payload_shape() -> None:
     assert resolved["endsAt"] == rfc3339(T0 + 600)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Receiver:
-    """Local webhook receiver for Alertmanager notifications."""
-
-    def __init__(self) -> None:
-        self.payloads: list[dict[str, Any]] = []
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                outer.payloads.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def wait(self, status: str, timeout: float = 20.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for p in self.payloads:
-                if p.get("status") == status:
-                    return p
-            time.sleep(0.1)
-        raise AssertionError(f"no {status} notification; got {self.payloads}")
-
-
 @pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[tuple[str, Receiver]]:
-    if AM is None:
-        pytest.skip("prometheus-alertmanager not installed")
-    rx = Receiver()
-    port = free_port()
-    (tmp_path / "am.yml").write_text(
-        "route: {receiver: hook, group_by: [target], group_wait: 1s, group_interval: 1s, repeat_interval: 1h}\n"
-        f"receivers: [{{name: hook, webhook_configs: [{{url: 'http://127.0.0.1:{rx.port}/hook', send_resolved: true}}]}}]\n"
-    )
-    proc = subprocess.Popen(
-        [
-            AM,
-            f"--config.file={tmp_path / 'am.yml'}",
-            f"--storage.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                if requests.get(f"{url}/-/ready", timeout=0.5).ok:
-                    break
-            except requests.ConnectionError:
-                time.sleep(0.1)
+def alertmanager(tmp_path: Path) -> Iterator[tuple[str, Recorder]]:
+    with running_alertmanager(tmp_path) as (url, rx):
         yield url, rx
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        rx.server.shutdown()
+
+
+def _with_status(status: str):  # type: ignore[no-untyped-def]
+    return lambda bodies: next((b for b in bodies if isinstance(b, dict) and b.get("status") == status), None)
 
 
 @pytest.mark.integration
 def test_real_alertmanager_receives_alert_with_advice_then_resolution(
-    alertmanager: tuple[str, Receiver], tmp_path: Path
+    alertmanager: tuple[str, Recorder], tmp_path: Path
 ) -> None:
     url, rx = alertmanager
     cfg, errors = parse_notify_config(
@@ -137,7 +68,7 @@ def test_real_alertmanager_receives_alert_with_advice_then_resolution(
             f.since = (f.since or d.t) + shift
         n.observe([d], d.t + shift)
     assert n.flush(5)
-    firing = rx.wait("firing")
+    firing = rx.wait(_with_status("firing"), timeout=20)
     alert = firing["alerts"][0]
     assert alert["labels"]["alertname"] == "KVDoctorKVCacheBottleneck"
     assert alert["labels"]["target"] == "vllm-a:8000" and alert["labels"]["severity"] == "warning"
@@ -150,6 +81,6 @@ def test_real_alertmanager_receives_alert_with_advice_then_resolution(
     now = time.time()
     n.observe([Diagnosis("vllm-a:8000", seq[0].model_name, now, "healthy", now, [])], now)
     assert n.flush(5)
-    resolved = rx.wait("resolved")
+    resolved = rx.wait(_with_status("resolved"), timeout=20)
     assert resolved["alerts"][0]["status"] == "resolved"
     n.close()
