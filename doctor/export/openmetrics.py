@@ -66,6 +66,7 @@ class _Targets:
         self.last_ok: dict[str, float] = {}
 
     def update(self, state: DaemonState, cycle: Cycle) -> None:
+        """Set each target's scrape stats in state from what the cycle's diagnoses say about it."""
         down: dict[str, bool] = {}
         for d in cycle.diagnoses:
             is_down = any(f.name == "target_down" for f in d.findings)

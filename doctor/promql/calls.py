@@ -115,12 +115,14 @@ class Calls:
 
 
 def as_vector(v: Value) -> Vector:
+    """v as an instant vector, or EvalError."""
     if isinstance(v, list) and (not v or isinstance(v[0], Elem)):
         return v  # type: ignore[return-value]
     raise EvalError(f"expected an instant vector, got {type(v).__name__.lower()}")
 
 
 def as_matrix(v: Value) -> Matrix:
+    """v as a range vector, or EvalError."""
     if isinstance(v, list) and (not v or isinstance(v[0], Range)):
         return v  # type: ignore[return-value]
     raise EvalError(f"expected a range vector, got {type(v).__name__.lower()}")
