@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
     targets = []
     for name, stages in STAGES.items():
         server = ReplayServer(
-            Playlist([DEMO / f"{s}.jsonl.gz" for s in stages], loop=True), speed=args.speed
+            # 5 s in: skip the idle seconds each recording starts with
+            Playlist([DEMO / f"{s}.jsonl.gz" for s in stages], start_offset_s=5.0, loop=True),
+            speed=args.speed,
         ).start()
         servers.append(server)
         targets.append(TargetSpec(url=server.url, name=name, http=HttpOptions(total_timeout=3.0)))
