@@ -28,6 +28,7 @@ class Alert:
     state: str = "pending"
     fired_at: float | None = None
     last_seen: float = 0.0
+    keep_since: float | None = None  # first evaluation it stopped holding while keep_firing_for runs
 
     def key(self) -> tuple[str, Labels]:
         """Identity of the alert: rule name and its label set."""
@@ -54,6 +55,9 @@ class RuleEngine:
         self.engine = Engine(store)
         self.external = external_labels or {}
         self.active: dict[tuple[str, Labels], Alert] = {}
+        self._keep_firing_for = {
+            r.name: r.keep_firing_for_s for g in groups for r in g.rules if r.kind == "alert"
+        }
 
     def evaluate(self, t: float) -> Evaluation:
         """Evaluate every group in order at t (unix seconds)."""
@@ -118,7 +122,8 @@ class RuleEngine:
                 self.active[key] = current = alert
             else:
                 current.value, current.annotations, current.last_seen = e.v, annotations, t
-            if current.state == "pending" and t - current.active_at >= _rule_for(self.groups, rule):
+                current.keep_since = None
+            if current.state == "pending" and t - current.active_at >= rule.for_s:
                 current.state, current.fired_at = "firing", t
         return seen
 
@@ -126,10 +131,12 @@ class RuleEngine:
         for key, alert in list(self.active.items()):
             if key in seen:
                 continue
-            rule = _find_rule(self.groups, alert.rule)
-            keep = rule.keep_firing_for_s if rule else 0.0
-            if alert.state == "firing" and keep > 0 and t - alert.last_seen < keep:
-                continue
+            keep = self._keep_firing_for.get(alert.rule, 0.0)
+            if alert.state == "firing" and keep > 0:
+                # Prometheus counts keep_firing_for from the first evaluation where the expression stopped holding
+                alert.keep_since = t if alert.keep_since is None else alert.keep_since
+                if t - alert.keep_since < keep:
+                    continue
             del self.active[key]
 
     def to_state(self) -> list[dict[str, Any]]:
@@ -146,15 +153,3 @@ class RuleEngine:
                 continue
             if alert.rule in names:
                 self.active[alert.key()] = alert
-
-
-def _find_rule(groups: list[Group], name: str) -> Rule | None:
-    for g in groups:
-        for r in g.rules:
-            if r.name == name:
-                return r
-    return None
-
-
-def _rule_for(groups: list[Group], rule: Rule) -> float:
-    return rule.for_s
