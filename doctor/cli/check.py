@@ -13,7 +13,7 @@ from doctor.cli.common import build_pipeline, load_config_or_exit, target_config
 from doctor.config import TargetSpec
 from doctor.diagnosis.model import LIMITS, Diagnosis
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
-from doctor.rules.loader import parse_duration
+from doctor.rules.loader import duration_seconds, parse_duration
 
 
 def add_parser(sub: Any) -> None:
@@ -54,11 +54,7 @@ def _spec(args: argparse.Namespace) -> TargetSpec:
 def run(args: argparse.Namespace) -> int:
     """Sample, diagnose, print; 0 healthy/idle, 1 a limit was hit, 2 usage or input error."""
     try:
-        duration = (
-            parse_duration(args.duration)
-            if not args.duration.replace(".", "").isdigit()
-            else float(args.duration)
-        )
+        duration = duration_seconds(args.duration)
         spec = _spec(args)
     except (ValueError, OSError) as exc:
         print(f"kvdoctor check: {exc}", file=sys.stderr)

@@ -12,7 +12,7 @@ import yaml
 from doctor.config.schema import Config, FileSD, PrometheusSource
 from doctor.config.targets import http_options, parse_target
 from doctor.config.yamlpos import Located, locate
-from doctor.rules.loader import parse_duration
+from doctor.rules.loader import duration_seconds
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
@@ -104,7 +104,7 @@ def _dur(d: dict[str, Any], key: str, default: float, doc: Located, path: tuple,
     if v is None:
         return default
     try:
-        out = float(v) if isinstance(v, int | float) else parse_duration(str(v))
+        out = duration_seconds(v)
     except ValueError:
         errors.append(f"{doc.where(*path, key)}: {key}: not a duration: {v!r}")
         return default

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from doctor.config.schema import TargetSpec
 from doctor.config.yamlpos import Located
 from doctor.ingest.fetch import HttpOptions
-from doctor.rules.loader import parse_duration
+from doctor.rules.loader import duration_seconds
 
 TARGET_KEYS = {
     "url", "name", "max_num_seqs", "slo", "model", "model_config", "gpu", "tensor_parallel", "labels",
@@ -58,11 +58,7 @@ def http_options(
         cert = (str(tls["cert_file"]), str(tls["key_file"]))
     if d.get("timeout") is not None:
         try:
-            timeout = (
-                parse_duration(str(d["timeout"]))
-                if not isinstance(d["timeout"], int | float)
-                else float(d["timeout"])
-            )
+            timeout = duration_seconds(d["timeout"])
         except ValueError:
             errors.append(f"{doc.where(*path, 'timeout')}: timeout: not a duration")
     headers = d.get("headers") or {}
@@ -107,7 +103,7 @@ def parse_target(item: Any, doc: Located, path: tuple, errors: list[str]) -> Tar
             errors.append(f"{doc.where(*path, 'slo', key)}: slo: unknown SLO {key!r} (itl_p95, ttft_p95)")
             continue
         try:
-            slos[key] = float(v) if isinstance(v, int | float) else parse_duration(str(v))
+            slos[key] = duration_seconds(v)
         except ValueError:
             errors.append(f"{doc.where(*path, 'slo', key)}: slo.{key}: not a duration: {v!r}")
     labels = item.get("labels") or {}

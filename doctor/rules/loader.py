@@ -66,6 +66,16 @@ def parse_duration(text: str) -> float:
     return float(sum(int(m.group(i * 2 + 2) or 0) * u for i, u in enumerate(units)))
 
 
+def duration_seconds(value: object) -> float:
+    """Seconds from a number (or numeric string, as on a command line) or a Prometheus duration; raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    return float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text)
+
+
 def _line(node: yaml.Node | None) -> int:
     return node.start_mark.line + 1 if node is not None else 0
 
