@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 from doctor.capacity.live import live_capacity
 from doctor.diagnosis.classify import Classifier, TargetState
-from doctor.diagnosis.model import Diagnosis
 from doctor.diagnosis.signals import INSTANCE_SIGNALS, SIGNALS, collect
 from doctor.ingest.parse import ParseError, Parser
 from doctor.rules.evaluate import Evaluation, RuleEngine
 from doctor.rules.loader import Group
 from doctor.samples import Sample, Scrape
 from doctor.store import Store
+from doctor.verdicts import Diagnosis
 
 # Families a diagnosis needs, each with the names it may carry across vLLM versions.
 EXPECTED = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from doctor import fmt
-from doctor.diagnosis.model import Diagnosis, Finding
 from doctor.diagnosis.signals import EVIDENCE_FOR
+from doctor.verdicts import Diagnosis, Finding
 
 HEADLINE = {
     "kv_cache": "KV-cache bound: the cache is full, requests queue and get preempted",

@@ -14,9 +14,9 @@ import promql_parser as pp
 import pytest
 import yaml
 
-from doctor.daemon.exposition import GAUGES, DiagnosisCollector
-from doctor.daemon.state import DaemonState, TargetStats
-from doctor.diagnosis.model import BOTTLENECKS, Diagnosis, Finding
+from doctor.status.exposition import GAUGES, DiagnosisCollector
+from doctor.status.state import DaemonState, TargetStats
+from doctor.verdicts import BOTTLENECKS, Diagnosis, Finding
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "dashboards"

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from doctor.diagnosis.model import BOTTLENECKS, Diagnosis, Finding
 from doctor.export.openmetrics import export_openmetrics, format_timestamp
 from doctor.pipeline import Cycle, Pipeline, TargetConfig
 from doctor.query import recording_instance
 from doctor.replay import replay
 from doctor.rules.evaluate import Evaluation
 from doctor.rules.loader import default_rule_files, load_files
+from doctor.verdicts import BOTTLENECKS, Diagnosis, Finding
 from tests.conftest import labelled_windows
 from tests.support.prometheus import PrometheusServer, backfill, binaries
 

@@ -13,9 +13,9 @@ from doctor.cli.serve import overrides
 from doctor.config import Config, ConfigError, TargetSpec
 from doctor.config.schema import PrometheusSource
 from doctor.daemon.runner import Daemon
-from doctor.diagnosis.model import BOTTLENECKS
 from doctor.ingest.fetch import HttpOptions
 from doctor.rules.loader import default_rule_files, load_files
+from doctor.verdicts import BOTTLENECKS
 from tests.test_sources import fake_fixture, fleet_answer  # noqa: F401  (the `fake` fixture)
 
 

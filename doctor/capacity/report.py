@@ -9,7 +9,7 @@ from doctor.capacity.advice import ARITH, LIVE
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
 from doctor.capacity.presets import GpuSpec
-from doctor.diagnosis.model import Advice
+from doctor.verdicts import Advice
 
 
 def _estimate_dict(e: CapacityEstimate) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from typing import Any
 from doctor import fmt, render
 from doctor.cli.common import build_pipeline, load_config_or_exit, target_config, target_state
 from doctor.config import TargetSpec
-from doctor.diagnosis.model import LIMITS, Diagnosis
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.rules.loader import duration_seconds, parse_duration
+from doctor.verdicts import LIMITS, Diagnosis
 
 
 def add_parser(sub: Any) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 from doctor import render
 from doctor.config import Config, TargetSpec
-from doctor.diagnosis.model import Diagnosis
 from doctor.ingest.fetch import HttpOptions
 from doctor.replayserver import Playlist, ReplayServer
+from doctor.verdicts import Diagnosis
 
 DEMO = Path(__file__).resolve().parent.parent / "demo"
 # target -> recordings played one after another (looping): a healthy server that fills its KV cache and recovers,

@@ -15,9 +15,9 @@ from typing import Any
 
 from doctor import render
 from doctor.cli.common import build_pipeline, load_config_or_exit
-from doctor.diagnosis.model import Diagnosis
 from doctor.ingest.recording import RecordingError
 from doctor.replay import replay
+from doctor.verdicts import Diagnosis
 
 
 def add_parser(sub: Any) -> None:

@@ -18,12 +18,12 @@ from doctor.cli.common import target_config, target_state
 from doctor.config import Config, ConfigError, TargetSpec, load_config
 from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
-from doctor.daemon.exposition import make_registry
 from doctor.daemon.scrape import Scraper
-from doctor.daemon.state import DaemonState, TargetStats
-from doctor.diagnosis.model import Diagnosis
 from doctor.pipeline import Cycle, Pipeline
 from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState, TargetStats
+from doctor.verdicts import Diagnosis
 
 log = logging.getLogger("kvdoctor")
 EVENTS = {EVENT_JOB_ERROR: "error", EVENT_JOB_MISSED: "missed", EVENT_JOB_MAX_INSTANCES: "max_instances"}

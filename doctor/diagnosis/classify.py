@@ -10,9 +10,9 @@ from doctor.capacity.advice import max_model_len_finding_text
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
 from doctor.diagnosis import advise
-from doctor.diagnosis.model import LIMITS, Advice, Diagnosis, Finding
 from doctor.diagnosis.signals import EVIDENCE_FOR, Key
 from doctor.rules.evaluate import Alert
+from doctor.verdicts import LIMITS, Advice, Diagnosis, Finding
 
 PRIORITY = ("kv_cache", "batch_cap", "compute")  # when several limits hold, the first explains the others
 OVERSIZED = 4.0  # --max-model-len at least this many times the observed p99 request length

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from doctor.daemon.exposition import DiagnosisCollector
-from doctor.daemon.state import DaemonState, TargetStats
 from doctor.pipeline import Cycle
+from doctor.status.exposition import DiagnosisCollector
+from doctor.status.state import DaemonState, TargetStats
 
 LabelKey = tuple[tuple[str, str], ...]
 # OpenMetrics family types; prometheus_client's "untyped" is OpenMetrics' "unknown".

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from doctor import fmt
-from doctor.diagnosis.model import Diagnosis, Finding
 from doctor.notify.config import NotifyConfig
+from doctor.verdicts import Diagnosis, Finding
 
 # While a target is down or its metrics are missing, its other findings can be neither confirmed nor
 # refuted: they are held (not resolved) until the target answers again.

@@ -11,11 +11,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from doctor.cli.common import target_state
 from doctor.config.schema import PrometheusSource
-from doctor.daemon.state import TargetStats
 from doctor.diagnosis.classify import TargetState
 from doctor.pipeline import Cycle
 from doctor.sources.client import PromClient, SourceError
 from doctor.sources.prometheus import PrometheusEvaluator
+from doctor.status.state import TargetStats
 
 log = logging.getLogger("kvdoctor")
 

@@ -19,7 +19,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
+from doctor.status.state import DaemonState
 
 log = logging.getLogger(__name__)
 

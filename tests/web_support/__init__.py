@@ -7,11 +7,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from doctor.daemon.state import DaemonState, TargetStats
-from doctor.diagnosis.model import Diagnosis
 from doctor.pipeline import Pipeline
 from doctor.replay import replay
 from doctor.rules.loader import default_rule_files, load_files
+from doctor.status.state import DaemonState, TargetStats
+from doctor.verdicts import Diagnosis
 from tests.conftest import SHARED
 
 RECORDINGS = SHARED / "vllm-0.32-cpu"

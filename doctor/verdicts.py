@@ -1,4 +1,4 @@
-"""The diagnosis value types every sink consumes (exposition, API, page, Slack, Alertmanager)."""
+"""Verdicts and their parts — Diagnosis, Finding, Advice: the value types every stage and sink passes on."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
-from doctor.diagnosis.model import BOTTLENECKS
+from doctor.status.state import DaemonState
+from doctor.verdicts import BOTTLENECKS
 
 # evidence key -> (metric name, help)
 GAUGES: dict[str, tuple[str, str]] = {

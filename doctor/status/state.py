@@ -7,7 +7,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from doctor.diagnosis.model import Diagnosis
+from doctor.verdicts import Diagnosis
 
 # Evidence keys kept per evaluation for the status page's charts.
 CHART_KEYS = (
