@@ -11,8 +11,8 @@ from typing import Any
 from doctor import fmt, render
 from doctor.cli.common import build_pipeline, load_config_or_exit, target_config, target_state
 from doctor.config import TargetSpec
+from doctor.config.durations import duration_seconds, parse_duration
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
-from doctor.rules.loader import duration_seconds, parse_duration
 from doctor.verdicts import LIMITS, Diagnosis
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from doctor.rules.loader import RuleLoadError, load_files, parse_duration, rule_files
+from doctor.config.durations import parse_duration
+from doctor.rules.loader import RuleLoadError, load_files, rule_files
 
 FORMATS = ("prometheus", "prometheus-operator")
 

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from doctor.config import ConfigError
+from doctor.config.durations import parse_duration
 from doctor.config.schema import PrometheusSource, TargetSpec
 from doctor.daemon.logs import setup_logging
 from doctor.ingest.fetch import HttpOptions
-from doctor.rules.loader import RuleLoadError, parse_duration
+from doctor.rules.loader import RuleLoadError
 
 
 def add_parser(sub: Any) -> None:

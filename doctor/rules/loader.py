@@ -10,10 +10,10 @@ from typing import Any
 import promql_parser as pp
 import yaml
 
+from doctor.config.durations import parse_duration
 from doctor.promql.check import ExprError, check_expr
 from doctor.rules.templates import TemplateError, check_template
 
-_DURATION_RE = re.compile(r"^((\d+)y)?((\d+)w)?((\d+)d)?((\d+)h)?((\d+)m)?((\d+)s)?((\d+)ms)?$")
 _METRIC_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _GROUP_KEYS = {"name", "interval", "rules", "limit", "query_offset"}
@@ -52,28 +52,6 @@ class RuleLoadError(ValueError):
     def __init__(self, errors: list[str]) -> None:
         super().__init__("\n".join(errors))
         self.errors = errors
-
-
-def parse_duration(text: str) -> float:
-    """A Prometheus duration ("1m30s") in seconds; raises ValueError."""
-    text = str(text).strip()
-    if text == "0":
-        return 0.0
-    m = _DURATION_RE.match(text)
-    if not m or not text:
-        raise ValueError(f"not a duration: {text!r}")
-    units = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
-    return float(sum(int(m.group(i * 2 + 2) or 0) * u for i, u in enumerate(units)))
-
-
-def duration_seconds(value: object) -> float:
-    """Seconds from a number (or numeric string, as on a command line) or a Prometheus duration; raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    return float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text)
 
 
 def _line(node: yaml.Node | None) -> int:
