@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from doctor.diagnosis.target import TargetFacts
 from doctor.export.openmetrics import export_openmetrics, format_timestamp
-from doctor.pipeline import Cycle, Pipeline, TargetConfig
+from doctor.pipeline import Cycle, Pipeline
 from doctor.query import recording_instance
 from doctor.replay import replay
 from doctor.rules.evaluate import Evaluation
@@ -111,7 +112,7 @@ def replay_all(paths: Iterable[Path], interval_s: float = 15.0) -> Iterator[Cycl
     paths = list(paths)
     for path in paths:
         stem = recording_instance(path).split("--")[-1]
-        p.add_target(recording_instance(path), TargetConfig(max_num_seqs=MAX_NUM_SEQS.get(stem)))
+        p.add_target(recording_instance(path), TargetFacts(max_num_seqs=MAX_NUM_SEQS.get(stem)))
     return replay(p, paths, interval_s)
 
 

@@ -9,10 +9,11 @@ import time
 from typing import Any
 
 from doctor import fmt, render
-from doctor.cli.common import build_pipeline, load_config_or_exit, target_config, target_state
+from doctor.cli.common import build_pipeline, load_config_or_exit
 from doctor.config import TargetSpec
 from doctor.config.durations import duration_seconds, parse_duration
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
+from doctor.targets import target_facts
 from doctor.verdicts import LIMITS, Diagnosis
 
 
@@ -63,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
     pipeline = build_pipeline(cfg, args.rules, recordings=[]) if cfg else None
     if pipeline is None:
         return 2
-    pipeline.add_target(spec.name, target_config(spec))
-    pipeline.targets[spec.name] = target_state(spec)
+    pipeline.add_target(spec.name, target_facts(spec))
     tty = sys.stderr.isatty() and not args.json
     start = time.time()
     ok = errors = 0

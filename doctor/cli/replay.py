@@ -15,7 +15,10 @@ from typing import Any
 
 from doctor import render
 from doctor.cli.common import build_pipeline, load_config_or_exit
+from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
+from doctor.export.openmetrics import export_openmetrics
 from doctor.ingest.recording import RecordingError
+from doctor.notify import Notifier
 from doctor.replay import replay
 from doctor.verdicts import Diagnosis
 
@@ -90,8 +93,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         undelivered = notify_close(notifier, tmp) if notifier is not None else False
     if args.export_openmetrics:
-        from doctor.export.openmetrics import export_openmetrics
-
         with open(args.export_openmetrics, "w", encoding="utf-8") as out:
             n = export_openmetrics(cycles, out)
         print(f"wrote {n} samples to {args.export_openmetrics}", file=sys.stderr)
@@ -115,8 +116,6 @@ def _entry(d: Diagnosis) -> dict[str, Any]:
 
 
 def _notifier(cfg: Any, state: str | None, interval: float) -> tuple[Any, Path | None]:
-    from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
-    from doctor.notify import Notifier
 
     ncfg = notify_config(cfg, os.environ, "kvdoctor replay")
     if ncfg is None:

@@ -14,22 +14,26 @@ from typing import Any
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from doctor.cli.common import target_config, target_state
 from doctor.config import Config, ConfigError, TargetSpec, load_config
 from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
 from doctor.daemon.scrape import Scraper
+from doctor.notify import Notifier, parse_notify_config
+from doctor.notify.located import located_errors
 from doctor.pipeline import Cycle, Pipeline
-from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
+from doctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_files
+from doctor.sources.daemon import DaemonSource
 from doctor.status.exposition import make_registry
 from doctor.status.state import DaemonState, TargetStats
+from doctor.targets import target_facts
 from doctor.verdicts import Diagnosis
+from doctor.web.server import WebServer
 
 log = logging.getLogger("kvdoctor")
 EVENTS = {EVENT_JOB_ERROR: "error", EVENT_JOB_MISSED: "missed", EVENT_JOB_MAX_INSTANCES: "max_instances"}
 
 
-def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[Group]]:
+def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[RuleGroup]]:
     """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem."""
     cfg = load_config(cfg_path)
     for key, value in overrides.items():
@@ -41,7 +45,7 @@ def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Co
 class Daemon:
     """Owns the pipeline, the scraper, the scheduler and the sinks."""
 
-    def __init__(self, cfg: Config, groups: list[Group], cfg_path: str | None = None,
+    def __init__(self, cfg: Config, groups: list[RuleGroup], cfg_path: str | None = None,
                  overrides: dict[str, Any] | None = None, on_change: Any = None) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
@@ -50,8 +54,8 @@ class Daemon:
         self.discovery = FileDiscovery(cfg.file_sd)
         self.registry = make_registry(self.state)
         self.on_change = on_change  # called with (diagnosis, previous bottleneck) when a class changes
-        self.notifier: Any = None
-        self.web: Any = None
+        self.notifier: Notifier | None = None
+        self.web: WebServer | None = None
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
         self._specs: dict[str, TargetSpec] = {}
@@ -64,10 +68,8 @@ class Daemon:
         if cfg.state_file:
             persist.load(cfg.state_file, self.pipeline)
         self._sync_targets()
-        self.source: Any = None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        self.source: DaemonSource | None = None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
         if cfg.source == "prometheus":
-            from doctor.sources.daemon import DaemonSource
-
             self.source = DaemonSource(self)
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -75,9 +77,7 @@ class Daemon:
         """Start the sinks and the cycle job (first cycle at once)."""
         self._start_notifier()
         if web:
-            from doctor.web.server import WebServer
-
-            extra = (lambda: {"notify": self.notifier.status()}) if self.notifier else None
+            extra = self._notify_status if self.notifier else None
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
                                  reload=self.reload, extra_status=extra)  # fmt: skip
             self.web.start()
@@ -193,12 +193,7 @@ class Daemon:
         for name, spec in wanted.items():
             old = self._specs.get(name)
             if old is None or old != spec:
-                self.pipeline.add_target(name, target_config(spec))
-                st = target_state(spec)
-                prev = self.pipeline.targets.get(name)
-                if prev is not None:
-                    st.up, st.error, st.models = prev.up, prev.error, prev.models
-                self.pipeline.targets[name] = st
+                self.pipeline.add_target(name, target_facts(spec))
                 if old is None:
                     self.state.set_target(TargetStats(name, spec.safe_url, labels=dict(spec.labels)))
         self._specs = wanted
@@ -230,9 +225,6 @@ class Daemon:
     def _start_notifier(self) -> None:
         if not self.cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
             return
-        from doctor.cli.notify import located_errors
-        from doctor.notify import Notifier, parse_notify_config
-
         ncfg, errors = parse_notify_config(self.cfg.notify, os.environ)
         if errors:
             raise ConfigError(located_errors(self.cfg, errors))
@@ -240,6 +232,11 @@ class Daemon:
         if not self.cfg.state_file:
             log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
         self.notifier = Notifier(ncfg, state_dir)
+
+    def _notify_status(self) -> dict[str, Any]:
+        if self.notifier is None:
+            raise RuntimeError("notifier stopped")
+        return {"notify": self.notifier.status()}
 
     def _event(self, event: JobEvent) -> None:
         name = EVENTS.get(event.code, "other")

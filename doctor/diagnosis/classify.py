@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from doctor.capacity.advice import max_model_len_finding_text
-from doctor.capacity.budget import CapacityEstimate
-from doctor.capacity.live import LiveCapacity
 from doctor.diagnosis import advise
 from doctor.diagnosis.signals import EVIDENCE_FOR, Key
+from doctor.diagnosis.target import Target
 from doctor.rules.evaluate import Alert
 from doctor.verdicts import LIMITS, Advice, Diagnosis, Finding
 
@@ -19,32 +18,23 @@ OVERSIZED = 4.0  # --max-model-len at least this many times the observed p99 req
 MIN_REQUESTS = 20
 
 
-@dataclass
-class TargetState:
-    """What the scrape layer knows about a target."""
-
-    name: str
-    up: bool | None = None  # None: never scraped yet
-    error: str = ""
-    missing: list[str] = field(default_factory=list)  # expected vLLM families absent from the last scrape
-    live: LiveCapacity | None = None
-    estimate: CapacityEstimate | None = None
-    gpu_fp8: bool | None = None
-    models: set[str] = field(default_factory=set)
-
-
 class Classifier:
     """Keeps, per (target, model), the current class and since when it holds."""
 
     def __init__(self) -> None:
         self.since: dict[Key, tuple[str, float]] = {}
+        self.models: dict[str, set[str]] = {}  # model names seen per target, kept while it is down
+
+    def forget(self, target: str) -> None:
+        """Drop what is known of a removed target's models."""
+        self.models.pop(target, None)
 
     def classify(
         self,
         t: float,
         signals: dict[Key, dict[str, float]],
         alerts: list[Alert],
-        targets: dict[str, TargetState],
+        targets: Mapping[str, Target],
     ) -> list[Diagnosis]:
         """The diagnoses at t, one per (target, model_name) known."""
         firing: dict[Key, list[Alert]] = {}
@@ -62,21 +52,22 @@ class Classifier:
         for tgt, m in keys:
             models.setdefault(tgt, set()).add(m)
         for name, st in targets.items():
-            st.models |= models.get(name, set()) - {""}
+            known = self.models.setdefault(name, set())
+            known |= models.get(name, set()) - {""}
             if st.up is None:
                 continue  # not scraped yet: nothing to say
             if name not in models:
-                keys |= {(name, m) for m in st.models} or {(name, "")}
+                keys |= {(name, m) for m in known} or {(name, "")}
         for key in keys:
             firing.setdefault(key, []).extend(target_level.get(key[0], []))
         out = []
         for key in sorted(keys):
-            target = targets.get(key[0], TargetState(key[0]))
+            target = targets.get(key[0]) or Target(key[0])
             out.append(self._one(t, key, target, signals.get(key, {}), firing.get(key, [])))
         return out
 
     def _one(
-        self, t: float, key: Key, target: TargetState, ev: dict[str, float], alerts: list[Alert]
+        self, t: float, key: Key, target: Target, ev: dict[str, float], alerts: list[Alert]
     ) -> Diagnosis:
         ev = {k: v for k, v in ev.items() if not math.isnan(v)}
         if target.live and target.live.kv_cache_tokens:
@@ -113,18 +104,18 @@ class Classifier:
         advice = next((f.advice for f in findings if f.bottleneck == bottleneck), [])
         return Diagnosis(key[0], key[1], t, bottleneck, since, findings, _round(ev), advice)
 
-    def _finding(self, a: Alert, ev: dict[str, float], target: TargetState) -> Finding:
+    def _finding(self, a: Alert, ev: dict[str, float], target: Target) -> Finding:
         name = a.labels["finding"]
         bottleneck = a.labels.get("bottleneck", "")
         evidence = {k: ev[k] for k in EVIDENCE_FOR.get(name, ()) if k in ev}
         if bottleneck == "kv_cache":
-            advice = advise.kv_cache(target.live, target.estimate, ev)
+            advice = advise.kv_cache(target.live, target.facts.estimate, ev)
             if target.live and target.live.kv_cache_tokens:
                 evidence["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
         elif bottleneck == "batch_cap":
             advice = advise.batch_cap(ev)
         elif bottleneck == "compute":
-            advice = advise.compute(ev, target.gpu_fp8)
+            advice = advise.compute(ev, target.facts.gpu_fp8)
         else:
             advice = [Advice("", a.annotations["advice"])] if a.annotations.get("advice") else []
         return Finding(
@@ -152,7 +143,7 @@ def _idle(ev: dict[str, float]) -> bool:
     return quiet and not ev.get("generation_tokens_per_s")
 
 
-def _down(target: TargetState) -> Finding:
+def _down(target: Target) -> Finding:
     return Finding(
         "target_down", "critical", f"vLLM target {target.name} is down",
         f"The last scrape failed: {target.error or 'no answer'}.",
@@ -162,7 +153,7 @@ def _down(target: TargetState) -> Finding:
     )  # fmt: skip
 
 
-def _python_findings(target: TargetState, model: str, ev: dict[str, float]) -> list[Finding]:
+def _python_findings(target: Target, model: str, ev: dict[str, float]) -> list[Finding]:
     out = []
     if target.missing:
         out.append(
@@ -193,7 +184,7 @@ def _python_findings(target: TargetState, model: str, ev: dict[str, float]) -> l
                     f"--max-model-len on {target.name} is {limit / p99:.0f}× the p99 request length", text,
                     {"max_model_len": float(limit), "request_p99_tokens": round(p99, 1),
                      "requests_observed": float(live.requests_observed)},
-                    advise.kv_cache(live, target.estimate, ev)[:1],
+                    advise.kv_cache(live, target.facts.estimate, ev)[:1],
                 )
             )  # fmt: skip
     return out

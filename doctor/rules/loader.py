@@ -37,7 +37,7 @@ class Rule:
 
 
 @dataclass
-class Group:
+class RuleGroup:
     """A rule group: evaluated in order, at its interval."""
 
     name: str
@@ -62,9 +62,9 @@ def _mapping(node: yaml.Node) -> dict[str, tuple[yaml.Node, yaml.Node]]:
     return {k.value: (k, v) for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
 
 
-def load_files(paths: list[Path]) -> list[Group]:
+def load_files(paths: list[Path]) -> list[RuleGroup]:
     """Load every rule file; raise RuleLoadError listing every problem (nothing is half-loaded)."""
-    groups: list[Group] = []
+    groups: list[RuleGroup] = []
     errors: list[str] = []
     seen_groups: set[tuple[str, str]] = set()
     for path in paths:
@@ -87,7 +87,7 @@ def load_files(paths: list[Path]) -> list[Group]:
 
 def _load_root(
     path: Path, root: yaml.Node | None, errors: list[str], seen: set[tuple[str, str]]
-) -> list[Group]:
+) -> list[RuleGroup]:
     top = _mapping(root) if root is not None else {}
     if root is None or "groups" not in top:
         errors.append(f"{path}:{_line(root) or 1}: a rule file needs a top-level `groups:` list")
@@ -111,7 +111,7 @@ def _load_root(
     return out
 
 
-def _load_group(path: Path, node: yaml.Node, errors: list[str]) -> Group | None:
+def _load_group(path: Path, node: yaml.Node, errors: list[str]) -> RuleGroup | None:
     m = _mapping(node)
     where = f"{path}:{_line(node)}"
     if not m:
@@ -134,7 +134,7 @@ def _load_group(path: Path, node: yaml.Node, errors: list[str]) -> Group | None:
         errors.append(f"{where}: group {name!r}: `rules` must be a list")
         return None
     rules = [r for r in (_load_rule(path, name, rn, errors) for rn in rules_node.value) if r is not None]
-    return Group(name, str(path), interval, rules)
+    return RuleGroup(name, str(path), interval, rules)
 
 
 def _load_rule(path: Path, group: str, node: yaml.Node, errors: list[str]) -> Rule | None:

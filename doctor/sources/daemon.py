@@ -5,25 +5,51 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import CollectorRegistry
 
-from doctor.cli.common import target_state
+from doctor.config import Config
 from doctor.config.schema import PrometheusSource
-from doctor.diagnosis.classify import TargetState
-from doctor.pipeline import Cycle
+from doctor.diagnosis.target import TargetFacts
+from doctor.pipeline import Cycle, Pipeline
 from doctor.sources.client import PromClient, SourceError
 from doctor.sources.prometheus import PrometheusEvaluator
-from doctor.status.state import TargetStats
+from doctor.status.state import DaemonState, TargetStats
+from doctor.targets import target_facts
 
 log = logging.getLogger("kvdoctor")
+
+
+class SourceHost(Protocol):
+    """What the Prometheus source needs of the daemon that runs it."""
+
+    @property
+    def cfg(self) -> Config:
+        """The current config (a reload replaces it)."""
+        ...
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """Alert and classification state across cycles."""
+        ...
+
+    @property
+    def state(self) -> DaemonState:
+        """Where the targets Prometheus reports are published."""
+        ...
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """kvdoctor's own /metrics, where the source adds its families."""
+        ...
 
 
 class DaemonSource:
     """Owns the evaluator for a Daemon; reads the daemon's current config each cycle (so reloads apply)."""
 
-    def __init__(self, daemon: Any) -> None:
+    def __init__(self, daemon: SourceHost) -> None:
         self.daemon = daemon
         self._config: PrometheusSource | None = None
         self.evaluator: PrometheusEvaluator | None = None
@@ -69,9 +95,9 @@ class DaemonSource:
         self._publish_targets(t)
         return cycle
 
-    def _facts(self, name: str) -> TargetState:
+    def _facts(self, name: str) -> TargetFacts:
         spec = next((s for s in self.daemon.cfg.targets if s.name == name), None)
-        return target_state(spec) if spec is not None else TargetState(name)
+        return target_facts(spec) if spec is not None else TargetFacts()
 
     def _publish_targets(self, t: float) -> None:
         assert self.evaluator is not None

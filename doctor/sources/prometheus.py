@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from doctor.capacity.live import CACHE_INFO, GENERATION, PROMPT, live_capacity
-from doctor.diagnosis.classify import TargetState
 from doctor.diagnosis.signals import collect
+from doctor.diagnosis.target import TargetFacts
 from doctor.pipeline import EXPECTED, Cycle, Pipeline
 from doctor.pipeline import SIGNAL_NAMES as PIPELINE_SIGNALS
 from doctor.samples import Sample
@@ -71,11 +71,11 @@ class PrometheusEvaluator:
             out[f"alert:{gi}:{ri}"] = rule.expr
         return out
 
-    def evaluate(self, t: float, facts: Callable[[str], TargetState] | None = None) -> Cycle:
+    def evaluate(self, t: float, facts: Callable[[str], TargetFacts] | None = None) -> Cycle:
         """Query the fleet's state at t and classify every (target, model); raises SourceError."""
         results = self._run_all(self.queries(), t)
         self.discovered = _discover(results["targets"])
-        self._sync_targets(facts or TargetState)
+        self._sync_targets(facts or (lambda _: TargetFacts()))
         self._update_targets(results["present"], results["capacity"])
         known = set(self.discovered)
         signals = collect(
@@ -89,7 +89,7 @@ class PrometheusEvaluator:
             if k.startswith("alert:")
         }
         evaluation = apply_alerts(self.pipeline.rules, vectors, t)
-        diagnoses = self.pipeline.classifier.classify(t, signals, evaluation.alerts, self.pipeline.targets)
+        diagnoses = self.pipeline.classify(t, signals, evaluation)
         return Cycle(t, diagnoses, evaluation)
 
     def _run_all(self, queries: dict[str, str], t: float) -> dict[str, Series]:
@@ -107,17 +107,13 @@ class PrometheusEvaluator:
             raise SourceError(errors[0] + more)
         return results
 
-    def _sync_targets(self, facts: Callable[[str], TargetState]) -> None:
-        targets = self.pipeline.targets
-        for gone in set(targets) - set(self.discovered):
-            del targets[gone]
+    def _sync_targets(self, facts: Callable[[str], TargetFacts]) -> None:
+        for gone in set(self.pipeline.targets) - set(self.discovered):
+            self.pipeline.remove_target(gone)
         for name, d in self.discovered.items():
-            st = targets.get(name)
-            if st is None:
-                targets[name] = st = facts(name)
-                st.name = name
-            st.up = d.up
-            st.error = "" if d.up else f"Prometheus reports up == 0 for {name} (job {d.job!r})"
+            if name not in self.pipeline.targets:
+                self.pipeline.add_target(name, facts(name))
+            self.pipeline.set_health(name, d.up, f"Prometheus reports up == 0 for {name} (job {d.job!r})")
 
     def _update_targets(self, present: Series, capacity: Series) -> None:
         names: dict[str, set[str]] = defaultdict(set)
@@ -127,14 +123,12 @@ class PrometheusEvaluator:
         for labels, v in capacity:
             rest = tuple(sorted((k, x) for k, x in labels.items() if k != "__name__"))
             samples[labels.get("instance", "")].append(Sample(labels.get("__name__", ""), rest, v))
-        for name, st in self.pipeline.targets.items():
+        for name, st in list(self.pipeline.targets.items()):
             if not st.up:
                 continue  # as with scrapes: keep what the last good look showed
             have = names.get(name, set())
-            st.missing = [
-                what for what, alts in EXPECTED.items() if not any(_PRESENCE[a] in have for a in alts)
-            ]
-            st.live = live_capacity(samples.get(name, []))
+            missing = [what for what, alts in EXPECTED.items() if not any(_PRESENCE[a] in have for a in alts)]
+            self.pipeline.set_inventory(name, missing, live_capacity(samples.get(name, [])))
 
 
 def _discover(series: Series) -> dict[str, Discovered]:
