@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from doctor import fmt, render
+from doctor import fmt, terminal
 from doctor.cli.common import build_pipeline, load_config_or_exit
 from doctor.config import TargetSpec
 from doctor.config.durations import duration_seconds, parse_duration
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                           "diagnoses": [d.to_dict() for d in diagnoses]}))  # fmt: skip
     else:
         print(f"kvdoctor check of {spec.safe_url}: {ok} scrapes over {duration:.0f} s ({errors} failed)\n")
-        print("\n\n".join(render.report(d) for d in diagnoses))
+        print("\n\n".join(terminal.report(d) for d in diagnoses))
     return 1 if any(d.bottleneck in LIMITS for d in diagnoses) else 0
 
 

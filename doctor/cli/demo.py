@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor import render
+from doctor import terminal
 from doctor.config import Config, TargetSpec
 from doctor.daemon.logs import setup_logging
 from doctor.daemon.runner import Daemon
@@ -42,9 +42,9 @@ def add_parser(sub: Any) -> None:
 
 
 def _print_change(d: Diagnosis, previous: str | None) -> None:
-    print(render.change_line(d, None, previous), flush=True)
+    print(terminal.change_line(d, None, previous), flush=True)
     if d.advice and d.bottleneck != previous:
-        print("\n".join(render.advice_lines(d)[:3]), flush=True)
+        print("\n".join(terminal.advice_lines(d)[:3]), flush=True)
 
 
 def run(args: argparse.Namespace) -> int:

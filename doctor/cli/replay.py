@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor import render
+from doctor import terminal
 from doctor.cli.common import build_pipeline, load_config_or_exit
 from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
 from doctor.export.openmetrics import export_openmetrics
@@ -83,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
                 key, state = (d.target, d.model_name), (d.bottleneck, tuple(f.name for f in d.findings))
                 if not args.json and last.get(key) != state:
                     prev = last.get(key, (None,))[0]
-                    print(render.change_line(d, start, prev))
+                    print(terminal.change_line(d, start, prev))
                     if d.advice and (prev is None or prev != d.bottleneck):
-                        print("\n".join(render.advice_lines(d)))
+                        print("\n".join(terminal.advice_lines(d)))
                 last[key] = state
     except (RecordingError, OSError) as exc:
         print(f"kvdoctor replay: {exc}", file=sys.stderr)

@@ -68,7 +68,9 @@ class Daemon:
         if cfg.state_file:
             persist.load(cfg.state_file, self.pipeline)
         self._sync_targets()
-        self.source: DaemonSource | None = None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        self.source: DaemonSource | None = (
+            None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        )
         if cfg.source == "prometheus":
             self.source = DaemonSource(self)
 

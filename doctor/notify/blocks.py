@@ -131,7 +131,7 @@ def _text_section(text: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text or " ", MAX_TEXT)}}
 
 
-def render(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dict[str, Any]]]:
+def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dict[str, Any]]]:
     """Fallback text and Block Kit blocks for an event (root message, or thread reply when root=False)."""
     a: dict[str, Any] = ev.alerts[0] if ev.alerts else {"finding": "", "severity": "info", "summary": ""}
     where, title = _where(ev, a), title_of(a)
@@ -185,7 +185,7 @@ def validate(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render_test(links: Links, where: str = "kvdoctor") -> tuple[str, list[dict[str, Any]]]:
+def probe_message(links: Links, where: str = "kvdoctor") -> tuple[str, list[dict[str, Any]]]:
     """A test message proving the sink is configured (kvdoctor notify test)."""
     text = f"kvdoctor test notification from {where}: Slack delivery works."
     extra = [x for x in (links.status_page_url and f"<{links.status_page_url}|Status page>",

@@ -20,7 +20,7 @@ from doctor.pipeline import EXPECTED, Cycle, Pipeline
 from doctor.pipeline import SIGNAL_NAMES as PIPELINE_SIGNALS
 from doctor.samples import Sample
 from doctor.sources.alerts import alerting_rules, apply_alerts
-from doctor.sources.client import PromClient, Series, SourceError, finite
+from doctor.sources.client import InstantVector, PromClient, SourceError, finite
 
 # The signals the scrape pipeline hands the classifier, so both sources give the same evidence.
 SIGNAL_NAMES = sorted(PIPELINE_SIGNALS)
@@ -92,7 +92,7 @@ class PrometheusEvaluator:
         diagnoses = self.pipeline.classify(t, signals, evaluation)
         return Cycle(t, diagnoses, evaluation)
 
-    def _run_all(self, queries: dict[str, str], t: float) -> dict[str, Series]:
+    def _run_all(self, queries: dict[str, str], t: float) -> dict[str, InstantVector]:
         self.last_cycle_queries = len(queries)
         with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(queries)))) as pool:
             futures = {name: pool.submit(self.client.query, expr, t) for name, expr in queries.items()}
@@ -115,7 +115,7 @@ class PrometheusEvaluator:
                 self.pipeline.add_target(name, facts(name))
             self.pipeline.set_health(name, d.up, f"Prometheus reports up == 0 for {name} (job {d.job!r})")
 
-    def _update_targets(self, present: Series, capacity: Series) -> None:
+    def _update_targets(self, present: InstantVector, capacity: InstantVector) -> None:
         names: dict[str, set[str]] = defaultdict(set)
         for labels, _ in present:
             names[labels.get("instance", "")].add(labels.get("__name__", ""))
@@ -131,7 +131,7 @@ class PrometheusEvaluator:
             self.pipeline.set_inventory(name, missing, live_capacity(samples.get(name, [])))
 
 
-def _discover(series: Series) -> dict[str, Discovered]:
+def _discover(series: InstantVector) -> dict[str, Discovered]:
     out: dict[str, Discovered] = {}
     durations: dict[str, float] = {}
     for labels, v in series:
