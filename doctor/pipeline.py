@@ -9,12 +9,13 @@ from types import MappingProxyType
 
 from doctor.capacity.live import LiveCapacity, live_capacity
 from doctor.diagnosis.classify import Classifier
-from doctor.diagnosis.signals import INSTANCE_SIGNALS, SIGNALS, Key, collect
+from doctor.diagnosis.evidence import Key, collect
 from doctor.diagnosis.target import Target, TargetFacts
 from doctor.ingest.parse import ParseError, Parser
 from doctor.rules.evaluate import Evaluation, RuleEngine
 from doctor.rules.loader import RuleGroup
 from doctor.samples import Sample, Scrape
+from doctor.signals import recorded
 from doctor.store import Store
 from doctor.verdicts import Diagnosis
 
@@ -30,8 +31,6 @@ EXPECTED = {
         "vllm:time_per_output_token_seconds_bucket",
     ),
 }
-# Every recorded series the classifier reads, for either source.
-SIGNAL_NAMES = set(SIGNALS.values()) | set(INSTANCE_SIGNALS.values())
 
 
 @dataclass
@@ -121,7 +120,7 @@ class Pipeline:
         evaluation = self.rules.evaluate(t)
         t_ms = round(t * 1000)
         series = []
-        for name in SIGNAL_NAMES:
+        for name in recorded().values():
             for s in self.store.select(name):
                 v = s.at(t_ms, self.store.lookback_ms)
                 if v is not None and not math.isnan(v):

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"kvdoctor check of {spec.safe_url}: {ok} scrapes over {duration:.0f} s ({errors} failed)\n")
         print("\n\n".join(terminal.report(d) for d in diagnoses))
-    return 1 if any(d.bottleneck in LIMITS for d in diagnoses) else 0
+    return 1 if any(d.verdict in LIMITS for d in diagnoses) else 0
 
 
 def _progress(tty: bool, elapsed: float, duration: float, diagnoses: list[Diagnosis], error: str) -> None:
@@ -108,7 +108,5 @@ def _progress(tty: bool, elapsed: float, duration: float, diagnoses: list[Diagno
     ev = d.evidence if d else {}
     bits = [f"{fmt.label_of(k)} {fmt.value(k, ev[k])}" for k in ("kv_usage", "running", "waiting") if k in ev]
     status = error[:60] if error else " · ".join(bits)
-    line = (
-        f"\rsampling {min(elapsed, duration):4.0f}/{duration:.0f} s  {d.bottleneck if d else '…':9s} {status}"
-    )
+    line = f"\rsampling {min(elapsed, duration):4.0f}/{duration:.0f} s  {d.verdict if d else '…':9s} {status}"
     print(line.ljust(100)[:120], end="", file=sys.stderr, flush=True)

@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
 
 def _print_change(d: Diagnosis, previous: str | None) -> None:
     print(terminal.change_line(d, None, previous), flush=True)
-    if d.advice and d.bottleneck != previous:
+    if d.advice and d.verdict != previous:
         print("\n".join(terminal.advice_lines(d)[:3]), flush=True)
 
 

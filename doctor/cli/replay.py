@@ -80,11 +80,11 @@ def run(args: argparse.Namespace) -> int:
                 notify_cycle(notifier, cycle.diagnoses, cycle.t)
             for d in cycle.diagnoses:
                 timeline.append(_entry(d))
-                key, state = (d.target, d.model_name), (d.bottleneck, tuple(f.name for f in d.findings))
+                key, state = (d.target, d.model_name), (d.verdict, tuple(f.name for f in d.findings))
                 if not args.json and last.get(key) != state:
                     prev = last.get(key, (None,))[0]
                     print(terminal.change_line(d, start, prev))
-                    if d.advice and (prev is None or prev != d.bottleneck):
+                    if d.advice and (prev is None or prev != d.verdict):
                         print("\n".join(terminal.advice_lines(d)))
                 last[key] = state
     except (RecordingError, OSError) as exc:
@@ -107,7 +107,8 @@ def _entry(d: Diagnosis) -> dict[str, Any]:
         "t": d.t,
         "target": d.target,
         "model_name": d.model_name,
-        "bottleneck": d.bottleneck,
+        "bottleneck": d.verdict,
+        "verdict": d.verdict,
         "since": d.since,
         "findings": [f.name for f in d.findings],
         "evidence": full["evidence"],

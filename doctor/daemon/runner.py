@@ -53,7 +53,7 @@ class Daemon:
         self.scraper = Scraper(cfg.scrape_workers)
         self.discovery = FileDiscovery(cfg.file_sd)
         self.registry = make_registry(self.state)
-        self.on_change = on_change  # called with (diagnosis, previous bottleneck) when a class changes
+        self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes
         self.notifier: Notifier | None = None
         self.web: WebServer | None = None
         self.stop_event = threading.Event()
@@ -171,12 +171,12 @@ class Daemon:
         for d in diagnoses:
             key = (d.target, d.model_name)
             prev = self._last.get(key)
-            if prev != d.bottleneck:
-                log.info("%s · %s: %s (was %s)", d.target, d.model_name or "-", d.bottleneck, prev or "-",
-                         extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.bottleneck})  # fmt: skip
+            if prev != d.verdict:
+                log.info("%s · %s: %s (was %s)", d.target, d.model_name or "-", d.verdict, prev or "-",
+                         extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.verdict})  # fmt: skip
                 if self.on_change:
                     self.on_change(d, prev)
-            self._last[key] = d.bottleneck
+            self._last[key] = d.verdict
 
     def _persist(self) -> None:
         if self.cfg.state_file:

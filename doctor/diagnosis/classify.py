@@ -1,4 +1,4 @@
-"""One bottleneck per (target, model) from the rule pack's alerts and signals, with findings, evidence and advice."""
+"""One verdict per (target, model) from the rule pack's alerts and signals, with findings, evidence and advice."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 from doctor.capacity.advice import max_model_len_finding_text
 from doctor.diagnosis import advise
-from doctor.diagnosis.signals import EVIDENCE_FOR, Key
+from doctor.diagnosis.evidence import Key
 from doctor.diagnosis.target import Target
 from doctor.rules.evaluate import Alert
+from doctor.signals import evidence_for
 from doctor.verdicts import LIMITS, Advice, Diagnosis, Finding
 
 PRIORITY = ("kv_cache", "batch_cap", "compute")  # when several limits hold, the first explains the others
@@ -83,31 +84,31 @@ class Classifier:
         )
         limits = [f.bottleneck for f in findings if f.bottleneck in LIMITS]
         if target.up is False:
-            bottleneck = "unknown"
+            verdict = "unknown"
             findings.insert(0, _down(target))
         elif limits:
-            bottleneck = min(limits, key=PRIORITY.index)
+            verdict = min(limits, key=PRIORITY.index)
         elif "running_avg_1m" not in ev:
-            bottleneck = "unknown"
+            verdict = "unknown"
         elif _idle(ev):
-            bottleneck = "idle"
+            verdict = "idle"
         elif "generation_tokens_per_s" not in ev:
-            bottleneck = "unknown"  # busy, but fewer than two scrapes so far: no rates yet
+            verdict = "unknown"  # busy, but fewer than two scrapes so far: no rates yet
         else:
-            bottleneck = "healthy"
+            verdict = "healthy"
         if target.up:
             findings += _python_findings(target, key[1], ev)
         findings = list({f.name: f for f in reversed(findings)}.values())[::-1]  # one of each, first wins
         prev = self.since.get(key)
-        since = prev[1] if prev and prev[0] == bottleneck else t
-        self.since[key] = (bottleneck, since)
-        advice = next((f.advice for f in findings if f.bottleneck == bottleneck), [])
-        return Diagnosis(key[0], key[1], t, bottleneck, since, findings, _round(ev), advice)
+        since = prev[1] if prev and prev[0] == verdict else t
+        self.since[key] = (verdict, since)
+        advice = next((f.advice for f in findings if f.bottleneck == verdict), [])
+        return Diagnosis(key[0], key[1], t, verdict, since, findings, _round(ev), advice)
 
     def _finding(self, a: Alert, ev: dict[str, float], target: Target) -> Finding:
         name = a.labels["finding"]
         bottleneck = a.labels.get("bottleneck", "")
-        evidence = {k: ev[k] for k in EVIDENCE_FOR.get(name, ()) if k in ev}
+        evidence = {k: ev[k] for k in evidence_for(name) if k in ev}
         if bottleneck == "kv_cache":
             advice = advise.kv_cache(target.live, target.facts.estimate, ev)
             if target.live and target.live.kv_cache_tokens:

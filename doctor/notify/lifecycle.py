@@ -155,7 +155,7 @@ class Lifecycle:
         present: dict[str, tuple[Diagnosis, Finding]] = {}
         held = set()
         for d in diagnoses:
-            if d.bottleneck == "unknown" or any(f.name in BLINDING for f in d.findings):
+            if d.verdict == "unknown" or any(f.name in BLINDING for f in d.findings):
                 held.add(d.target)
             for f in d.findings:
                 present[f"{d.target}|{d.model_name}|{f.name}"] = (d, f)

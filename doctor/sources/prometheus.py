@@ -14,16 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from doctor.capacity.live import CACHE_INFO, GENERATION, PROMPT, live_capacity
-from doctor.diagnosis.signals import collect
+from doctor.diagnosis.evidence import collect
 from doctor.diagnosis.target import TargetFacts
 from doctor.pipeline import EXPECTED, Cycle, Pipeline
-from doctor.pipeline import SIGNAL_NAMES as PIPELINE_SIGNALS
 from doctor.samples import Sample
+from doctor.signals import recorded
 from doctor.sources.alerts import alerting_rules, apply_alerts
 from doctor.sources.client import InstantVector, PromClient, SourceError, finite
 
-# The signals the scrape pipeline hands the classifier, so both sources give the same evidence.
-SIGNAL_NAMES = sorted(PIPELINE_SIGNALS)
 MARKER = "vllm:num_requests_running"  # every vLLM version exports it: a job/instance with it is a vLLM target
 # Histograms are checked through their `_count` series: present together with `_bucket`, a fraction of the series.
 _PRESENCE = {
@@ -32,8 +30,14 @@ _PRESENCE = {
     for alt in alts
 }
 
+
+def signals_query() -> str:
+    """Every recorded signal the classifier reads (doctor.signals), so both sources give the same evidence."""
+    return '{__name__=~"' + "|".join(sorted(recorded().values())) + '"}'
+
+
 QUERIES: dict[str, str] = {
-    "signals": '{__name__=~"' + "|".join(SIGNAL_NAMES) + '"}',
+    "signals": signals_query(),
     # up == 0 for a vLLM target that answered within the hour (as VLLMTargetDown reads it), up == 1 otherwise
     "targets": '{__name__=~"up|scrape_duration_seconds"} and on (job, instance) '
     f"group by (job, instance) (last_over_time({MARKER}[1h]))",
@@ -66,7 +70,7 @@ class PrometheusEvaluator:
 
     def queries(self) -> dict[str, str]:
         """The queries of one cycle: four fixed ones plus one per alerting rule."""
-        out = dict(QUERIES)
+        out = {**QUERIES, "signals": signals_query()}
         for (gi, ri), rule in alerting_rules(self.pipeline.rules).items():
             out[f"alert:{gi}:{ri}"] = rule.expr
         return out

@@ -7,18 +7,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from doctor.signals import SIGNALS
 from doctor.verdicts import Diagnosis
-
-# Evidence keys kept per evaluation for the status page's charts.
-CHART_KEYS = (
-    "kv_usage",
-    "running",
-    "waiting",
-    "batch_cap_inferred",
-    "batch_cap_configured",
-    "ttft_p95_s",
-    "itl_p50_s",
-)
 
 
 @dataclass
@@ -64,6 +54,7 @@ class DaemonState:
             self.diagnoses = list(diagnoses)
             self.evaluation_ts, self.evaluation_duration_s = t, duration_s
             self.rule_failures_total += rule_failures
+            charted = {k for k, s in SIGNALS.items() if s.history}
             for d in diagnoses:
                 ring = self._history.setdefault((d.target, d.model_name), deque(maxlen=self._points))
                 point: dict[str, float] = {"t": t}
@@ -71,7 +62,7 @@ class DaemonState:
                     {
                         k: float(v)
                         for k, v in d.evidence.items()
-                        if k in CHART_KEYS and isinstance(v, int | float)
+                        if k in charted and isinstance(v, int | float)
                     }
                 )
                 ring.append(point)
