@@ -82,17 +82,25 @@ class Pipeline:
         for d in (self._targets, self._parsers, self._last):
             d.pop(name, None)  # type: ignore[attr-defined]
 
-    def set_health(self, name: str, up: bool, error: str = "") -> None:
-        """Record whether a target answers, when something other than observe() looked (the Prometheus source)."""
-        target = self.add_target(name)
-        target.up, target.error = up, "" if up else error
+    def set_health(
+        self, name: str, t: float, up: bool, error: str = "", duration_s: float | None = None
+    ) -> None:
+        """Record whether a target answered at t, when something other than observe() looked (Prometheus)."""
+        self.add_target(name).record(t, up, error, duration_s)
 
     def set_inventory(self, name: str, missing: list[str], live: LiveCapacity | None) -> None:
         """Record which expected families a target lacks and its live capacity, as seen by its last look."""
         target = self.add_target(name)
         target.missing, target.live = list(missing), live
 
-    def observe(self, target: str, t: float, text: str | None, error: str | None = None) -> str | None:
+    def observe(
+        self,
+        target: str,
+        t: float,
+        text: str | None,
+        error: str | None = None,
+        duration_s: float | None = None,
+    ) -> str | None:
         """Feed one scrape (text) or failure (error) of a target at t; returns the error, if any."""
         state = self.add_target(target)
         t_ms = round(t * 1000)
@@ -104,13 +112,13 @@ class Pipeline:
             except ParseError as exc:
                 error = f"{target}: bad exposition: {exc}"
         if scrape is None:
-            state.up, state.error = False, error or "scrape failed"
+            state.record(t, False, error or "scrape failed", duration_s)
             self.store.mark_down(target, t_ms)
             self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 0.0)], extra)
-            return state.error
+            return state.last_error
         self.store.ingest(target, t_ms, scrape.samples, extra)
         self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 1.0)], extra)
-        state.up, state.error = True, ""
+        state.record(t, True, duration_s=duration_s)
         self._last[target] = scrape
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 from doctor.capacity.budget import Deployment, estimate
 from doctor.capacity.config import load_model_config
@@ -22,7 +23,9 @@ def _stderr(message: str) -> None:
 
 def target_facts(spec: TargetSpec, warn: Callable[[str], None] = _stderr) -> TargetFacts:
     """The spec's facts, with the capacity estimate from its model and GPU (a bad preset is warned about)."""
-    facts = TargetFacts(spec.max_num_seqs, spec.slo_itl_p95_s, spec.slo_ttft_p95_s, dict(spec.labels))
+    facts = TargetFacts(
+        spec.max_num_seqs, spec.slo_itl_p95_s, spec.slo_ttft_p95_s, dict(spec.labels), url=spec.safe_url
+    )
     try:
         model = (
             load_model_config(spec.model_config)
@@ -36,10 +39,7 @@ def target_facts(spec: TargetSpec, warn: Callable[[str], None] = _stderr) -> Tar
         warn(f"target {spec.name}: {exc}")
         return facts
     est = estimate(Deployment(model=model, gpu=gpu, tensor_parallel=spec.tensor_parallel)) if model else None
-    return TargetFacts(
-        facts.max_num_seqs, facts.slo_itl_p95_s, facts.slo_ttft_p95_s, facts.labels,
-        estimate=est, gpu_fp8=gpu.fp8_compute if gpu is not None else None,
-    )  # fmt: skip
+    return replace(facts, estimate=est, gpu_fp8=gpu.fp8_compute if gpu is not None else None)
 
 
 def pipeline_for(cfg: Config, groups: list[RuleGroup], recordings: list[str] | None = None) -> Pipeline:

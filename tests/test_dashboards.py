@@ -14,8 +14,9 @@ import promql_parser as pp
 import pytest
 import yaml
 
+from doctor.diagnosis.target import Target, TargetFacts
 from doctor.status.exposition import DiagnosisCollector, gauges
-from doctor.status.state import DaemonState, TargetStats
+from doctor.status.state import DaemonState
 from doctor.verdicts import VERDICTS, Diagnosis, Finding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +98,9 @@ def exposed_names() -> set[str]:
     evidence = {"kv_usage": 0.5}
     finding = Finding("kv_cache", "warning", "s", evidence={"kv_cache_tokens": 1.0})
     state.publish([Diagnosis("t", "m", 1.0, "kv_cache", 1.0, [finding], evidence)], 1.0, 0.1, 0)
-    state.set_target(TargetStats("t", "http://t", up=True, last_scrape_duration_s=0.1, last_success_ts=1.0))
+    state.set_target(
+        Target("t", TargetFacts(url="http://t"), up=True, last_scrape_duration_s=0.1, last_success_ts=1.0)
+    )
     names = {n for n, _ in gauges().values()}
     for mf in DiagnosisCollector(state).collect():
         names.update(s.name for s in mf.samples)

@@ -24,7 +24,7 @@ from doctor.pipeline import Cycle, Pipeline
 from doctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_files
 from doctor.sources.daemon import DaemonSource
 from doctor.status.exposition import make_registry
-from doctor.status.state import DaemonState, TargetStats
+from doctor.status.state import DaemonState
 from doctor.targets import target_facts
 from doctor.verdicts import Diagnosis
 from doctor.web.server import WebServer
@@ -124,15 +124,11 @@ class Daemon:
             specs = list(self._specs.values())
             deadline = max((s.http.total_timeout for s in specs), default=1.0) + 1.0
             for r in self.scraper.scrape(specs, deadline):
-                self.pipeline.observe(r.target, r.t, r.text, r.error)
-                self._stats(
-                    r.target,
-                    r.duration_s,
-                    r.t,
-                    self.pipeline.targets[r.target].error
-                    if r.error or self.pipeline.targets[r.target].up is False
-                    else None,
-                )
+                before = self.pipeline.targets.get(r.target)
+                was = (before.up, before.last_error) if before else (None, "")
+                self.pipeline.observe(r.target, r.t, r.text, r.error, r.duration_s)
+                self._log_health(r.target, was)
+                self.state.set_target(self.pipeline.targets[r.target])
             return self._publish(self.pipeline.evaluate(time.time()), start)
 
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
@@ -143,29 +139,14 @@ class Daemon:
         self._persist()
         return cycle.diagnoses
 
-    def _stats(self, name: str, duration: float, t: float, error: str | None) -> None:
-        spec = self._specs[name]
-        prev = self.state.snapshot()["targets"].get(name)
-        stats = TargetStats(name, spec.safe_url, labels=dict(spec.labels))
-        if prev is not None:
-            stats.errors_total, stats.last_success_ts = prev.errors_total, prev.last_success_ts
-        stats.last_scrape_duration_s = duration
-        stats.up = error is None
-        if error is None:
-            stats.last_success_ts = t
-        else:
-            stats.errors_total += 1
-            stats.last_error = error
+    def _log_health(self, name: str, was: tuple[bool | None, str]) -> None:
+        target = self.pipeline.targets[name]
+        if target.up is False:
             # Say it when a target goes down (and when the reason changes), not on every cycle.
-            level = (
-                logging.WARNING
-                if prev is None or prev.up is not False or prev.last_error != error
-                else logging.DEBUG
-            )
-            log.log(level, "target %s down: %s", name, error, extra={"target": name})
-        if error is None and prev is not None and prev.up is False:
+            level = logging.WARNING if was != (False, target.last_error) else logging.DEBUG
+            log.log(level, "target %s down: %s", name, target.last_error, extra={"target": name})
+        elif was[0] is False:
             log.info("target %s is back up", name, extra={"target": name})
-        self.state.set_target(stats)
 
     def _announce(self, diagnoses: list[Diagnosis]) -> None:
         for d in diagnoses:
@@ -195,9 +176,7 @@ class Daemon:
         for name, spec in wanted.items():
             old = self._specs.get(name)
             if old is None or old != spec:
-                self.pipeline.add_target(name, target_facts(spec))
-                if old is None:
-                    self.state.set_target(TargetStats(name, spec.safe_url, labels=dict(spec.labels)))
+                self.state.set_target(self.pipeline.add_target(name, target_facts(spec)))
         self._specs = wanted
 
     def reload(self) -> tuple[bool, str]:

@@ -147,8 +147,8 @@ def _idle(ev: dict[str, float]) -> bool:
 def _down(target: Target) -> Finding:
     return Finding(
         "target_down", "critical", f"vLLM target {target.name} is down",
-        f"The last scrape failed: {target.error or 'no answer'}.",
-        {"error": target.error},
+        f"The last scrape failed: {target.last_error or 'no answer'}.",
+        {"error": target.last_error},
         [Advice("", "Check the vLLM process and its /metrics endpoint; an OOM at start-up often means "
                     "--gpu-memory-utilization or --max-model-len is too high")],
     )  # fmt: skip

@@ -16,7 +16,7 @@ from doctor.diagnosis.target import TargetFacts
 from doctor.pipeline import Cycle, Pipeline
 from doctor.sources.client import PromClient, SourceError
 from doctor.sources.prometheus import PrometheusEvaluator
-from doctor.status.state import DaemonState, TargetStats
+from doctor.status.state import DaemonState
 from doctor.targets import target_facts
 
 log = logging.getLogger("kvdoctor")
@@ -92,35 +92,19 @@ class DaemonSource:
             log.info("prometheus source: answering again")
         with self._lock:
             self.ok, self.last_error = True, ""
-        self._publish_targets(t)
+        self._publish_targets()
         return cycle
 
     def _facts(self, name: str) -> TargetFacts:
         spec = next((s for s in self.daemon.cfg.targets if s.name == name), None)
         return target_facts(spec) if spec is not None else TargetFacts()
 
-    def _publish_targets(self, t: float) -> None:
-        assert self.evaluator is not None
-        state = self.daemon.state
-        specs = {s.name: s for s in self.daemon.cfg.targets}
-        known = state.snapshot()["targets"]
-        for gone in set(known) - set(self.evaluator.discovered):
+    def _publish_targets(self) -> None:
+        state, targets = self.daemon.state, self.daemon.pipeline.targets
+        for gone in set(state.snapshot()["targets"]) - set(targets):
             state.drop_target(gone)
-        for name, d in self.evaluator.discovered.items():
-            prev = known.get(name)
-            spec = specs.get(name)
-            stats = TargetStats(
-                name, spec.safe_url if spec else "", labels={"job": d.job, **(spec.labels if spec else {})}
-            )
-            if prev is not None:
-                stats.errors_total, stats.last_success_ts = prev.errors_total, prev.last_success_ts
-            stats.up, stats.last_scrape_duration_s = d.up, d.scrape_duration_s
-            if d.up:
-                stats.last_success_ts = t
-            else:
-                stats.errors_total += 1
-                stats.last_error = self.daemon.pipeline.targets[name].error
-            state.set_target(stats)
+        for target in targets.values():
+            state.set_target(target)
 
     def status(self) -> dict[str, Any]:
         """What the source did last, for /metrics."""

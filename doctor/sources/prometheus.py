@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from doctor.capacity.live import CACHE_INFO, GENERATION, PROMPT, live_capacity
 from doctor.diagnosis.evidence import collect
@@ -79,7 +79,7 @@ class PrometheusEvaluator:
         """Query the fleet's state at t and classify every (target, model); raises SourceError."""
         results = self._run_all(self.queries(), t)
         self.discovered = _discover(results["targets"])
-        self._sync_targets(facts or (lambda _: TargetFacts()))
+        self._sync_targets(t, facts or (lambda _: TargetFacts()))
         self._update_targets(results["present"], results["capacity"])
         known = set(self.discovered)
         signals = collect(
@@ -111,13 +111,16 @@ class PrometheusEvaluator:
             raise SourceError(errors[0] + more)
         return results
 
-    def _sync_targets(self, facts: Callable[[str], TargetFacts]) -> None:
+    def _sync_targets(self, t: float, facts: Callable[[str], TargetFacts]) -> None:
         for gone in set(self.pipeline.targets) - set(self.discovered):
             self.pipeline.remove_target(gone)
         for name, d in self.discovered.items():
-            if name not in self.pipeline.targets:
-                self.pipeline.add_target(name, facts(name))
-            self.pipeline.set_health(name, d.up, f"Prometheus reports up == 0 for {name} (job {d.job!r})")
+            known = self.pipeline.targets.get(name)
+            told = known.facts if known is not None else facts(name)
+            if known is None or "job" not in told.labels:  # the job Prometheus scrapes it in, unless told
+                self.pipeline.add_target(name, replace(told, labels={"job": d.job, **told.labels}))
+            error = f"Prometheus reports up == 0 for {name} (job {d.job!r})"
+            self.pipeline.set_health(name, t, d.up, error, d.scrape_duration_s)
 
     def _update_targets(self, present: InstantVector, capacity: InstantVector) -> None:
         names: dict[str, set[str]] = defaultdict(set)

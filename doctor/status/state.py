@@ -4,29 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
+from doctor.diagnosis.target import Target
 from doctor.signals import SIGNALS
 from doctor.verdicts import Diagnosis
-
-
-@dataclass
-class TargetStats:
-    """Scrape health of one target."""
-
-    name: str
-    url: str  # without credentials
-    up: bool | None = None
-    last_scrape_duration_s: float | None = None
-    last_success_ts: float | None = None
-    last_error: str = ""
-    errors_total: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return dict(self.__dict__)
 
 
 class DaemonState:
@@ -35,7 +18,7 @@ class DaemonState:
     def __init__(self, history_points: int = 240) -> None:
         self._lock = threading.Lock()
         self.diagnoses: list[Diagnosis] = []
-        self.targets: dict[str, TargetStats] = {}
+        self.targets: dict[str, Target] = {}
         self.evaluation_ts: float | None = None
         self.evaluation_duration_s: float | None = None
         self.rule_failures_total = 0
@@ -68,10 +51,10 @@ class DaemonState:
                 ring.append(point)
             self.ready = True
 
-    def set_target(self, stats: TargetStats) -> None:
-        """Replace one target's scrape stats."""
+    def set_target(self, target: Target) -> None:
+        """Publish a copy of one target (its facts and scrape health)."""
         with self._lock:
-            self.targets[stats.name] = stats
+            self.targets[target.name] = replace(target)
 
     def drop_target(self, name: str) -> None:
         """Forget a removed target and its history."""
