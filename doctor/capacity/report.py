@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.capacity import fmt
+from doctor import fmt
 from doctor.capacity.advice import ARITH, LIVE
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
