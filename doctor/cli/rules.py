@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from doctor.config.durations import parse_duration
+from doctor.config.durations import format_duration, parse_duration
 from doctor.rules.loader import RuleLoadError, load_files, rule_files
 
 FORMATS = ("prometheus", "prometheus-operator")
@@ -85,8 +85,9 @@ def exported_files(args: argparse.Namespace) -> dict[str, str]:
     """File name -> text of what to export; raises ValueError/RuleLoadError on bad input."""
     files = rule_files(args.rules)
     load_files(files)  # every error at file:line before anything is written
-    if args.interval:
-        parse_duration(args.interval)
+    interval = (
+        format_duration(parse_duration(args.interval)) if args.interval else None
+    )  # Prometheus' spelling
     labels = {}
     for item in args.label:
         key, sep, value = item.partition("=")
@@ -94,13 +95,13 @@ def exported_files(args: argparse.Namespace) -> dict[str, str]:
             raise ValueError(f"--label: expected KEY=VALUE, got {item!r}")
         labels[key] = value
     if args.format == "prometheus-operator":
-        doc = prometheus_rule(groups_of(files, args.interval), args.name, args.namespace, labels)
+        doc = prometheus_rule(groups_of(files, interval), args.name, args.namespace, labels)
         return {f"{args.name}.prometheusrule.yaml": dump(doc)}
-    if len(files) == 1 and not args.interval:
+    if len(files) == 1 and not interval:
         return {files[0].name: files[0].read_text(encoding="utf-8")}  # verbatim: comments are documentation
     if args.output and not args.interval:
         return {f.name: f.read_text(encoding="utf-8") for f in files}
-    return {"kvdoctor.yml": dump({"groups": groups_of(files, args.interval)})}
+    return {"kvdoctor.yml": dump({"groups": groups_of(files, interval)})}
 
 
 def run(args: argparse.Namespace) -> int:
