@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from doctor.errors import KvdoctorError
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.ingest.parse import ParseError, parse
 from doctor.ingest.recording import RecordingError, read_recording
@@ -12,7 +13,7 @@ from doctor.samples import Sample
 TIMEOUT_S = 10.0
 
 
-class SourceError(RuntimeError):
+class LiveCapacityError(KvdoctorError):
     """The scrape could not be read (network, file, or format); the message says which."""
 
 
@@ -28,7 +29,7 @@ def fetch_text(url: str, timeout: float = TIMEOUT_S) -> str:
     try:
         return fetch(metrics_url(url), HttpOptions(read_timeout=timeout, total_timeout=timeout))
     except ScrapeError as e:
-        raise SourceError(f"cannot scrape: {e}") from e
+        raise LiveCapacityError(f"cannot scrape: {e}") from e
 
 
 def recording_text(path: str | Path) -> str:
@@ -38,9 +39,9 @@ def recording_text(path: str | Path) -> str:
         for frame in read_recording(path):
             last = frame.text if frame.text is not None else last
     except (RecordingError, OSError, EOFError) as e:
-        raise SourceError(f"cannot read recording: {e}") from e
+        raise LiveCapacityError(f"cannot read recording: {e}") from e
     if last is None:
-        raise SourceError(f"{path}: recording holds no successful scrape")
+        raise LiveCapacityError(f"{path}: recording holds no successful scrape")
     return last
 
 
@@ -49,4 +50,4 @@ def samples_from_text(text: str) -> list[Sample]:
     try:
         return parse(text).samples
     except ParseError as e:
-        raise SourceError(f"cannot parse the exposition: {e}") from e
+        raise LiveCapacityError(f"cannot parse the exposition: {e}") from e

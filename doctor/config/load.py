@@ -13,6 +13,7 @@ from doctor.config.durations import duration_seconds
 from doctor.config.schema import Config, FileSD, PrometheusSource
 from doctor.config.targets import http_options, parse_target
 from doctor.config.yamlpos import Located, locate
+from doctor.errors import ValidationError
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
@@ -25,12 +26,8 @@ ENV = {
 }  # fmt: skip
 
 
-class ConfigError(ValueError):
+class ConfigError(ValidationError):
     """Every problem in a config, one per line."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("\n".join(errors))
-        self.errors = errors
 
 
 def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Config:

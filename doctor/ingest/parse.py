@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from doctor.errors import InputError
 from doctor.samples import Labels, Sample, Scrape
 
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
@@ -22,7 +23,7 @@ _ESCAPE_RE = re.compile(r"\\[\\\"n]")
 _CACHE_LIMIT = 200_000
 
 
-class ParseError(ValueError):
+class ParseError(InputError):
     """An exposition line that is not valid text format; names the line."""
 
     def __init__(self, lineno: int, line: str, reason: str) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import promql_parser as pp
 
+from doctor.errors import InputError
 from doctor.promql import aggregate, functions
 from doctor.promql.rangefuncs import FUNCTIONS as RANGE_FUNCTIONS
 
@@ -18,7 +19,7 @@ SUPPORTED_FUNCTIONS = set(RANGE_FUNCTIONS) | set(functions.MATH) | OTHER_FUNCTIO
 _PAIRS = {"(": ")", "{": "}", "[": "]"}
 
 
-class ExprError(ValueError):
+class ExprError(InputError):
     """A bad or unsupported expression; carries the 1-based line and column."""
 
     def __init__(self, message: str, line: int, col: int) -> None:

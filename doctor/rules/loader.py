@@ -11,6 +11,7 @@ import promql_parser as pp
 import yaml
 
 from doctor.config.durations import parse_duration
+from doctor.errors import ValidationError
 from doctor.promql.check import ExprError, check_expr
 from doctor.rules.templates import TemplateError, check_template
 
@@ -46,12 +47,8 @@ class RuleGroup:
     rules: list[Rule]
 
 
-class RuleLoadError(ValueError):
+class RuleLoadError(ValidationError):
     """Every problem found in the rule files, one per line."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("\n".join(errors))
-        self.errors = errors
 
 
 def _line(node: yaml.Node | None) -> int:

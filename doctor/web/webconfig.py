@@ -19,6 +19,7 @@ from typing import Any
 import bcrypt
 import yaml
 
+from doctor.errors import ValidationError
 from doctor.web.tlsconfig import parse_tls
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,8 @@ _DUMMY_HASH = b"$2b$10$FjG9fPrH/qKAVkA.02aOsOdlTddJgvJ2gF.uOxThD9jhKQybOHI86"
 _CACHE_MAX = 1024
 
 
-class WebConfigError(Exception):
+class WebConfigError(ValidationError):
     """Every problem found in a web config file, one per line."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("\n".join(errors))
-        self.errors = errors
 
 
 @dataclass
