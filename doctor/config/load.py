@@ -32,6 +32,14 @@ class ConfigError(ValidationError):
 
 def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Config:
     """Load path (None: defaults only), apply KVDOCTOR_* overrides, validate; raises ConfigError."""
+    cfg, errors = check_config(path, env)
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tuple[Config, list[str]]:
+    """The config as far as it is valid, and every error in it (file:line first); never raises."""
     env = os.environ if env is None else env
     errors: list[str] = []
     doc = Located({}, {}, path or "<defaults>")
@@ -39,13 +47,13 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
         try:
             doc = locate(Path(path).read_text(encoding="utf-8"), path)
         except OSError as exc:
-            raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+            return Config(path=path), [f"{path}: cannot read: {exc.strerror or exc}"]
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"{path}:{mark.line + 1}" if mark else path
-            raise ConfigError([f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+            return Config(path=path), [f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]
         if not isinstance(doc.value, dict):
-            raise ConfigError([f"{path}:1: the config must be a mapping"])
+            return Config(path=path), [f"{path}:1: the config must be a mapping"]
     data: dict[str, Any] = dict(doc.value)
     for var, key in ENV.items():
         if env.get(var):
@@ -91,9 +99,7 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
     if notify is not None and not isinstance(notify, dict):
         errors.append(f"{doc.where('notify')}: `notify` must be a mapping")
     cfg.notify = notify if isinstance(notify, dict) else None
-    if errors:
-        raise ConfigError(errors)
-    return cfg
+    return cfg, errors
 
 
 def _dur(d: dict[str, Any], key: str, default: float, doc: Located, path: tuple, errors: list[str]) -> float:  # type: ignore[type-arg]
