@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from doctor.config.targets import metrics_url
 from doctor.errors import KvdoctorError
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.ingest.parse import ParseError, parse
@@ -15,13 +16,6 @@ TIMEOUT_S = 10.0
 
 class LiveCapacityError(KvdoctorError):
     """The scrape could not be read (network, file, or format); the message says which."""
-
-
-def metrics_url(url: str) -> str:
-    """The URL with /metrics appended when only a host (and port) was given."""
-    base = url if "://" in url else f"http://{url}"
-    path = base.split("://", 1)[1].partition("/")[2]
-    return base if path else base.rstrip("/") + "/metrics"
 
 
 def fetch_text(url: str, timeout: float = TIMEOUT_S) -> str:

@@ -12,6 +12,7 @@ from doctor import fmt, terminal
 from doctor.cli.common import build_pipeline, duration_arg, load_config_or_exit
 from doctor.config import TargetSpec
 from doctor.config.durations import duration_seconds, parse_duration
+from doctor.config.targets import metrics_url
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.targets import target_facts
 from doctor.verdicts import LIMITS, Diagnosis
@@ -40,9 +41,7 @@ def _spec(args: argparse.Namespace) -> TargetSpec:
     if args.bearer_token_file:
         with open(args.bearer_token_file, encoding="utf-8") as fh:
             token = fh.read().strip()
-    url = args.url if "://" in args.url else f"http://{args.url}"
-    if url.rstrip("/").count("/") == 2:
-        url = url.rstrip("/") + "/metrics"
+    url = metrics_url(args.url)
     slo_itl = parse_duration(args.slo_itl) if args.slo_itl else None
     slo_ttft = parse_duration(args.slo_ttft) if args.slo_ttft else None
     http = HttpOptions(

@@ -11,6 +11,7 @@ from doctor.cli.common import duration_arg
 from doctor.config import ConfigError
 from doctor.config.durations import parse_duration
 from doctor.config.schema import PrometheusSource, TargetSpec
+from doctor.config.targets import metrics_url
 from doctor.daemon.logs import setup_logging
 from doctor.daemon.runner import Daemon, load_everything
 from doctor.ingest.fetch import HttpOptions
@@ -130,7 +131,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "log_format": args.log_format, "rules": args.rules, "web_config": args.web_config,
     }  # fmt: skip
     if args.target:
-        out["targets"] = [TargetSpec(url=u if "://" in u else f"http://{u}/metrics") for u in args.target]
+        out["targets"] = [TargetSpec(url=metrics_url(u)) for u in args.target]
     out["prometheus"] = prometheus_source(args)
     out["source"] = args.source or ("prometheus" if out["prometheus"] else None)
     return out
