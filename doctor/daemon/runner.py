@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,11 +47,13 @@ class Daemon:
     """Owns the pipeline, the scraper, the scheduler and the sinks."""
 
     def __init__(self, cfg: Config, groups: list[RuleGroup], cfg_path: str | None = None,
-                 overrides: dict[str, Any] | None = None, on_change: Any = None) -> None:  # fmt: skip
+                 overrides: dict[str, Any] | None = None, on_change: Any = None,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
         self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
-        self.scraper = Scraper(cfg.scrape_workers)
+        self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
+        self.scraper = Scraper(cfg.scrape_workers, clock)
         self.discovery = FileDiscovery(cfg.file_sd)
         self.registry = make_registry(self.state)
         self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes
@@ -86,7 +89,7 @@ class Daemon:
         self.scheduler.add_job(self.cycle, "interval", seconds=self.cfg.interval_s, id="cycle",
                                next_run_time=datetime.now(UTC))  # fmt: skip
         self.scheduler.start()
-        self.state.started_ts = time.time()
+        self.state.started_ts = self.clock()
 
     def handle_signals(self) -> None:
         """SIGTERM/SIGINT stop, SIGHUP reloads; call from the main thread before start() so no signal is missed."""
@@ -118,7 +121,7 @@ class Daemon:
         with self._lock:
             start = time.monotonic()
             if self.source is not None:
-                cycle = self.source.cycle(time.time())
+                cycle = self.source.cycle(self.clock())
                 return self._publish(cycle, start) if cycle is not None else []
             self._sync_targets()
             specs = list(self._specs.values())
@@ -129,7 +132,7 @@ class Daemon:
                 self.pipeline.observe(r.target, r.t, r.text, r.error, r.duration_s)
                 self._log_health(r.target, was)
                 self.state.set_target(self.pipeline.targets[r.target])
-            return self._publish(self.pipeline.evaluate(time.time()), start)
+            return self._publish(self.pipeline.evaluate(self.clock()), start)
 
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
         self.state.publish(cycle.diagnoses, cycle.t, time.monotonic() - start, len(cycle.evaluation.errors))
@@ -184,7 +187,7 @@ class Daemon:
         try:
             cfg, groups = load_everything(self.cfg_path, self.overrides)
         except (ConfigError, RuleLoadError) as exc:
-            self.state.note_reload(False, time.time(), str(exc))
+            self.state.note_reload(False, self.clock(), str(exc))
             log.error("reload failed, keeping the running config: %s", exc)
             return False, str(exc)
         with self._lock:
@@ -199,7 +202,7 @@ class Daemon:
             self.notifier.close()
             self.notifier = None
             self._start_notifier()
-        self.state.note_reload(True, time.time())
+        self.state.note_reload(True, self.clock())
         log.info("reloaded config and %d rule groups", len(groups))
         return True, "reloaded"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import NamedTuple
 
@@ -25,7 +26,8 @@ class ScrapeResult(NamedTuple):
 class Scraper:
     """A pool of workers, one HTTP session per target (connection reuse)."""
 
-    def __init__(self, workers: int = 16) -> None:
+    def __init__(self, workers: int = 16, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock  # stamps each scrape (tests inject one)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scrape")
         self._sessions: dict[str, requests.Session] = {}
 
@@ -33,7 +35,7 @@ class Scraper:
         session = self._sessions.get(spec.name)
         if session is None:
             session = self._sessions[spec.name] = requests.Session()
-        t = time.time()
+        t = self.clock()
         start = time.monotonic()
         try:
             text = fetch(spec.url, spec.http, session)
@@ -59,7 +61,7 @@ class Scraper:
                 out.append(
                     ScrapeResult(
                         spec.name,
-                        time.time(),
+                        self.clock(),
                         deadline_s,
                         None,
                         f"{spec.safe_url}: no answer within {deadline_s:g}s",

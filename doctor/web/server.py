@@ -89,7 +89,10 @@ class WebServer:
     def start(self) -> None:
         """Bind and serve from a daemon thread; raises OSError if the address is taken."""
         self._httpd = _Server(self.listen, self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="kvdoctor-web", daemon=True)
+        # a short poll: stop() (SIGTERM, tests) returns within 50 ms instead of socketserver's 0.5 s
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.05,), name="kvdoctor-web", daemon=True
+        )
         self._thread.start()
         log.info("web server listening on %s", self.url)
 
