@@ -85,7 +85,7 @@ def test_every_error_of_config_notify_web_config_rules_and_file_sd_is_printed(tm
     cfg = tmp_path / "kvdoctor.yml"
     cfg.write_text(
         f"interval: soon\nrules: [{rules}]\nweb_config: {web}\nfile_sd:\n  - files: [{sd}]\n"
-        "notify:\n  slack:\n    timeout: later\n"
+        "notify:\n  slack:\n    timeout: later\ntargets:\n  - {url: http://g:8000, model: Llama-9}\n"
     )
     assert main(["config", "check", str(cfg)]) == 1
     err = capsys.readouterr().err
@@ -94,7 +94,8 @@ def test_every_error_of_config_notify_web_config_rules_and_file_sd_is_printed(tm
     assert f"{web}: colour: unknown key" in err
     assert f"{rules}:4: rule 'x': expr parse error" in err
     assert f"{sd}:1: group 0: needs a `targets` list" in err
-    assert err.strip().endswith(f"{cfg}: 5 errors")
+    assert f"{cfg}: target g:8000: unknown model 'Llama-9'" in err
+    assert err.strip().endswith(f"{cfg}: 6 errors")
 
 
 def test_an_unreadable_config_is_an_error(tmp_path, capsys):

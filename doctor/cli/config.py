@@ -1,4 +1,4 @@
-"""`kvdoctor config check FILE`: every error of a config, its notify section, web-config, rule and file_sd files."""
+"""`kvdoctor config check FILE`: every error of a config and of what it names (notify, web_config, rules, file_sd, models)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from doctor.config.filesd import read_file_sd
 from doctor.notify import parse_notify_config
 from doctor.notify.located import located_errors
 from doctor.rules.loader import RuleLoadError, load_files, rule_files
+from doctor.targets import target_facts
 from doctor.web import WebConfigError, load_web_config
 
 
@@ -57,6 +58,8 @@ def _file_errors(cfg: Config) -> list[str]:
         load_files(rule_files(cfg.rules))
     except RuleLoadError as exc:
         errors += exc.errors
+    for spec in cfg.targets:  # model_config files and the model/GPU presets named
+        target_facts(spec, warn=lambda message: errors.append(f"{cfg.path}: {message}"))
     for sd in cfg.file_sd:
         for path in sorted({p for pattern in sd.files for p in glob.glob(pattern)}):
             errors += read_file_sd(path)[1]
