@@ -81,14 +81,16 @@ class Pipeline:
         for d in (self.targets, self.config, self._parsers, self._last):
             d.pop(name, None)  # type: ignore[attr-defined]
 
-    def observe(self, target: str, t: float, text: str | None, error: str | None = None) -> str | None:
-        """Feed one scrape (text) or failure (error) of a target at t; returns the error, if any."""
+    def observe(
+        self, target: str, t: float, text: str | Scrape | None, error: str | None = None
+    ) -> str | None:
+        """Feed one scrape (text, or samples parsed already) or failure (error) of a target at t; returns the error."""
         state = self.targets.setdefault(target, TargetState(target))
         self.config.setdefault(target, TargetConfig())
         t_ms = round(t * 1000)
         extra = (("instance", target), ("job", self.job))
-        scrape = None
-        if text is not None:
+        scrape = text if isinstance(text, Scrape) else None
+        if isinstance(text, str):
             try:
                 scrape = self._parsers.setdefault(target, Parser()).parse(text)
             except ParseError as exc:

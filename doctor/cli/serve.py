@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.config import ConfigError
-from doctor.config.schema import PrometheusSource, TargetSpec
+from doctor.config.schema import PrometheusSource
 from doctor.daemon.logs import setup_logging
 from doctor.ingest.fetch import HttpOptions
 from doctor.rules.loader import RuleLoadError, parse_duration
@@ -126,7 +126,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "log_format": args.log_format, "rules": args.rules, "web_config": args.web_config,
     }  # fmt: skip
     if args.target:
-        out["targets"] = [TargetSpec(url=u if "://" in u else f"http://{u}/metrics") for u in args.target]
+        out["targets"] = [u if "://" in u else f"http://{u}/metrics" for u in args.target]
     out["prometheus"] = prometheus_source(args)
     out["source"] = args.source or ("prometheus" if out["prometheus"] else None)
     return out

@@ -1,66 +1,80 @@
-"""`kvdoctor serve`: APScheduler drives scrape + evaluate cycles; sinks read the shared state."""
+"""`kvdoctor serve`: targets scraped on their own schedules, one evaluation per interval on what arrived."""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
 import time
-from datetime import UTC, datetime
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
-from apscheduler.schedulers.background import BackgroundScheduler
-
 from doctor.cli.common import target_config, target_state
+from doctor.cli.notify import located_errors
 from doctor.config import Config, ConfigError, TargetSpec, load_config
+from doctor.config.targets import parse_target
+from doctor.config.yamlpos import Located
 from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
 from doctor.daemon.exposition import make_registry
-from doctor.daemon.scrape import Scraper
+from doctor.daemon.logs import setup_logging
+from doctor.daemon.reload import changes, restart_needed
+from doctor.daemon.scrape import Scraper, ScrapeResult
 from doctor.daemon.state import DaemonState, TargetStats
 from doctor.diagnosis.model import Diagnosis
+from doctor.notify import Notifier, parse_notify_config
 from doctor.pipeline import Cycle, Pipeline
 from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
 
 log = logging.getLogger("kvdoctor")
-EVENTS = {EVENT_JOB_ERROR: "error", EVENT_JOB_MISSED: "missed", EVENT_JOB_MAX_INSTANCES: "max_instances"}
+NEAR_INTERVAL = 0.8  # a cycle taking more than this share of the interval is about to fall behind
 
 
 def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[Group]]:
     """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem."""
     cfg = load_config(cfg_path)
+    errors: list[str] = []
     for key, value in overrides.items():
-        if value is not None:
-            setattr(cfg, key, value)
+        if value is None:
+            continue
+        if key == "targets":  # URLs from --target get the config's `scrape:` defaults like any other target
+            flags = Located({}, {}, "--target")
+            value = [
+                v if isinstance(v, TargetSpec) else parse_target(v, flags, (), errors, cfg.scrape)
+                for v in value
+            ]
+        setattr(cfg, key, [v for v in value if v is not None] if key == "targets" else value)
+    if errors:
+        raise ConfigError(errors)
     return cfg, load_files(rule_files(cfg.rules))
 
 
 class Daemon:
-    """Owns the pipeline, the scraper, the scheduler and the sinks."""
+    """Owns the pipeline, the scraper, the cycle thread and the sinks."""
 
     def __init__(self, cfg: Config, groups: list[Group], cfg_path: str | None = None,
                  overrides: dict[str, Any] | None = None, on_change: Any = None) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
         self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
-        self.scraper = Scraper(cfg.scrape_workers)
-        self.discovery = FileDiscovery(cfg.file_sd)
+        self.scraper = Scraper(cfg.scrape_max_connections)
+        self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
         self.registry = make_registry(self.state)
         self.on_change = on_change  # called with (diagnosis, previous bottleneck) when a class changes
         self.notifier: Any = None
         self.web: Any = None
         self.stop_event = threading.Event()
+        self._wake = threading.Event()  # a reload changed the interval: the cycle clock starts over
         self._lock = threading.Lock()
         self._specs: dict[str, TargetSpec] = {}
+        self._plan: tuple[float, dict[str, TargetSpec]] | None = None
+        self._capped: set[tuple[str, float, float]] = set()
         self._last: dict[tuple[str, str], str] = {}
-        self.scheduler = BackgroundScheduler(
-            timezone=UTC,
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": int(cfg.interval_s)},
-        )
-        self.scheduler.add_listener(self._event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        self._behind = False
+        self._thread: threading.Thread | None = None
         if cfg.state_file:
             persist.load(cfg.state_file, self.pipeline)
         self._sync_targets()
@@ -72,7 +86,7 @@ class Daemon:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, web: bool = True) -> None:
-        """Start the sinks and the cycle job (first cycle at once)."""
+        """Start the sinks, the scrape schedules and the cycle thread (first cycle once the first scrapes are in)."""
         self._start_notifier()
         if web:
             from doctor.web.server import WebServer
@@ -81,16 +95,22 @@ class Daemon:
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
                                  reload=self.reload, extra_status=extra)  # fmt: skip
             self.web.start()
-        self.scheduler.add_job(self.cycle, "interval", seconds=self.cfg.interval_s, id="cycle",
-                               next_run_time=datetime.now(UTC))  # fmt: skip
-        self.scheduler.start()
         self.state.started_ts = time.time()
+        if self.source is None:
+            self._schedule()
+        self._thread = threading.Thread(target=self._run_cycles, name="kvdoctor-cycle", daemon=True)
+        self._thread.start()
 
     def handle_signals(self) -> None:
         """SIGTERM/SIGINT stop, SIGHUP reloads; call from the main thread before start() so no signal is missed."""
-        signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
-        signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        signal.signal(signal.SIGINT, lambda *_: self.stop())
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
+
+    def stop(self) -> None:
+        """Ask the daemon to stop (serve_forever then drains)."""
+        self.stop_event.set()
+        self._wake.set()
 
     def serve_forever(self) -> int:
         """Block until stopped, then drain."""
@@ -101,56 +121,113 @@ class Daemon:
     def shutdown(self) -> None:
         """Drain: wait for the running cycle, persist, flush notifications, stop serving."""
         log.info("shutting down")
-        self.scheduler.shutdown(wait=True)
-        self._persist()
+        self.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self.scraper.close()
+        with self._lock:
+            self._persist()
         if self.notifier is not None:
             self.notifier.flush(10.0)
             self.notifier.close()
         if self.web is not None:
             self.web.stop()
-        self.scraper.close()
 
-    # -- one cycle -----------------------------------------------------------------------------------
-    def cycle(self) -> list[Diagnosis]:
-        """Scrape every target, evaluate the rules, publish the diagnoses."""
+    # -- cycles --------------------------------------------------------------------------------------
+    def _run_cycles(self) -> None:
+        if self.source is None:
+            self.scraper.wait_first(set(self._specs), self.cfg.interval_s)
+        next_t = time.monotonic()
+        while not self.stop_event.is_set():
+            started = time.monotonic()
+            try:
+                self.tick()
+            except Exception:  # one bad cycle must not end the daemon
+                self.state.count_event("error")
+                log.exception("cycle failed")
+            next_t += self.cfg.interval_s
+            late = time.monotonic() - next_t
+            if late > 0:  # the cycle ate whole slots: skip them rather than run back to back
+                missed = math.ceil(late / self.cfg.interval_s)
+                next_t += missed * self.cfg.interval_s
+                self.state.count_event("missed", missed)
+            while not self.stop_event.is_set():
+                wait = next_t - time.monotonic()
+                if wait <= 0:
+                    break
+                if self._wake.wait(wait):
+                    self._wake.clear()
+                    next_t = started + self.cfg.interval_s
+
+    def tick(self) -> list[Diagnosis]:
+        """One scheduled cycle: ingest the scrapes that arrived since the last one, evaluate, publish."""
         with self._lock:
             start = time.monotonic()
             if self.source is not None:
                 cycle = self.source.cycle(time.time())
                 return self._publish(cycle, start) if cycle is not None else []
             self._sync_targets()
-            specs = list(self._specs.values())
-            deadline = max((s.http.total_timeout for s in specs), default=1.0) + 1.0
-            for r in self.scraper.scrape(specs, deadline):
-                self.pipeline.observe(r.target, r.t, r.text, r.error)
-                self._stats(
-                    r.target,
-                    r.duration_s,
-                    r.t,
-                    self.pipeline.targets[r.target].error
-                    if r.error or self.pipeline.targets[r.target].up is False
-                    else None,
-                )
-            return self._publish(self.pipeline.evaluate(time.time()), start)
+            for r in self.scraper.drain():
+                self._ingest(r)
+            return self._evaluate(start)
+
+    def cycle(self) -> list[Diagnosis]:
+        """Scrape every target now (each within its timeout), evaluate the rules, publish the diagnoses."""
+        with self._lock:
+            start = time.monotonic()
+            if self.source is not None:
+                cycle = self.source.cycle(time.time())
+                return self._publish(cycle, start) if cycle is not None else []
+            self._sync_targets()
+            for r in self.scraper.scrape(list(self._effective().values())):
+                self._ingest(r)
+            return self._evaluate(start)
+
+    def _evaluate(self, start: float) -> list[Diagnosis]:
+        return self._publish(self.pipeline.evaluate(time.time()), start)
+
+    def _ingest(self, r: ScrapeResult) -> None:
+        if r.target not in self._specs:
+            return  # removed while its scrape was in flight
+        self.pipeline.observe(r.target, r.t, r.scrape, r.error)
+        st = self.pipeline.targets[r.target]
+        self._stats(r, st.error if r.error or st.up is False else None)
 
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
-        self.state.publish(cycle.diagnoses, cycle.t, time.monotonic() - start, len(cycle.evaluation.errors))
+        evaluated = time.monotonic()
+        self.state.publish(cycle.diagnoses, cycle.t, evaluated - start, len(cycle.evaluation.errors))
         if self.notifier is not None:
             self.notifier.observe(cycle.diagnoses, cycle.t)
         self._announce(cycle.diagnoses)
         self._persist()
+        self._note_cycle(time.monotonic() - start)
         return cycle.diagnoses
 
-    def _stats(self, name: str, duration: float, t: float, error: str | None) -> None:
-        spec = self._specs[name]
-        prev = self.state.snapshot()["targets"].get(name)
-        stats = TargetStats(name, spec.safe_url, labels=dict(spec.labels))
+    def _note_cycle(self, duration: float) -> None:
+        interval = self.cfg.interval_s
+        self.state.note_cycle(duration, interval)
+        behind = duration > NEAR_INTERVAL * interval
+        if behind and not self._behind:
+            log.warning("a cycle took %.2fs of the %gs interval: evaluation is close to falling behind "
+                        "(fewer targets per kvdoctor, a longer interval, or --source prometheus)", duration, interval)  # fmt: skip
+        elif self._behind and not behind:
+            log.info("cycles fit the %gs interval again (%.2fs)", interval, duration)
+        self._behind = behind
+
+    def _stats(self, r: ScrapeResult, error: str | None) -> None:
+        spec = self._specs[r.target]
+        prev = self.state.snapshot()["targets"].get(r.target)
+        stats = TargetStats(r.target, spec.safe_url, labels=dict(spec.labels))
         if prev is not None:
             stats.errors_total, stats.last_success_ts = prev.errors_total, prev.last_success_ts
-        stats.last_scrape_duration_s = duration
+            stats.limit_exceeded_total = dict(prev.limit_exceeded_total)
+        stats.last_scrape_duration_s = r.duration_s
+        stats.samples = r.samples
         stats.up = error is None
+        if r.limit is not None:
+            stats.limit_exceeded_total[r.limit] = stats.limit_exceeded_total.get(r.limit, 0) + 1
         if error is None:
-            stats.last_success_ts = t
+            stats.last_success_ts = r.t
         else:
             stats.errors_total += 1
             stats.last_error = error
@@ -160,9 +237,9 @@ class Daemon:
                 if prev is None or prev.up is not False or prev.last_error != error
                 else logging.DEBUG
             )
-            log.log(level, "target %s down: %s", name, error, extra={"target": name})
+            log.log(level, "target %s down: %s", r.target, error, extra={"target": r.target})
         if error is None and prev is not None and prev.up is False:
-            log.info("target %s is back up", name, extra={"target": name})
+            log.info("target %s is back up", r.target, extra={"target": r.target})
         self.state.set_target(stats)
 
     def _announce(self, diagnoses: list[Diagnosis]) -> None:
@@ -184,6 +261,31 @@ class Daemon:
                 log.error("cannot write state file %s: %s", self.cfg.state_file, exc)
 
     # -- targets, reload --------------------------------------------------------------------------------
+    def _effective(self) -> dict[str, TargetSpec]:
+        """The specs as scraped: a timeout longer than the interval is cut to it (said once per target)."""
+        interval = self.cfg.interval_s
+        out = {}
+        for name, spec in self._specs.items():
+            h = spec.http
+            if h.total_timeout > interval:
+                key = (name, h.total_timeout, interval)
+                if key not in self._capped:
+                    self._capped.add(key)
+                    log.warning("target %s: scrape timeout %gs is longer than the %gs interval; using %gs (set the "
+                                "target's `timeout:` or `scrape.timeout` to at most the interval)", name,
+                                h.total_timeout, interval, interval, extra={"target": name})  # fmt: skip
+                h = replace(h, total_timeout=interval, read_timeout=min(h.read_timeout, interval),
+                            connect_timeout=min(h.connect_timeout, interval))  # fmt: skip
+                spec = replace(spec, http=h)
+            out[name] = spec
+        return out
+
+    def _schedule(self) -> None:
+        plan = (self.cfg.interval_s, dict(self._specs))
+        if plan != self._plan:
+            self._plan = plan
+            self.scraper.schedule(list(self._effective().values()), self.cfg.interval_s)
+
     def _sync_targets(self) -> None:
         wanted = {t.name: t for t in [*self.cfg.targets, *self.discovery.targets()]}
         for gone in set(self._specs) - set(wanted):
@@ -202,37 +304,59 @@ class Daemon:
                 if old is None:
                     self.state.set_target(TargetStats(name, spec.safe_url, labels=dict(spec.labels)))
         self._specs = wanted
+        if self._plan is not None:  # scheduled: targets, their settings or the interval may have changed
+            self._schedule()
 
     def reload(self) -> tuple[bool, str]:
-        """Re-read config and rules; a bad file keeps the last good one running."""
+        """Re-read config and rules and apply them all, or refuse (keeping everything running) and say why."""
+        t = time.time()
         try:
             cfg, groups = load_everything(self.cfg_path, self.overrides)
-        except (ConfigError, RuleLoadError) as exc:
-            self.state.note_reload(False, time.time(), str(exc))
+            refused = restart_needed(self.cfg, cfg)
+            if refused:
+                raise ConfigError(["nothing applied, the running config stays in force:", *refused])
+            if cfg.notify != self.cfg.notify:
+                _, errors = parse_notify_config(cfg.notify, os.environ)
+                if errors:
+                    raise ConfigError(located_errors(cfg, errors))
+            if self.web is not None:
+                self.web.use_web_config(cfg.web_config)  # raises WebConfigError, nothing applied yet
+        except (ConfigError, RuleLoadError, ValueError, OSError) as exc:
+            self.state.note_reload(False, t, str(exc))
             log.error("reload failed, keeping the running config: %s", exc)
             return False, str(exc)
+        applied = changes(self.cfg, cfg)
         with self._lock:
             notify_changed = cfg.notify != self.cfg.notify
+            interval_changed = cfg.interval_s != self.cfg.interval_s
+            log_changed = (cfg.log_format, cfg.log_level) != (self.cfg.log_format, self.cfg.log_level)
             self.cfg = cfg
-            self.discovery = FileDiscovery(cfg.file_sd)
+            self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
             self.pipeline.set_rules(groups)
+            self.pipeline.job = cfg.job
+            self.scraper.resize(cfg.scrape_max_connections)
             self._sync_targets()
+        if interval_changed:
+            self._wake.set()
+        if log_changed:
+            setup_logging(cfg.log_format, cfg.log_level)
         if notify_changed and self.notifier is not None:
             # open incidents and Slack threads live in the notifier's state dir, so a new notifier picks them up
             self.notifier.flush(5.0)
             self.notifier.close()
             self.notifier = None
+        if notify_changed:
             self._start_notifier()
-        self.state.note_reload(True, time.time())
-        log.info("reloaded config and %d rule groups", len(groups))
-        return True, "reloaded"
+        message = f"reloaded config and {len(groups)} rule groups" + (
+            f": {'; '.join(applied)}" if applied else ""
+        )
+        self.state.note_reload(True, t, message=message)
+        log.info("%s", message)
+        return True, message
 
     def _start_notifier(self) -> None:
         if not self.cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
             return
-        from doctor.cli.notify import located_errors
-        from doctor.notify import Notifier, parse_notify_config
-
         ncfg, errors = parse_notify_config(self.cfg.notify, os.environ)
         if errors:
             raise ConfigError(located_errors(self.cfg, errors))
@@ -240,9 +364,3 @@ class Daemon:
         if not self.cfg.state_file:
             log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
         self.notifier = Notifier(ncfg, state_dir)
-
-    def _event(self, event: JobEvent) -> None:
-        name = EVENTS.get(event.code, "other")
-        self.state.count_event(name)
-        if name == "error":
-            log.error("cycle failed: %s", getattr(event, "exception", ""))
