@@ -13,6 +13,7 @@ from doctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefault
 from doctor.config.targets import count, http_options, limits, parse_target
 from doctor.config.yamlpos import Located, locate
 from doctor.rules.loader import duration_seconds
+from doctor.yamlerror import yaml_error
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
@@ -52,9 +53,7 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
         except OSError as exc:
             raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else path
-            raise ConfigError([f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+            raise ConfigError([yaml_error(path, exc)]) from None
         if not isinstance(doc.value, dict):
             raise ConfigError([f"{path}:1: the config must be a mapping"])
     data: dict[str, Any] = dict(doc.value)

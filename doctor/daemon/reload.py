@@ -1,8 +1,13 @@
-"""What a reload changes: the settings it applies, and those that only a restart can change."""
+"""What a reload reads, the settings it applies, and those that only a restart can change."""
 
 from __future__ import annotations
 
-from doctor.config import Config
+from typing import Any
+
+from doctor.config import Config, ConfigError, TargetSpec, load_config
+from doctor.config.targets import parse_target
+from doctor.config.yamlpos import Located
+from doctor.rules.loader import Group, load_files, rule_files
 
 # Config fields a running daemon cannot change, with the reason given to the operator.
 RESTART_ONLY = {
@@ -16,6 +21,25 @@ NAMES = {
     "interval_s": "interval",
     "scrape_max_connections": "scrape.max_connections",
 }
+
+
+def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[Group]]:
+    """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem."""
+    cfg = load_config(cfg_path)
+    errors: list[str] = []
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "targets":  # URLs from --target get the config's `scrape:` defaults like any other target
+            flags = Located({}, {}, "--target")
+            value = [
+                v if isinstance(v, TargetSpec) else parse_target(v, flags, (), errors, cfg.scrape)
+                for v in value
+            ]
+        setattr(cfg, key, [v for v in value if v is not None] if key == "targets" else value)
+    if errors:
+        raise ConfigError(errors)
+    return cfg, load_files(rule_files(cfg.rules))
 
 
 def restart_needed(old: Config, new: Config) -> list[str]:

@@ -8,48 +8,28 @@ import os
 import signal
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from doctor.cli.common import target_config, target_state
 from doctor.cli.notify import located_errors
-from doctor.config import Config, ConfigError, TargetSpec, load_config
-from doctor.config.targets import parse_target
-from doctor.config.yamlpos import Located
+from doctor.config import Config, ConfigError, TargetSpec
 from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
 from doctor.daemon.exposition import make_registry
 from doctor.daemon.logs import setup_logging
-from doctor.daemon.reload import changes, restart_needed
+from doctor.daemon.reload import changes, load_everything, restart_needed
 from doctor.daemon.scrape import Scraper, ScrapeResult
 from doctor.daemon.state import DaemonState, TargetStats
+from doctor.daemon.targets import capped, scrape_stats
 from doctor.diagnosis.model import Diagnosis
 from doctor.notify import Notifier, parse_notify_config
 from doctor.pipeline import Cycle, Pipeline
-from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
+from doctor.rules.loader import Group, RuleLoadError
 
+__all__ = ["Daemon", "load_everything"]
 log = logging.getLogger("kvdoctor")
 NEAR_INTERVAL = 0.8  # a cycle taking more than this share of the interval is about to fall behind
-
-
-def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[Group]]:
-    """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem."""
-    cfg = load_config(cfg_path)
-    errors: list[str] = []
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key == "targets":  # URLs from --target get the config's `scrape:` defaults like any other target
-            flags = Located({}, {}, "--target")
-            value = [
-                v if isinstance(v, TargetSpec) else parse_target(v, flags, (), errors, cfg.scrape)
-                for v in value
-            ]
-        setattr(cfg, key, [v for v in value if v is not None] if key == "targets" else value)
-    if errors:
-        raise ConfigError(errors)
-    return cfg, load_files(rule_files(cfg.rules))
 
 
 class Daemon:
@@ -161,37 +141,34 @@ class Daemon:
 
     def tick(self) -> list[Diagnosis]:
         """One scheduled cycle: ingest the scrapes that arrived since the last one, evaluate, publish."""
-        with self._lock:
-            start = time.monotonic()
-            if self.source is not None:
-                cycle = self.source.cycle(time.time())
-                return self._publish(cycle, start) if cycle is not None else []
-            self._sync_targets()
-            for r in self.scraper.drain():
-                self._ingest(r)
-            return self._evaluate(start)
+        return self._cycle(scrape_now=False)
 
     def cycle(self) -> list[Diagnosis]:
         """Scrape every target now (each within its timeout), evaluate the rules, publish the diagnoses."""
+        return self._cycle(scrape_now=True)
+
+    def _cycle(self, scrape_now: bool) -> list[Diagnosis]:
         with self._lock:
             start = time.monotonic()
             if self.source is not None:
                 cycle = self.source.cycle(time.time())
                 return self._publish(cycle, start) if cycle is not None else []
             self._sync_targets()
-            for r in self.scraper.scrape(list(self._effective().values())):
+            scraped = (
+                self.scraper.scrape(list(self._effective().values())) if scrape_now else self.scraper.drain()
+            )
+            for r in scraped:
                 self._ingest(r)
-            return self._evaluate(start)
-
-    def _evaluate(self, start: float) -> list[Diagnosis]:
-        return self._publish(self.pipeline.evaluate(time.time()), start)
+            return self._publish(self.pipeline.evaluate(time.time()), start)
 
     def _ingest(self, r: ScrapeResult) -> None:
         if r.target not in self._specs:
             return  # removed while its scrape was in flight
         self.pipeline.observe(r.target, r.t, r.scrape, r.error)
         st = self.pipeline.targets[r.target]
-        self._stats(r, st.error if r.error or st.up is False else None)
+        error = st.error if r.error or st.up is False else None
+        prev = self.state.target(r.target)
+        self.state.set_target(scrape_stats(self._specs[r.target], prev, r, error))
 
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
         evaluated = time.monotonic()
@@ -214,34 +191,6 @@ class Daemon:
             log.info("cycles fit the %gs interval again (%.2fs)", interval, duration)
         self._behind = behind
 
-    def _stats(self, r: ScrapeResult, error: str | None) -> None:
-        spec = self._specs[r.target]
-        prev = self.state.snapshot()["targets"].get(r.target)
-        stats = TargetStats(r.target, spec.safe_url, labels=dict(spec.labels))
-        if prev is not None:
-            stats.errors_total, stats.last_success_ts = prev.errors_total, prev.last_success_ts
-            stats.limit_exceeded_total = dict(prev.limit_exceeded_total)
-        stats.last_scrape_duration_s = r.duration_s
-        stats.samples = r.samples
-        stats.up = error is None
-        if r.limit is not None:
-            stats.limit_exceeded_total[r.limit] = stats.limit_exceeded_total.get(r.limit, 0) + 1
-        if error is None:
-            stats.last_success_ts = r.t
-        else:
-            stats.errors_total += 1
-            stats.last_error = error
-            # Say it when a target goes down (and when the reason changes), not on every cycle.
-            level = (
-                logging.WARNING
-                if prev is None or prev.up is not False or prev.last_error != error
-                else logging.DEBUG
-            )
-            log.log(level, "target %s down: %s", r.target, error, extra={"target": r.target})
-        if error is None and prev is not None and prev.up is False:
-            log.info("target %s is back up", r.target, extra={"target": r.target})
-        self.state.set_target(stats)
-
     def _announce(self, diagnoses: list[Diagnosis]) -> None:
         for d in diagnoses:
             key = (d.target, d.model_name)
@@ -262,23 +211,7 @@ class Daemon:
 
     # -- targets, reload --------------------------------------------------------------------------------
     def _effective(self) -> dict[str, TargetSpec]:
-        """The specs as scraped: a timeout longer than the interval is cut to it (said once per target)."""
-        interval = self.cfg.interval_s
-        out = {}
-        for name, spec in self._specs.items():
-            h = spec.http
-            if h.total_timeout > interval:
-                key = (name, h.total_timeout, interval)
-                if key not in self._capped:
-                    self._capped.add(key)
-                    log.warning("target %s: scrape timeout %gs is longer than the %gs interval; using %gs (set the "
-                                "target's `timeout:` or `scrape.timeout` to at most the interval)", name,
-                                h.total_timeout, interval, interval, extra={"target": name})  # fmt: skip
-                h = replace(h, total_timeout=interval, read_timeout=min(h.read_timeout, interval),
-                            connect_timeout=min(h.connect_timeout, interval))  # fmt: skip
-                spec = replace(spec, http=h)
-            out[name] = spec
-        return out
+        return capped(self._specs, self.cfg.interval_s, self._capped)
 
     def _schedule(self) -> None:
         plan = (self.cfg.interval_s, dict(self._specs))

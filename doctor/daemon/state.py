@@ -90,6 +90,12 @@ class DaemonState:
         with self._lock:
             self.targets[stats.name] = stats
 
+    def target(self, name: str) -> TargetStats | None:
+        """A copy of one target's scrape stats."""
+        with self._lock:
+            t = self.targets.get(name)
+            return replace(t) if t is not None else None
+
     def drop_target(self, name: str) -> None:
         """Forget a removed target and its history."""
         with self._lock:

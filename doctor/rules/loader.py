@@ -12,6 +12,7 @@ import yaml
 
 from doctor.promql.check import ExprError, check_expr
 from doctor.rules.templates import TemplateError, check_template
+from doctor.yamlerror import yaml_error
 
 _DURATION_RE = re.compile(r"^((\d+)y)?((\d+)w)?((\d+)d)?((\d+)h)?((\d+)m)?((\d+)s)?((\d+)ms)?$")
 _METRIC_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -97,9 +98,7 @@ def load_files(paths: list[Path]) -> list[Group]:
             errors.append(f"{path}: cannot read: {exc}")
             continue
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else str(path)
-            errors.append(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}")
+            errors.append(yaml_error(str(path), exc))
             continue
         groups += _load_root(path, root, errors, seen_groups)
     if errors:

@@ -11,7 +11,6 @@ import asyncio
 import email.utils
 import gzip
 import http.client
-import io
 import logging
 import ssl
 import threading
@@ -27,6 +26,7 @@ from prometheus_client.registry import CollectorRegistry
 from doctor import __version__
 from doctor.daemon.state import DaemonState
 from doctor.web.app import App, Reload, Response, api_error, text
+from doctor.web.request import MAX_HEADER_BYTES, Refused, read_head, status_line
 from doctor.web.webconfig import WebConfig, WebConfigWatcher
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 1024
 MAX_PER_CLIENT = 32
 MAX_BODY = 64 * 1024
-MAX_HEADER_BYTES = 16 * 1024
-MAX_HEADERS = 100
 HANDSHAKE_TIMEOUT_S = 5.0
 HEADER_TIMEOUT_S = 5.0
 BODY_TIMEOUT_S = 5.0
@@ -48,8 +46,6 @@ DEFAULT_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'",
 }
-REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Content Too Large",
-           431: "Request Header Fields Too Large", 503: "Service Unavailable"}  # fmt: skip
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -58,14 +54,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"listen address {listen!r}: expected HOST:PORT")
     return host.strip("[]") or "0.0.0.0", int(port)
-
-
-class _Refused(Exception):
-    """A request answered with an error before it reached the app."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class _Conn:
@@ -230,11 +218,11 @@ class WebServer:
         method, target, headers = "GET", "/", http.client.HTTPMessage()
         try:
             try:
-                method, target, headers = await asyncio.wait_for(_read_head(reader), HEADER_TIMEOUT_S)
+                method, target, headers = await asyncio.wait_for(read_head(reader), HEADER_TIMEOUT_S)
             except TimeoutError:
-                raise _Refused(408, f"request headers not received within {HEADER_TIMEOUT_S:g}s") from None
+                raise Refused(408, f"request headers not received within {HEADER_TIMEOUT_S:g}s") from None
             resp = await self._respond(conn, reader, method, target, headers, cfg)
-        except _Refused as exc:
+        except Refused as exc:
             resp = text(exc.status, str(exc))
             resp.headers["Connection"] = "close"
         await asyncio.wait_for(self._write(writer, resp, method, target, headers, cfg), WRITE_TIMEOUT_S)
@@ -252,17 +240,17 @@ class WebServer:
                 401, "Unauthorized", **{"WWW-Authenticate": 'Basic realm="kvdoctor", charset="UTF-8"'}
             )
         if headers.get("Transfer-Encoding"):
-            raise _Refused(411, "send the request body with a Content-Length")
+            raise Refused(411, "send the request body with a Content-Length")
         length = (headers.get("Content-Length") or "").strip()
         if length:
             if not length.isdigit():
-                raise _Refused(400, "invalid Content-Length")
+                raise Refused(400, "invalid Content-Length")
             if int(length) > MAX_BODY:
-                raise _Refused(413, "request body too large")
+                raise Refused(413, "request body too large")
             try:
                 await asyncio.wait_for(reader.readexactly(int(length)), BODY_TIMEOUT_S)
             except (asyncio.IncompleteReadError, TimeoutError):
-                raise _Refused(
+                raise Refused(
                     400, f"request body shorter than its Content-Length of {length} bytes"
                 ) from None
         conn.waiting = False
@@ -293,44 +281,8 @@ class WebServer:
         out["Server"] = f"kvdoctor/{__version__}"
         out["Date"] = email.utils.formatdate(usegmt=True)
         out["Connection"] = "close"
-        reason = http.client.responses.get(resp.status, REASONS.get(resp.status, ""))
-        head = (
-            f"HTTP/1.0 {resp.status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in out.items()) + "\r\n"
-        )
+        head = status_line(resp.status) + "".join(f"{k}: {v}\r\n" for k, v in out.items()) + "\r\n"
         writer.write(head.encode("latin-1"))
         if method != "HEAD" and resp.status != 304:
             writer.write(body)
         await writer.drain()
-
-
-async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, http.client.HTTPMessage]:
-    """The request line and headers; raises _Refused for anything malformed or oversized."""
-    try:
-        line = await reader.readline()
-    except (asyncio.LimitOverrunError, ValueError):
-        raise _Refused(431, "request line too long") from None
-    if not line:
-        raise asyncio.IncompleteReadError(b"", None)
-    parts = line.decode("latin-1").split()
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[0].isalpha():
-        raise _Refused(400, "bad request line")
-    raw = bytearray()
-    for _ in range(MAX_HEADERS + 1):
-        try:
-            h = await reader.readline()
-        except (asyncio.LimitOverrunError, ValueError):
-            raise _Refused(431, "request header too long") from None
-        if not h:
-            raise asyncio.IncompleteReadError(bytes(raw), None)
-        if h in (b"\r\n", b"\n"):
-            break
-        raw += h
-        if len(raw) > MAX_HEADER_BYTES:
-            raise _Refused(431, "request headers too large")
-    else:
-        raise _Refused(431, f"more than {MAX_HEADERS} request headers")
-    try:
-        headers = http.client.parse_headers(io.BytesIO(bytes(raw) + b"\r\n"))
-    except http.client.HTTPException:
-        raise _Refused(400, "malformed request headers") from None
-    return parts[0], parts[1], headers
