@@ -45,7 +45,7 @@ class ScrapeLimits:
 NO_LIMITS = ScrapeLimits(0, 0, 0)
 
 
-class LimitExceeded(ValueError):
+class LimitExceeded(Exception):
     """A scrape over one of its limits: refused whole. `limit` names the setting."""
 
     def __init__(self, limit: str, detail: str) -> None:
@@ -104,16 +104,19 @@ class Parser:
         names = self._names
         if len(label_cache) > _CACHE_LIMIT:
             label_cache.clear()
+        # Lines that are not comments bound the samples from above, and from below once blank lines are taken
+        # out (at most two per "\n\n"): a page surely over the limit is refused unread, a page that may be is
+        # read line by line and counted, any other is parsed at full speed.
         max_samples = limits.sample_limit
-        lines: Iterable[str] = text.split("\n")
-        counted = 0
         if max_samples:
-            # Lines that are not comments bound the samples from above; only a page that may be over the
-            # limit is read line by line and counted.
-            if text.count("\n") - text.count("\n#") + 1 > max_samples:
-                lines = _lines(text)
-            else:
+            lines_not_comments = text.count("\n") + 1 - text.count("\n#") - text.startswith("#")
+            at_least = lines_not_comments - 2 * text.count("\n\n") - 1
+            if at_least > max_samples:
+                raise LimitExceeded("sample_limit", f"at least {at_least} samples, limit {max_samples}")
+            if lines_not_comments <= max_samples:
                 max_samples = 0
+        lines: Iterable[str] = _lines(text) if max_samples else text.split("\n")
+        counted = 0
         for lineno, line in enumerate(lines, 1):
             if not line:
                 continue
@@ -154,7 +157,7 @@ class Parser:
                     counted += 1
                     if counted > max_samples:
                         raise LimitExceeded(
-                            "sample_limit", f"more than {max_samples} samples (at line {lineno})"
+                            "sample_limit", f"more than {max_samples} samples, limit {max_samples}"
                         )
                 if name.endswith("_created"):
                     continue
