@@ -38,6 +38,7 @@ class FaultServer:
             def log_message(self, *args: object) -> None:
                 return
 
+        ThreadingHTTPServer.request_queue_size = 1024  # many targets on one fault server connect at once
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

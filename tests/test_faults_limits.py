@@ -11,7 +11,7 @@ from prometheus_client.exposition import generate_latest
 
 from doctor.config import Config, TargetSpec, load_config
 from doctor.config.schema import ScrapeDefaults
-from doctor.daemon.runner import Daemon
+from doctor.daemon.runner import Daemon, load_everything
 from doctor.ingest.fetch import HttpOptions
 from doctor.ingest.parse import LimitExceeded, Parser, ScrapeLimits
 from doctor.ingest.recording import load_frames
@@ -132,3 +132,39 @@ def test_a_target_over_a_limit_is_down_naming_it_and_nothing_of_it_is_ingested(g
     finally:
         for f in faults.values():
             f.stop()
+
+
+def test_a_reload_applies_new_limits_on_the_next_scrape(good, tmp_path):
+    cfg = tmp_path / "kvdoctor.yml"
+    cfg.write_text(f"interval: 5s\ntargets: [{{url: '{good.url}', name: good}}]\n")
+    d = Daemon(*load_everything(str(cfg), {}), str(cfg), {})
+    try:
+        d.cycle()
+        assert d.state.target("good").up
+        cfg.write_text(
+            f"interval: 5s\nscrape: {{sample_limit: 100}}\ntargets: [{{url: '{good.url}', name: good}}]\n"
+        )
+        ok, message = d.reload()
+        assert ok and "scrape changed" in message
+        d.cycle()
+        assert "sample_limit exceeded" in d.state.target("good").last_error
+        cfg.write_text(f"interval: 5s\ntargets: [{{url: '{good.url}', name: good, sample_limit: 0}}]\n")
+        assert d.reload()[0]
+        d.cycle()
+        assert d.state.target("good").up
+    finally:
+        d.shutdown()
+
+
+def test_yaml_errors_point_at_the_broken_line(tmp_path):
+    cfg = tmp_path / "kvdoctor.yml"
+    cases = {
+        "interval: 2s\ntargets: [http://a:8000\nlisten: x\n": (2, "flow sequence not closed"),
+        'interval: 2s\nlisten: "127.0.0.1:1\nretention: 5m\n': (2, "quoted scalar not closed"),
+        "targets:\n  - url: http://a:8000\n   name: z\njob: a\n": (3, "expected <block end>"),
+    }
+    for text, (line, what) in cases.items():
+        cfg.write_text(text)
+        with pytest.raises(ValueError) as err:
+            load_config(str(cfg))
+        assert str(err.value).startswith(f"{cfg}:{line}: invalid YAML: ") and what in str(err.value), text
