@@ -16,8 +16,9 @@ import requests
 from doctor.daemon.exposition import make_registry
 from doctor.daemon.state import DaemonState, TargetStats
 from doctor.web import WebServer
-from doctor.web.server import HEADER_TIMEOUT_S, MAX_PER_CLIENT
+from doctor.web.server import HANDSHAKE_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_PER_CLIENT
 from tests.faults import SlowClient
+from tests.test_web_config import pki  # noqa: F401  (the test CA and certificates)
 
 
 @pytest.fixture
@@ -115,3 +116,23 @@ def test_oversized_and_malformed_requests_get_plain_errors(server: WebServer) ->
     assert _raw(server, body, half_close=False)[0].startswith(b"HTTP/1.0 413 ")
     chunked = b"POST /-/reload HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
     assert _raw(server, chunked, half_close=False)[0].startswith(b"HTTP/1.0 411 ")
+
+
+def test_idle_connections_to_a_tls_server_are_cut_off_after_the_handshake_timeout(pki, tmp_path) -> None:  # noqa: F811
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"tls_server_config:\n  cert_file: {pki}/server.pem\n  key_file: {pki}/server.key\n")
+    state = DaemonState()
+    web = WebServer(state, make_registry(state), listen="127.0.0.1:0", web_config=str(cfg))
+    web.start()
+    idle = [socket.create_connection(web.address, timeout=15, source_address=(f"127.0.0.{2 + i}", 0)) for i in range(50)]  # fmt: skip
+    try:
+        start = time.monotonic()
+        r = requests.get(web.url + "-/healthy", verify=str(pki / "ca.pem"), timeout=10)
+        assert r.status_code == 200 and time.monotonic() - start < 1.0
+        for s in idle:  # never sent a ClientHello: closed once the handshake timeout runs out
+            assert s.recv(1) == b""
+        assert time.monotonic() - start < HANDSHAKE_TIMEOUT_S + 3
+    finally:
+        for s in idle:
+            s.close()
+        web.stop()
