@@ -17,19 +17,22 @@ def capped(
 ) -> dict[str, TargetSpec]:
     """The specs as scraped: a timeout longer than the interval is cut to it (said once per target and setting)."""
     out = {}
+    news: dict[float, list[str]] = {}
     for name, spec in specs.items():
         h = spec.http
         if h.total_timeout > interval:
             key = (name, h.total_timeout, interval)
             if key not in warned:
                 warned.add(key)
-                log.warning("target %s: scrape timeout %gs is longer than the %gs interval; using %gs (set the "
-                            "target's `timeout:` or `scrape.timeout` to at most the interval)", name,
-                            h.total_timeout, interval, interval, extra={"target": name})  # fmt: skip
+                news.setdefault(h.total_timeout, []).append(name)
             h = replace(h, total_timeout=interval, read_timeout=min(h.read_timeout, interval),
                         connect_timeout=min(h.connect_timeout, interval))  # fmt: skip
             spec = replace(spec, http=h)
         out[name] = spec
+    for timeout, names in news.items():  # one line per setting, not one per target of a large fleet
+        who = f"target {names[0]}" if len(names) == 1 else f"{len(names)} targets ({', '.join(names[:3])}, …)"
+        log.warning("%s: scrape timeout %gs is longer than the %gs interval; using %gs (set the target's "
+                    "`timeout:` or `scrape.timeout` to at most the interval)", who, timeout, interval, interval)  # fmt: skip
     return out
 
 
