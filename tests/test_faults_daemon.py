@@ -95,7 +95,10 @@ def test_hanging_and_dripping_targets_do_not_slow_a_healthy_one(good, serve, tmp
             assert targets[name]["up"] is False and "timed out after 2s" in targets[name]["last_error"], name
         assert "connection refused" in targets["refused"]["last_error"]
         log = s.output()
-        assert "4 targets (good, hang, drip, …): scrape timeout 10s is longer than the 2s interval; using 2s" in log
+        assert (
+            "4 targets (good, hang, drip, …): scrape timeout 10s is longer than the 2s interval; using 2s"
+            in log
+        )
         assert "maximum number of running instances" not in log and "skipped" not in log
         assert s.get("/api/v1/status").json()["data"]["scheduler_events"].get("missed", 0) == 0
     finally:

@@ -3,10 +3,13 @@ interval and every live target is diagnosed as its recording shows."""
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.exposition import generate_latest
 
 from doctor.config import Config, TargetSpec
 from doctor.daemon.runner import Daemon
@@ -65,3 +68,24 @@ def test_two_hundred_targets_a_tenth_slow_or_dead_every_cycle_within_the_interva
     assert all(stats[n].up for n in expected)
     for name in (t.name for t in targets[TARGETS - SLOW :]):
         assert stats[name].up is False and diagnoses[name].bottleneck == "unknown", name
+
+
+def test_a_cycle_near_the_interval_is_exported_and_warned_about_once(caplog):
+    caplog.set_level(logging.INFO, logger="kvdoctor")
+    # an interval no rule evaluation fits in: every cycle overruns
+    d = Daemon(
+        Config(targets=[TargetSpec(url=refused_url(), name="x")], interval_s=0.002),
+        load_files(default_rule_files()),
+    )
+    d.start(web=False)
+    time.sleep(1.5)
+    d.shutdown()
+    text = generate_latest(d.registry).decode()
+    duration = float(re.search(r"^kvdoctor_cycle_duration_seconds (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    assert duration > 0 and "kvdoctor_cycle_interval_seconds 0.002" in text
+    warnings = [r.getMessage() for r in caplog.records if "close to falling behind" in r.getMessage()]
+    assert len(warnings) == 1 and "of the 0.002s interval" in warnings[0]  # said once, not every cycle
+    missed = float(
+        re.search(r'^kvdoctor_scheduler_events_total\{event="missed"\} (\S+)$', text, re.M).group(1)
+    )  # type: ignore[union-attr]
+    assert missed > 0  # the slots the overlong cycles ate are skipped, not run back to back

@@ -18,6 +18,7 @@ from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
 from doctor.daemon.exposition import make_registry
 from doctor.daemon.logs import setup_logging
+from doctor.daemon.pace import Pace
 from doctor.daemon.reload import changes, load_everything, restart_needed
 from doctor.daemon.scrape import Scraper, ScrapeResult
 from doctor.daemon.state import DaemonState, TargetStats
@@ -29,7 +30,6 @@ from doctor.rules.loader import Group, RuleLoadError
 
 __all__ = ["Daemon", "load_everything"]
 log = logging.getLogger("kvdoctor")
-NEAR_INTERVAL = 0.8  # a cycle taking more than this share of the interval is about to fall behind
 
 
 class Daemon:
@@ -53,7 +53,7 @@ class Daemon:
         self._plan: tuple[float, dict[str, TargetSpec]] | None = None
         self._capped: set[tuple[str, float, float]] = set()
         self._last: dict[tuple[str, str], str] = {}
-        self._behind = False
+        self._pace = Pace()
         self._thread: threading.Thread | None = None
         if cfg.state_file:
             persist.load(cfg.state_file, self.pipeline)
@@ -177,19 +177,10 @@ class Daemon:
             self.notifier.observe(cycle.diagnoses, cycle.t)
         self._announce(cycle.diagnoses)
         self._persist()
-        self._note_cycle(time.monotonic() - start)
+        duration = time.monotonic() - start
+        self.state.note_cycle(duration, self.cfg.interval_s)
+        self._pace.note(duration, self.cfg.interval_s)
         return cycle.diagnoses
-
-    def _note_cycle(self, duration: float) -> None:
-        interval = self.cfg.interval_s
-        self.state.note_cycle(duration, interval)
-        behind = duration > NEAR_INTERVAL * interval
-        if behind and not self._behind:
-            log.warning("a cycle took %.2fs of the %gs interval: evaluation is close to falling behind "
-                        "(fewer targets per kvdoctor, a longer interval, or --source prometheus)", duration, interval)  # fmt: skip
-        elif self._behind and not behind:
-            log.info("cycles fit the %gs interval again (%.2fs)", interval, duration)
-        self._behind = behind
 
     def _announce(self, diagnoses: list[Diagnosis]) -> None:
         for d in diagnoses:
