@@ -142,10 +142,11 @@ def test_a_reload_applies_new_limits_on_the_next_scrape(good, tmp_path):
         d.cycle()
         assert d.state.target("good").up
         cfg.write_text(
-            f"interval: 5s\nscrape: {{sample_limit: 100}}\ntargets: [{{url: '{good.url}', name: good}}]\n"
+            f"interval: 5s\nscrape: {{sample_limit: 100, max_connections: 8}}\ntargets: [{{url: '{good.url}', name: good}}]\n"
         )
         ok, message = d.reload()
-        assert ok and "scrape changed" in message
+        assert ok and "scrape changed" in message and "scrape.max_connections changed" in message
+        assert d.scraper.max_connections == 8
         d.cycle()
         assert "sample_limit exceeded" in d.state.target("good").last_error
         cfg.write_text(f"interval: 5s\ntargets: [{{url: '{good.url}', name: good, sample_limit: 0}}]\n")
