@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from doctor.daemon.exposition import make_registry
-from doctor.daemon.state import DaemonState, TargetStats
+from doctor.diagnosis.target import Target, TargetFacts
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
 from doctor.web import WebServer
 from doctor.web.server import HANDSHAKE_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_PER_CLIENT
 from tests.faults import SlowClient
@@ -25,7 +26,9 @@ from tests.test_web_config import pki  # noqa: F401  (the test CA and certificat
 def server() -> Iterator[WebServer]:
     state = DaemonState()
     for i in range(200):  # a /metrics page of some size
-        state.set_target(TargetStats(f"vllm-{i:03d}", f"http://10.0.0.{i}:8000/metrics", True, 0.02, 1.0))
+        target = Target(f"vllm-{i:03d}", TargetFacts(url=f"http://10.0.0.{i}:8000/metrics"))
+        target.record(1.0, True, duration_s=0.02, samples=381)
+        state.set_target(target)
     state.publish([], 1000.0, 0.01, 0)
     web = WebServer(state, make_registry(state), listen="127.0.0.1:0", reload=lambda: (True, "reloaded"))
     web.start()

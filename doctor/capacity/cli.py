@@ -10,7 +10,8 @@ from typing import Any
 from doctor.capacity.advice import kv_cache_advice
 from doctor.capacity.arch import KV_CACHE_DTYPES, WEIGHTS_DTYPES, ModelSpec
 from doctor.capacity.budget import DEFAULT_UTILIZATION, CapacityEstimate, Deployment, estimate
-from doctor.capacity.fields import ConfigError
+from doctor.capacity.config import load_model_config
+from doctor.capacity.fields import ModelConfigError
 from doctor.capacity.live import LiveCapacity, live_capacity
 from doctor.capacity.presets import (
     GpuSpec,
@@ -103,9 +104,7 @@ def _model(args: argparse.Namespace) -> ModelSpec | None:
     if args.model:
         return get_model(args.model)
     if args.config:
-        from doctor.capacity.config import load_config
-
-        return load_config(args.config)
+        return load_model_config(args.config)
     return None
 
 
@@ -161,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         spec = _model(args)
         live = _live(args)
         est = _estimate(args, spec, live) if spec is not None else None
-    except (PresetError, ConfigError, SourceError, ValueError) as e:
+    except (PresetError, ModelConfigError, SourceError, ValueError) as e:
         print(f"kvdoctor capacity: {e}", file=sys.stderr)
         return 2
     if live is not None and not live.engines and est is None:

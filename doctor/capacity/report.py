@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.capacity import fmt
+from doctor import fmt
 from doctor.capacity.advice import ARITH, LIVE
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
 from doctor.capacity.presets import GpuSpec
-from doctor.diagnosis.model import Advice
+from doctor.verdicts import Advice
 
 
 def _estimate_dict(e: CapacityEstimate) -> dict[str, Any]:

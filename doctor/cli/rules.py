@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from doctor.rules.loader import RuleLoadError, load_files, parse_duration, rule_files
+from doctor.config.durations import parse_duration
+from doctor.rules.loader import RuleLoadError, load_files, rule_files
 
 FORMATS = ("prometheus", "prometheus-operator")
 
@@ -80,7 +81,7 @@ def prometheus_rule(
     }
 
 
-def render(args: argparse.Namespace) -> dict[str, str]:
+def exported_files(args: argparse.Namespace) -> dict[str, str]:
     """File name -> text of what to export; raises ValueError/RuleLoadError on bad input."""
     files = rule_files(args.rules)
     load_files(files)  # every error at file:line before anything is written
@@ -105,7 +106,7 @@ def render(args: argparse.Namespace) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     """Export; exit 2 on a bad rule file or argument."""
     try:
-        out = render(args)
+        out = exported_files(args)
     except RuleLoadError as exc:
         for e in exc.errors:
             print(f"kvdoctor rules export: {e}", file=sys.stderr)

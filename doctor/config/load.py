@@ -9,11 +9,10 @@ from typing import Any
 
 import yaml
 
+from doctor.config.durations import duration_seconds
 from doctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefaults
 from doctor.config.targets import count, http_options, limits, parse_target
-from doctor.config.yamlpos import Located, locate
-from doctor.rules.loader import duration_seconds
-from doctor.yamlerror import yaml_error
+from doctor.config.yamlpos import Located, locate, yaml_error
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",

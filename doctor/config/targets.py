@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from doctor.config.durations import duration_seconds
 from doctor.config.schema import ScrapeDefaults, TargetSpec
 from doctor.config.yamlpos import Located
 from doctor.ingest.fetch import HttpOptions
 from doctor.ingest.parse import ScrapeLimits
-from doctor.rules.loader import duration_seconds
 
 LIMIT_KEYS = ("sample_limit", "label_limit", "label_value_length_limit")
 TARGET_KEYS = {

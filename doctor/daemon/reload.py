@@ -7,7 +7,7 @@ from typing import Any
 from doctor.config import Config, ConfigError, TargetSpec, load_config
 from doctor.config.targets import parse_target
 from doctor.config.yamlpos import Located
-from doctor.rules.loader import Group, load_files, rule_files
+from doctor.rules.loader import RuleGroup, load_files, rule_files
 
 # Config fields a running daemon cannot change, with the reason given to the operator.
 RESTART_ONLY = {
@@ -23,7 +23,7 @@ NAMES = {
 }
 
 
-def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[Group]]:
+def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[RuleGroup]]:
     """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem."""
     cfg = load_config(cfg_path)
     errors: list[str] = []

@@ -11,22 +11,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor.cli.common import target_config, target_state
-from doctor.cli.notify import located_errors
 from doctor.config import Config, ConfigError, TargetSpec
 from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
-from doctor.daemon.exposition import make_registry
 from doctor.daemon.logs import setup_logging
 from doctor.daemon.pace import Pace
 from doctor.daemon.reload import changes, load_everything, restart_needed
-from doctor.daemon.scrape import Scraper, ScrapeResult
-from doctor.daemon.state import DaemonState, TargetStats
-from doctor.daemon.targets import capped, scrape_stats
-from doctor.diagnosis.model import Diagnosis
+from doctor.daemon.scrape import Scraper, ScrapeResult, capped
 from doctor.notify import Notifier, parse_notify_config
+from doctor.notify.located import located_errors
 from doctor.pipeline import Cycle, Pipeline
-from doctor.rules.loader import Group, RuleLoadError
+from doctor.rules.loader import RuleGroup, RuleLoadError
+from doctor.sources.daemon import DaemonSource
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
+from doctor.targets import target_facts
+from doctor.verdicts import Diagnosis
+from doctor.web.server import WebServer
 
 __all__ = ["Daemon", "load_everything"]
 log = logging.getLogger("kvdoctor")
@@ -35,7 +36,7 @@ log = logging.getLogger("kvdoctor")
 class Daemon:
     """Owns the pipeline, the scraper, the cycle thread and the sinks."""
 
-    def __init__(self, cfg: Config, groups: list[Group], cfg_path: str | None = None,
+    def __init__(self, cfg: Config, groups: list[RuleGroup], cfg_path: str | None = None,
                  overrides: dict[str, Any] | None = None, on_change: Any = None) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
@@ -43,9 +44,9 @@ class Daemon:
         self.scraper = Scraper(cfg.scrape_max_connections)
         self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
         self.registry = make_registry(self.state)
-        self.on_change = on_change  # called with (diagnosis, previous bottleneck) when a class changes
-        self.notifier: Any = None
-        self.web: Any = None
+        self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes
+        self.notifier: Notifier | None = None
+        self.web: WebServer | None = None
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a reload changed the interval: the cycle clock starts over
         self._lock = threading.Lock()
@@ -58,10 +59,10 @@ class Daemon:
         if cfg.state_file:
             persist.load(cfg.state_file, self.pipeline)
         self._sync_targets()
-        self.source: Any = None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        self.source: DaemonSource | None = (
+            None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        )
         if cfg.source == "prometheus":
-            from doctor.sources.daemon import DaemonSource
-
             self.source = DaemonSource(self)
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -69,9 +70,7 @@ class Daemon:
         """Start the sinks, the scrape schedules and the cycle thread (first cycle once the first scrapes are in)."""
         self._start_notifier()
         if web:
-            from doctor.web.server import WebServer
-
-            extra = (lambda: {"notify": self.notifier.status()}) if self.notifier else None
+            extra = self._notify_status if self.notifier else None
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
                                  reload=self.reload, extra_status=extra)  # fmt: skip
             self.web.start()
@@ -144,7 +143,7 @@ class Daemon:
         return self._cycle(scrape_now=False)
 
     def cycle(self) -> list[Diagnosis]:
-        """Scrape every target now (each within its timeout), evaluate the rules, publish the diagnoses."""
+        """Scrape every target now (each within its own timeout), evaluate the rules, publish the diagnoses."""
         return self._cycle(scrape_now=True)
 
     def _cycle(self, scrape_now: bool) -> list[Diagnosis]:
@@ -154,9 +153,8 @@ class Daemon:
                 cycle = self.source.cycle(time.time())
                 return self._publish(cycle, start) if cycle is not None else []
             self._sync_targets()
-            scraped = (
-                self.scraper.scrape(list(self._effective().values())) if scrape_now else self.scraper.drain()
-            )
+            # scraping now, each target gets its own timeout; the cap to the interval protects the schedule
+            scraped = self.scraper.scrape(list(self._specs.values())) if scrape_now else self.scraper.drain()
             for r in scraped:
                 self._ingest(r)
             return self._publish(self.pipeline.evaluate(time.time()), start)
@@ -164,11 +162,11 @@ class Daemon:
     def _ingest(self, r: ScrapeResult) -> None:
         if r.target not in self._specs:
             return  # removed while its scrape was in flight
-        self.pipeline.observe(r.target, r.t, r.scrape, r.error)
-        st = self.pipeline.targets[r.target]
-        error = st.error if r.error or st.up is False else None
-        prev = self.state.target(r.target)
-        self.state.set_target(scrape_stats(self._specs[r.target], prev, r, error))
+        before = self.pipeline.targets[r.target]
+        was = (before.up, before.last_error)
+        self.pipeline.observe(r.target, r.t, r.scrape, r.error, r.duration_s, r.limit)
+        self._log_health(r.target, was)
+        self.state.set_target(self.pipeline.targets[r.target])
 
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
         evaluated = time.monotonic()
@@ -182,16 +180,25 @@ class Daemon:
         self._pace.note(duration, self.cfg.interval_s)
         return cycle.diagnoses
 
+    def _log_health(self, name: str, was: tuple[bool | None, str]) -> None:
+        target = self.pipeline.targets[name]
+        if target.up is False:
+            # Say it when a target goes down (and when the reason changes), not on every cycle.
+            level = logging.WARNING if was != (False, target.last_error) else logging.DEBUG
+            log.log(level, "target %s down: %s", name, target.last_error, extra={"target": name})
+        elif was[0] is False:
+            log.info("target %s is back up", name, extra={"target": name})
+
     def _announce(self, diagnoses: list[Diagnosis]) -> None:
         for d in diagnoses:
             key = (d.target, d.model_name)
             prev = self._last.get(key)
-            if prev != d.bottleneck:
-                log.info("%s · %s: %s (was %s)", d.target, d.model_name or "-", d.bottleneck, prev or "-",
-                         extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.bottleneck})  # fmt: skip
+            if prev != d.verdict:
+                log.info("%s · %s: %s (was %s)", d.target, d.model_name or "-", d.verdict, prev or "-",
+                         extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.verdict})  # fmt: skip
                 if self.on_change:
                     self.on_change(d, prev)
-            self._last[key] = d.bottleneck
+            self._last[key] = d.verdict
 
     def _persist(self) -> None:
         if self.cfg.state_file:
@@ -219,14 +226,7 @@ class Daemon:
         for name, spec in wanted.items():
             old = self._specs.get(name)
             if old is None or old != spec:
-                self.pipeline.add_target(name, target_config(spec))
-                st = target_state(spec)
-                prev = self.pipeline.targets.get(name)
-                if prev is not None:
-                    st.up, st.error, st.models = prev.up, prev.error, prev.models
-                self.pipeline.targets[name] = st
-                if old is None:
-                    self.state.set_target(TargetStats(name, spec.safe_url, labels=dict(spec.labels)))
+                self.state.set_target(self.pipeline.add_target(name, target_facts(spec)))
         self._specs = wanted
         if self._plan is not None:  # scheduled: targets, their settings or the interval may have changed
             self._schedule()
@@ -288,3 +288,8 @@ class Daemon:
         if not self.cfg.state_file:
             log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
         self.notifier = Notifier(ncfg, state_dir)
+
+    def _notify_status(self) -> dict[str, Any]:
+        if self.notifier is None:
+            raise RuntimeError("notifier stopped")
+        return {"notify": self.notifier.status()}

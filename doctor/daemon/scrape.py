@@ -11,6 +11,7 @@ import time
 import zlib
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, NamedTuple, TypeVar
 
 import aiohttp
@@ -211,3 +212,27 @@ class Scraper:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
         self._parse_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def capped(
+    specs: dict[str, TargetSpec], interval: float, warned: set[tuple[str, float, float]]
+) -> dict[str, TargetSpec]:
+    """The specs as scraped: a timeout longer than the interval is cut to it (said once per target and setting)."""
+    out = {}
+    news: dict[float, list[str]] = {}
+    for name, spec in specs.items():
+        h = spec.http
+        if h.total_timeout > interval:
+            key = (name, h.total_timeout, interval)
+            if key not in warned:
+                warned.add(key)
+                news.setdefault(h.total_timeout, []).append(name)
+            h = replace(h, total_timeout=interval, read_timeout=min(h.read_timeout, interval),
+                        connect_timeout=min(h.connect_timeout, interval))  # fmt: skip
+            spec = replace(spec, http=h)
+        out[name] = spec
+    for timeout, names in news.items():  # one line per setting, not one per target of a large fleet
+        who = f"target {names[0]}" if len(names) == 1 else f"{len(names)} targets ({', '.join(names[:3])}, …)"
+        log.warning("%s: scrape timeout %gs is longer than the %gs interval; using %gs (set the target's "
+                    "`timeout:` or `scrape.timeout` to at most the interval)", who, timeout, interval, interval)  # fmt: skip
+    return out

@@ -19,7 +19,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
+from doctor.signals import FINDINGS, SIGNALS
+from doctor.status.state import DaemonState
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ class App:
             "/api/v1/diagnoses": self._diagnoses,
             "/api/v1/history": self._history,
             "/api/v1/status": self._status,
+            "/api/v1/signals": self._signals,
         }
 
     def handle(self, method: str, target: str, headers: Mapping[str, str]) -> Response:
@@ -156,6 +158,14 @@ class App:
         want = set(query.get("target", []))
         diagnoses = sorted(self.state.snapshot()["diagnoses"], key=lambda d: (d.target, d.model_name))
         return json_response([d.to_dict() for d in diagnoses if not want or d.target in want])
+
+    def _signals(self, query: dict[str, list[str]]) -> Response:
+        return json_response(
+            {
+                "signals": [s.to_dict() for s in SIGNALS.values()],
+                "findings": [{**f.__dict__, "title": f.display_title()} for f in FINDINGS.values()],
+            }
+        )
 
     def _history(self, query: dict[str, list[str]]) -> Response:
         since = _float(query, "since")

@@ -24,7 +24,7 @@ from prometheus_client.exposition import gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
+from doctor.status.state import DaemonState
 from doctor.web.app import App, Reload, Response, api_error, text
 from doctor.web.request import MAX_HEADER_BYTES, Refused, read_head, status_line
 from doctor.web.webconfig import WebConfig, WebConfigWatcher

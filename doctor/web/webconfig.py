@@ -19,8 +19,8 @@ from typing import Any
 import bcrypt
 import yaml
 
+from doctor.config.yamlpos import broken_line
 from doctor.web.tlsconfig import parse_tls
-from doctor.yamlerror import broken_line
 
 log = logging.getLogger(__name__)
 

@@ -4,42 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from doctor.diagnosis.model import Diagnosis
+from doctor.diagnosis.target import Target
+from doctor.signals import SIGNALS
+from doctor.verdicts import Diagnosis
 
-# Evidence keys kept per evaluation for the status page's charts.
-RELOADS_KEPT = 20
-CHART_KEYS = (
-    "kv_usage",
-    "running",
-    "waiting",
-    "batch_cap_inferred",
-    "batch_cap_configured",
-    "ttft_p95_s",
-    "itl_p50_s",
-)
-
-
-@dataclass
-class TargetStats:
-    """Scrape health of one target."""
-
-    name: str
-    url: str  # without credentials
-    up: bool | None = None
-    last_scrape_duration_s: float | None = None
-    last_success_ts: float | None = None
-    last_error: str = ""
-    errors_total: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-    samples: int | None = None  # in the last scrape (None before the first)
-    limit_exceeded_total: dict[str, int] = field(default_factory=dict)  # limit name -> refused scrapes
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {**self.__dict__, "limit_exceeded_total": dict(self.limit_exceeded_total)}
+RELOADS_KEPT = 20  # reload attempts shown in /api/v1/status
 
 
 class DaemonState:
@@ -48,7 +20,7 @@ class DaemonState:
     def __init__(self, history_points: int = 240) -> None:
         self._lock = threading.Lock()
         self.diagnoses: list[Diagnosis] = []
-        self.targets: dict[str, TargetStats] = {}
+        self.targets: dict[str, Target] = {}
         self.evaluation_ts: float | None = None
         self.evaluation_duration_s: float | None = None
         self.rule_failures_total = 0
@@ -72,6 +44,7 @@ class DaemonState:
             self.diagnoses = list(diagnoses)
             self.evaluation_ts, self.evaluation_duration_s = t, duration_s
             self.rule_failures_total += rule_failures
+            charted = {k for k, s in SIGNALS.items() if s.history}
             for d in diagnoses:
                 ring = self._history.setdefault((d.target, d.model_name), deque(maxlen=self._points))
                 point: dict[str, float] = {"t": t}
@@ -79,19 +52,19 @@ class DaemonState:
                     {
                         k: float(v)
                         for k, v in d.evidence.items()
-                        if k in CHART_KEYS and isinstance(v, int | float)
+                        if k in charted and isinstance(v, int | float)
                     }
                 )
                 ring.append(point)
             self.ready = True
 
-    def set_target(self, stats: TargetStats) -> None:
-        """Replace one target's scrape stats."""
+    def set_target(self, target: Target) -> None:
+        """Publish a copy of one target (its facts and scrape health)."""
         with self._lock:
-            self.targets[stats.name] = stats
+            self.targets[target.name] = replace(target)
 
-    def target(self, name: str) -> TargetStats | None:
-        """A copy of one target's scrape stats."""
+    def target(self, name: str) -> Target | None:
+        """A copy of one target (facts and scrape health)."""
         with self._lock:
             t = self.targets.get(name)
             return replace(t) if t is not None else None

@@ -1,12 +1,13 @@
-"""The diagnosis value types every sink consumes (exposition, API, page, Slack, Alertmanager)."""
+"""Verdicts and their parts — Diagnosis, Finding, Advice: the value types every stage and sink passes on."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-BOTTLENECKS = ("unknown", "idle", "healthy", "batch_cap", "compute", "kv_cache")
-# Limits a server can hit; the other classes are states, not limits.
+# What kvdoctor can conclude about a (target, model), in the order of kvdoctor_bottleneck_code.
+VERDICTS = ("unknown", "idle", "healthy", "batch_cap", "compute", "kv_cache")
+# Limits a server can hit; the other verdicts are states, not limits.
 LIMITS = ("kv_cache", "batch_cap", "compute")
 SEVERITIES = ("critical", "warning", "info")
 
@@ -42,15 +43,21 @@ class Diagnosis:
     target: str
     model_name: str
     t: float
-    bottleneck: str
+    verdict: str  # one of VERDICTS: a limit (LIMITS) or a state (healthy, idle, unknown)
     since: float
     findings: list[Finding] = field(default_factory=list)
     evidence: dict[str, float | str] = field(default_factory=dict)
     advice: list[Advice] = field(default_factory=list)
 
+    @property
+    def bottleneck(self) -> str:
+        """The verdict under the name the API, /metrics and alerts have always used for it."""
+        return self.verdict
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (NaN values become None)."""
+        """A JSON-ready dict (NaN values become None); `bottleneck` repeats `verdict` for existing readers."""
         d = asdict(self)
+        d["bottleneck"] = self.verdict
         return _clean(d)
 
 
