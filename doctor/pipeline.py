@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from doctor.capacity.live import live_capacity
 from doctor.diagnosis.classify import Classifier, TargetState
+from doctor.diagnosis.findings import RUNBOOK_PATH, runbook_link
 from doctor.diagnosis.model import Diagnosis
 from doctor.diagnosis.signals import INSTANCE_SIGNALS, SIGNALS, collect
 from doctor.ingest.parse import ParseError, Parser
@@ -29,6 +30,7 @@ EXPECTED = {
 }
 # Every recorded series the classifier reads, for either source.
 SIGNAL_NAMES = set(SIGNALS.values()) | set(INSTANCE_SIGNALS.values())
+DEFAULT_RUNBOOK = "http://127.0.0.1:9860" + RUNBOOK_PATH  # the daemon's default listen address
 
 
 @dataclass
@@ -58,6 +60,9 @@ class Pipeline:
         self.rules = RuleEngine(groups, self.store)
         self.classifier = Classifier()
         self.job = job
+        self.runbook_url = (
+            DEFAULT_RUNBOOK  # the page findings' runbook links point to (the daemon sets its own)
+        )
         self.targets: dict[str, TargetState] = {}
         self.config: dict[str, TargetConfig] = {}
         self._parsers: dict[str, Parser] = {}
@@ -122,7 +127,14 @@ class Pipeline:
                 st.missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
                 st.live = live_capacity(scrape.samples)
         diagnoses = self.classifier.classify(t, collect(series), evaluation.alerts, self.targets)
-        return Cycle(t, diagnoses, evaluation)
+        return Cycle(t, self.link_runbooks(diagnoses), evaluation)
+
+    def link_runbooks(self, diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+        """Make every finding's runbook link absolute, on this pipeline's runbook page."""
+        for d in diagnoses:
+            for f in d.findings:
+                f.runbook = runbook_link(self.runbook_url, f.runbook, f.name)
+        return diagnoses
 
     def _inject_config(self, t: float) -> None:
         samples = []

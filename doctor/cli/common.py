@@ -71,6 +71,7 @@ def build_pipeline(
     if groups is None:
         return None
     pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+    pipeline.runbook_url = cfg.runbook_page()
     specs = {t.name: t for t in cfg.targets}
     names = [recording_instance(r) for r in recordings] if recordings is not None else list(specs)
     for name in names:

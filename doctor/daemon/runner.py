@@ -46,6 +46,7 @@ class Daemon:
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
         self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+        self.pipeline.runbook_url = cfg.runbook_page()
         self.scraper = Scraper(cfg.scrape_workers)
         self.discovery = FileDiscovery(cfg.file_sd)
         self.registry = make_registry(self.state)
@@ -79,8 +80,10 @@ class Daemon:
 
             extra = (lambda: {"notify": self.notifier.status()}) if self.notifier else None
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
-                                 reload=self.reload, extra_status=extra)  # fmt: skip
+                                 reload=self.reload, extra_status=extra,
+                                 rules=lambda: self.pipeline.rules.groups)  # fmt: skip
             self.web.start()
+            self.pipeline.runbook_url = self._runbook_page()
         self.scheduler.add_job(self.cycle, "interval", seconds=self.cfg.interval_s, id="cycle",
                                next_run_time=datetime.now(UTC))  # fmt: skip
         self.scheduler.start()
@@ -216,6 +219,7 @@ class Daemon:
             self.cfg = cfg
             self.discovery = FileDiscovery(cfg.file_sd)
             self.pipeline.set_rules(groups)
+            self.pipeline.runbook_url = self._runbook_page()
             self._sync_targets()
         if notify_changed and self.notifier is not None:
             # open incidents and Slack threads live in the notifier's state dir, so a new notifier picks them up
@@ -226,6 +230,13 @@ class Daemon:
         self.state.note_reload(True, time.time())
         log.info("reloaded config and %d rule groups", len(groups))
         return True, "reloaded"
+
+    def _runbook_page(self) -> str:
+        """Where findings link to: the configured runbook or external URL, else the address the server is bound to."""
+        if self.web is None:
+            return self.cfg.runbook_page()
+        host, port = self.web.address
+        return self.cfg.runbook_page(f"[{host}]:{port}" if ":" in host else f"{host}:{port}", self.web.tls)
 
     def _start_notifier(self) -> None:
         if not self.cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):

@@ -90,7 +90,7 @@ class PrometheusEvaluator:
         }
         evaluation = apply_alerts(self.pipeline.rules, vectors, t)
         diagnoses = self.pipeline.classifier.classify(t, signals, evaluation.alerts, self.pipeline.targets)
-        return Cycle(t, diagnoses, evaluation)
+        return Cycle(t, self.pipeline.link_runbooks(diagnoses), evaluation)
 
     def _run_all(self, queries: dict[str, str], t: float) -> dict[str, Series]:
         self.last_cycle_queries = len(queries)

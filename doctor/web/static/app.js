@@ -238,6 +238,12 @@ function findingBlock(f, showAdvice) {
   const box = el("div", "finding sev-" + f.severity);
   const head = el("div", "finding-head");
   head.append(el("span", "sev", f.severity), el("span", "finding-summary", f.summary));
+  if (/^https?:\/\//.test(f.runbook || "")) {
+    const link = el("a", "runbook", "runbook");
+    link.href = f.runbook;
+    link.title = "what " + f.name + " means and what to change";
+    head.append(link);
+  }
   box.append(head);
   if (f.description) box.append(el("p", "finding-desc", f.description));
   const entries = Object.entries(f.evidence || {}).filter(([k]) => k !== "error");
