@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from doctor.cli.common import target_config, target_state
 from doctor.config import Config, ConfigError, TargetSpec, load_config
+from doctor.config.schema import default_external_url
 from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
 from doctor.daemon.exposition import make_registry
@@ -74,16 +76,20 @@ class Daemon:
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, web: bool = True) -> None:
         """Start the sinks and the cycle job (first cycle at once)."""
-        self._start_notifier()
-        if web:
+        if web:  # first: links in notifications point at the address it is bound to
             from doctor.web.server import WebServer
 
-            extra = (lambda: {"notify": self.notifier.status()}) if self.notifier else None
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
-                                 reload=self.reload, extra_status=extra,
+                                 reload=self.reload, extra_status=self._notify_status,
                                  rules=lambda: self.pipeline.rules.groups)  # fmt: skip
             self.web.start()
             self.pipeline.runbook_url = self._runbook_page()
+        try:
+            self._start_notifier()
+        except ConfigError:
+            if self.web is not None:
+                self.web.stop()
+            raise
         self.scheduler.add_job(self.cycle, "interval", seconds=self.cfg.interval_s, id="cycle",
                                next_run_time=datetime.now(UTC))  # fmt: skip
         self.scheduler.start()
@@ -231,12 +237,23 @@ class Daemon:
         log.info("reloaded config and %d rule groups", len(groups))
         return True, "reloaded"
 
+    def _bound(self) -> tuple[str | None, bool]:
+        if self.web is None:
+            return None, False
+        host, port = self.web.address
+        return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), self.web.tls
+
     def _runbook_page(self) -> str:
         """Where findings link to: the configured runbook or external URL, else the address the server is bound to."""
-        if self.web is None:
-            return self.cfg.runbook_page()
-        host, port = self.web.address
-        return self.cfg.runbook_page(f"[{host}]:{port}" if ":" in host else f"{host}:{port}", self.web.tls)
+        return self.cfg.runbook_page(*self._bound())
+
+    def _external_url(self) -> str:
+        """The URL users reach this daemon at: external_url, else from the bound (or configured) listen address."""
+        bound, tls = self._bound()
+        return (self.cfg.external_url or default_external_url(bound or self.cfg.listen, tls)).rstrip("/")
+
+    def _notify_status(self) -> dict[str, Any]:
+        return {"notify": self.notifier.status()} if self.notifier is not None else {}
 
     def _start_notifier(self) -> None:
         if not self.cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
@@ -247,6 +264,10 @@ class Daemon:
         ncfg, errors = parse_notify_config(self.cfg.notify, os.environ)
         if errors:
             raise ConfigError(located_errors(self.cfg, errors))
+        # links a message carries default to this daemon: its status page, and the page as the generator URL
+        base = self._external_url()
+        am = replace(ncfg.alertmanager, generator_url=ncfg.alertmanager.generator_url or base + "/")
+        ncfg = replace(ncfg, status_page_url=ncfg.status_page_url or base, alertmanager=am)
         state_dir = Path(self.cfg.state_file).parent if self.cfg.state_file else Path(".kvdoctor")
         if not self.cfg.state_file:
             log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
