@@ -58,8 +58,13 @@ def target_state(spec: TargetSpec) -> TargetState:
         return state
     if gpu is not None:
         state.gpu_fp8 = gpu.fp8_compute
-    if model is not None:
-        state.estimate = estimate(Deployment(model=model, gpu=gpu, tensor_parallel=spec.tensor_parallel))
+    if (
+        model is not None and gpu is not None
+    ):  # without a GPU only the engine's cache_config_info sizes the cache
+        try:
+            state.estimate = estimate(Deployment(model=model, gpu=gpu, tensor_parallel=spec.tensor_parallel))
+        except ValueError as exc:
+            print(f"kvdoctor: target {spec.name}: {exc}", file=sys.stderr)
     return state
 
 
