@@ -68,10 +68,9 @@ def emitted_in_code() -> set[str]:
     names = set()
     for path in DIAGNOSIS.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Finding" and node.args:
-                first = node.args[0]
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    names.add(first.value)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Finding":
+                given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "name")]
+                names |= {a.value for a in given if isinstance(a, ast.Constant) and isinstance(a.value, str)}
     return names
 
 
@@ -195,3 +194,20 @@ def test_export_writes_absolute_links(tmp_path: Path, capsys: pytest.CaptureFixt
     assert urls and all(u.startswith("https://w.example/rb#") for u in urls), urls
     assert main(["rules", "export", "--runbook-url", "kvdoctor:9860"]) == 2
     assert "--runbook-url: expected an absolute http(s) URL" in capsys.readouterr().err
+    assert main(["rules", "export"]) == 0  # without a base the links stay kvdoctor paths, and it says so
+    assert "add --runbook-url" in capsys.readouterr().err
+
+
+def test_serve_takes_the_link_bases_as_flags() -> None:
+    from doctor.cli import build_parser
+    from doctor.cli.serve import overrides
+
+    args = build_parser().parse_args(
+        ["serve", "--web.external-url", "https://kv.example/", "--runbook-url", "https://wiki.example/rb"]
+    )
+    flags = overrides(args)
+    assert (
+        flags["external_url"] == "https://kv.example/" and flags["runbook_url"] == "https://wiki.example/rb"
+    )
+    with pytest.raises(ConfigError, match="--external-url: expected an absolute http"):
+        overrides(build_parser().parse_args(["serve", "--external-url", "kv.example"]))

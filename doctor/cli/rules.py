@@ -148,6 +148,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kvdoctor rules export: {exc}", file=sys.stderr)
         return 2
+    if args.runbook_url is None and any(_RUNBOOK_LINK.search(text) for text in out.values()):
+        print(
+            f"kvdoctor rules export: note: runbook_url links are paths on kvdoctor ({RUNBOOK_PATH}#…); "
+            "add --runbook-url URL-of-kvdoctor so Alertmanager's links open",
+            file=sys.stderr,
+        )
     if not args.output:
         sys.stdout.write("\n---\n".join(out.values()) if len(out) > 1 else next(iter(out.values())))
         return 0
