@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from doctor.capacity.live import live_capacity
 from doctor.diagnosis.classify import Classifier, TargetState
-from doctor.diagnosis.findings import RUNBOOK_PATH, runbook_link
+from doctor.diagnosis.findings import DEFAULT_RUNBOOK_PAGE, runbook_link
 from doctor.diagnosis.model import Diagnosis
 from doctor.diagnosis.signals import INSTANCE_SIGNALS, SIGNALS, collect
 from doctor.ingest.parse import ParseError, Parser
@@ -30,7 +30,6 @@ EXPECTED = {
 }
 # Every recorded series the classifier reads, for either source.
 SIGNAL_NAMES = set(SIGNALS.values()) | set(INSTANCE_SIGNALS.values())
-DEFAULT_RUNBOOK = "http://127.0.0.1:9860" + RUNBOOK_PATH  # the daemon's default listen address
 
 
 @dataclass
@@ -60,9 +59,8 @@ class Pipeline:
         self.rules = RuleEngine(groups, self.store)
         self.classifier = Classifier()
         self.job = job
-        self.runbook_url = (
-            DEFAULT_RUNBOOK  # the page findings' runbook links point to (the daemon sets its own)
-        )
+        # where findings' runbook links point (the daemon sets its own address)
+        self.runbook_url = DEFAULT_RUNBOOK_PAGE
         self.targets: dict[str, TargetState] = {}
         self.config: dict[str, TargetConfig] = {}
         self._parsers: dict[str, Parser] = {}

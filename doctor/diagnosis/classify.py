@@ -10,7 +10,6 @@ from doctor.capacity.advice import max_model_len_finding_text
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
 from doctor.diagnosis import advise
-from doctor.diagnosis.findings import DOWN_ADVICE, MISSING_ADVICE
 from doctor.diagnosis.model import LIMITS, Advice, Diagnosis, Finding
 from doctor.diagnosis.signals import EVIDENCE_FOR, Key
 from doctor.rules.evaluate import Alert
@@ -158,7 +157,7 @@ def _down(target: TargetState) -> Finding:
         "target_down", "critical", f"vLLM target {target.name} is down",
         f"The last scrape failed: {target.error or 'no answer'}.",
         {"error": target.error},
-        [Advice("", DOWN_ADVICE)],
+        [Advice("", advise.DOWN_ADVICE)],
     )  # fmt: skip
 
 
@@ -170,7 +169,7 @@ def _python_findings(target: TargetState, model: str, ev: dict[str, float]) -> l
                 "metrics_missing", "warning", f"Expected vLLM metrics missing on {target.name}",
                 "Without them kvdoctor cannot tell some limits apart: " + ", ".join(target.missing),
                 {"missing": ", ".join(target.missing)},
-                [Advice("", MISSING_ADVICE)],
+                [Advice("", advise.MISSING_ADVICE)],
             )
         )  # fmt: skip
     live = target.live

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from doctor.diagnosis.advise import DOWN_ADVICE, MISSING_ADVICE
 from doctor.diagnosis.signals import EVIDENCE_FOR, INSTANCE_SIGNALS, SIGNALS
 from doctor.rules.loader import Group, Rule
 
-RUNBOOK_PATH = (
-    "/runbook"  # where kvdoctor serves the runbook; the pack's runbook_url annotations are this + #anchor
-)
+# Where kvdoctor serves the runbook; the pack's runbook_url annotations are this path + #anchor.
+RUNBOOK_PATH = "/runbook"
+DEFAULT_RUNBOOK_PAGE = "http://127.0.0.1:9860" + RUNBOOK_PATH  # on the daemon's default listen address
 
 
 @dataclass(frozen=True)
@@ -23,14 +24,6 @@ class KvdoctorFinding:
     evidence: tuple[str, ...] = ()
 
 
-DOWN_ADVICE = (
-    "Check the vLLM process and its /metrics endpoint; an OOM at start-up often means "
-    "--gpu-memory-utilization or --max-model-len is too high"
-)
-MISSING_ADVICE = (
-    "Scrape vLLM's own /metrics (not a proxy or a Ray-prefixed export); "
-    "check --disable-log-stats is off and the version is ≥ 0.8"
-)
 # Raised in doctor.diagnosis.classify beside the pack's alerts (each Finding(...) there has an entry here).
 KVDOCTOR_FINDINGS: dict[str, KvdoctorFinding] = {
     "target_down": KvdoctorFinding(
