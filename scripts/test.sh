@@ -32,4 +32,5 @@ fi
 .venv/bin/ruff check doctor tests benchmarks tools
 .venv/bin/ruff format --check doctor tests benchmarks tools
 .venv/bin/mypy doctor
+.venv/bin/lint-imports --no-cache  # imports only go down the pipeline (pyproject [tool.importlinter])
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

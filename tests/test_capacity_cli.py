@@ -248,11 +248,14 @@ def test_usage_errors_exit_2(capsys, argv):
         assert "argument --kv-cache-bytes: " in capsys.readouterr().err
 
 
-def test_a_target_with_a_model_and_no_gpu_is_watched_without_an_estimate(capsys):
-    from doctor.cli.common import target_state
+def test_a_target_with_a_model_and_no_gpu_is_watched_without_an_estimate():
     from doctor.config.schema import TargetSpec
+    from doctor.targets import target_facts
 
-    bare = target_state(TargetSpec(url="http://gpu-1:8000/metrics", model="Qwen3-8B"))
-    assert bare.estimate is None and capsys.readouterr().err == ""  # the engine's cache_config_info sizes it
-    sized = target_state(TargetSpec(url="http://gpu-1:8000/metrics", model="Qwen3-8B", gpu="H100"))
+    warnings: list[str] = []
+    bare = target_facts(TargetSpec(url="http://gpu-1:8000/metrics", model="Qwen3-8B"), warnings.append)
+    assert bare.estimate is None and warnings == []  # the engine's cache_config_info sizes it
+    sized = target_facts(
+        TargetSpec(url="http://gpu-1:8000/metrics", model="Qwen3-8B", gpu="H100"), warnings.append
+    )
     assert sized.estimate is not None and sized.estimate.kv_bytes_per_token == 147_456

@@ -16,9 +16,9 @@ from doctor.cli import main
 from doctor.cli.common import build_pipeline
 from doctor.config import ConfigError, load_config
 from doctor.config.schema import Config
-from doctor.daemon.exposition import make_registry
-from doctor.daemon.state import DaemonState
 from doctor.rules.loader import default_rule_files, load_files
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
 from doctor.web.app import App
 
 ROOT = Path(__file__).resolve().parents[1]

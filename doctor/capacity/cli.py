@@ -17,8 +17,8 @@ from doctor.capacity.budget import (
     estimate,
     model_figures,
 )
-from doctor.capacity.fields import ConfigError
-from doctor.capacity.fmt import parse_size
+from doctor.capacity.config import load_model_config
+from doctor.capacity.fields import ModelConfigError
 from doctor.capacity.live import LiveCapacity, live_capacity
 from doctor.capacity.presets import (
     GpuSpec,
@@ -31,6 +31,7 @@ from doctor.capacity.presets import (
 )
 from doctor.capacity.report import table, to_dict
 from doctor.capacity.scrape import SourceError, fetch_text, recording_text, samples_from_text
+from doctor.fmt import parse_size
 
 
 def _positive_int(text: str) -> int:
@@ -121,9 +122,7 @@ def _model(args: argparse.Namespace) -> ModelSpec | None:
     if args.model:
         return get_model(args.model)
     if args.config:
-        from doctor.capacity.config import load_config
-
-        return load_config(args.config)
+        return load_model_config(args.config)
     return None
 
 
@@ -179,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         spec = _model(args)
         live = _live(args)
         est = _estimate(args, spec, live) if spec is not None else None
-    except (PresetError, ConfigError, SourceError, ValueError) as e:
+    except (PresetError, ModelConfigError, SourceError, ValueError) as e:
         print(f"kvdoctor capacity: {e}", file=sys.stderr)
         return 2
     if live is not None and not live.engines and est is None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.capacity import fmt
+from doctor import fmt
 from doctor.capacity.advice import ARITH, LIVE
 from doctor.capacity.budget import CapacityEstimate, ModelFigures
 from doctor.capacity.live import LiveCapacity
 from doctor.capacity.presets import GpuSpec
-from doctor.diagnosis.model import Advice
+from doctor.verdicts import Advice
 
 NO_CACHE = "KV cache not sized: give --gpu NAME, --gpu-memory GiB or --kv-cache-bytes SIZE for its tokens and concurrency"
 Arithmetic = CapacityEstimate | ModelFigures  # ModelFigures: no GPU or cache size given

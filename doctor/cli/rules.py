@@ -10,9 +10,10 @@ from typing import Any
 
 import yaml
 
+from doctor.config.durations import parse_duration
 from doctor.config.schema import check_url, runbook_page
-from doctor.diagnosis.findings import RUNBOOK_PATH
-from doctor.rules.loader import RuleLoadError, load_files, parse_duration, rule_files
+from doctor.rules.loader import RuleLoadError, load_files, rule_files
+from doctor.verdicts import RUNBOOK_PATH
 
 FORMATS = ("prometheus", "prometheus-operator")
 
@@ -107,7 +108,7 @@ def _linked(groups: list[dict[str, Any]], page: str | None) -> list[dict[str, An
     return groups
 
 
-def render(args: argparse.Namespace) -> dict[str, str]:
+def exported_files(args: argparse.Namespace) -> dict[str, str]:
     """File name -> text of what to export; raises ValueError/RuleLoadError on bad input."""
     files = rule_files(args.rules)
     load_files(files)  # every error at file:line before anything is written
@@ -140,7 +141,7 @@ def render(args: argparse.Namespace) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     """Export; exit 2 on a bad rule file or argument."""
     try:
-        out = render(args)
+        out = exported_files(args)
     except RuleLoadError as exc:
         for e in exc.errors:
             print(f"kvdoctor rules export: {e}", file=sys.stderr)

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from doctor.config import ConfigError
+from doctor.config.durations import parse_duration
 from doctor.config.schema import PrometheusSource, TargetSpec, check_url
 from doctor.daemon.logs import setup_logging
+from doctor.daemon.runner import Daemon, load_everything
 from doctor.ingest.fetch import HttpOptions
-from doctor.rules.loader import RuleLoadError, parse_duration
+from doctor.rules.loader import RuleLoadError
+from doctor.sources.client import SourceError
 
 
 def add_parser(sub: Any) -> None:
@@ -150,8 +153,6 @@ def _url(url: str | None, flag: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM; exit 2 on a bad config or rule file."""
-    from doctor.daemon.runner import Daemon, load_everything
-    from doctor.sources.client import SourceError
 
     try:
         flags = overrides(args)

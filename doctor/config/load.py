@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
+from doctor.config.durations import duration_seconds
 from doctor.config.schema import Config, FileSD, PrometheusSource, check_url
 from doctor.config.targets import http_options, parse_target
 from doctor.config.yamlpos import Located, locate
-from doctor.rules.loader import duration_seconds
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",

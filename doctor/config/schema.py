@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from doctor.diagnosis.findings import RUNBOOK_PATH
 from doctor.ingest.fetch import HttpOptions
+from doctor.verdicts import RUNBOOK_PATH
 
 DEFAULT_LISTEN = "127.0.0.1:9860"
 

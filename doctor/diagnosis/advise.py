@@ -7,18 +7,9 @@ import math
 from doctor.capacity.advice import kv_cache_advice
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
-from doctor.diagnosis.model import Advice
+from doctor.verdicts import Advice
 
 COLD_START_ITL_S = 0.05  # the pack's reference before a light-load baseline is learned (rules/kvdoctor.yml)
-# advice of the findings kvdoctor raises itself (the runbook shows the same text: doctor/diagnosis/findings.py)
-DOWN_ADVICE = (
-    "Check the vLLM process and its /metrics endpoint; an OOM at start-up often means "
-    "--gpu-memory-utilization or --max-model-len is too high"
-)
-MISSING_ADVICE = (
-    "Scrape vLLM's own /metrics (not a proxy or a Ray-prefixed export); "
-    "check --disable-log-stats is off and the version is ≥ 0.8"
-)
 
 
 def kv_cache(live: LiveCapacity | None, est: CapacityEstimate | None, ev: dict[str, float]) -> list[Advice]:

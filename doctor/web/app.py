@@ -19,8 +19,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
-from doctor.rules.loader import Group, default_rule_files, load_files
+from doctor.rules.loader import RuleGroup, default_rule_files, load_files
+from doctor.signals import FINDINGS, SIGNALS
+from doctor.status.state import DaemonState
 from doctor.web.runbook import render as render_runbook
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ TYPES = {
     ".png": "image/png",
 }
 Reload = Callable[[], tuple[bool, str]]
-Rules = Callable[[], list[Group]]
+Rules = Callable[[], list[RuleGroup]]
 
 
 @dataclass
@@ -104,7 +105,7 @@ class App:
         self.state, self.registry = state, registry
         self.reload, self.extra_status = reload, extra_status
         self.rules = rules  # the rule groups in force (the runbook follows reloads); None: the shipped pack
-        self._shipped: list[Group] | None = None
+        self._shipped: list[RuleGroup] | None = None
         self.static = load_static()
         self._reload_lock = threading.Lock()
         self.api: dict[str, Callable[[dict[str, list[str]]], Response]] = {
@@ -112,6 +113,7 @@ class App:
             "/api/v1/diagnoses": self._diagnoses,
             "/api/v1/history": self._history,
             "/api/v1/status": self._status,
+            "/api/v1/signals": self._signals,
         }
 
     def handle(self, method: str, target: str, headers: Mapping[str, str]) -> Response:
@@ -164,6 +166,14 @@ class App:
         want = set(query.get("target", []))
         diagnoses = sorted(self.state.snapshot()["diagnoses"], key=lambda d: (d.target, d.model_name))
         return json_response([d.to_dict() for d in diagnoses if not want or d.target in want])
+
+    def _signals(self, query: dict[str, list[str]]) -> Response:
+        return json_response(
+            {
+                "signals": [s.to_dict() for s in SIGNALS.values()],
+                "findings": [{**f.__dict__, "title": f.display_title()} for f in FINDINGS.values()],
+            }
+        )
 
     def _history(self, query: dict[str, list[str]]) -> Response:
         since = _float(query, "since")

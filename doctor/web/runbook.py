@@ -1,14 +1,16 @@
-"""The runbook page (/runbook): one section per finding, generated from the loaded rule pack and kvdoctor's own."""
+"""The runbook page (/runbook): one section per finding, from the loaded rule pack and kvdoctor's own findings."""
 
 from __future__ import annotations
 
 import html
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from doctor import __version__
-from doctor.diagnosis.findings import FindingInfo, catalogue
-from doctor.rules.loader import Group, Rule
+from doctor.rules.loader import Rule, RuleGroup
+from doctor.signals import FINDINGS, SIGNALS, FindingKind, evidence_for
 
 _LABEL = re.compile(r"\{\{-?\s*\$labels\.([A-Za-z_][A-Za-z0-9_]*)\s*-?\}\}")
 _VALUE = re.compile(r"\{\{-?\s*\$value\b[^}]*\}\}")
@@ -17,7 +19,47 @@ _CODE = re.compile(r"`([^`]+)`")
 QUANTIFIED = ("kv_cache", "batch_cap", "compute")  # limits whose advice kvdoctor computes per target
 
 
-def render(groups: list[Group]) -> str:
+@dataclass(frozen=True)
+class FindingInfo:
+    """One finding as the runbook shows it."""
+
+    name: str
+    anchor: str  # the section it links to (several findings may share one, e.g. spec_decode)
+    severity: str
+    summary: str
+    description: str
+    advice: str
+    evidence: tuple[str, ...]
+    bottleneck: str = ""
+    rules: tuple[Rule, ...] = ()  # the pack's alerting rules raising it; empty for kvdoctor's own
+    kvdoctor: FindingKind | None = None  # set when kvdoctor's own code raises it too
+
+
+def catalogue(groups: list[RuleGroup]) -> list[FindingInfo]:
+    """Every finding the classifier can emit with these rules: the pack's alerts in pack order, then kvdoctor's."""
+    rules: dict[str, list[Rule]] = {}
+    for g in groups:
+        for r in g.rules:
+            if r.kind == "alert" and r.labels.get("finding"):
+                rules.setdefault(r.labels["finding"], []).append(r)
+    own = {name: k for name, k in FINDINGS.items() if k.meaning}
+    out = []
+    for name, rs in rules.items():
+        a, labels = rs[0].annotations, rs[0].labels
+        anchor = urlsplit(a.get("runbook_url", "")).fragment or name
+        out.append(
+            FindingInfo(
+                name, anchor, labels.get("severity", "warning"), a.get("summary", name), a.get("description", ""),
+                a.get("advice", ""), evidence_for(name), labels.get("bottleneck", ""), tuple(rs), own.get(name),
+            )
+        )  # fmt: skip
+    for name, k in own.items():
+        if name not in rules:
+            out.append(FindingInfo(name, name, k.severity, "", k.meaning, k.advice, k.evidence, kvdoctor=k))
+    return out
+
+
+def render(groups: list[RuleGroup]) -> str:
     """The runbook as a standalone HTML page (no script, styles from static/runbook.css)."""
     found = catalogue(groups)
     sections: dict[str, list[FindingInfo]] = {}
@@ -109,7 +151,9 @@ def _body(f: FindingInfo, recorded: dict[str, Rule], h: str) -> str:
             + (f"<p>{_e('; '.join(timing))}.</p>" if timing else "")
         )
     if f.evidence:
-        rows = "".join(_evidence_row(key, rule, recorded) for key, rule in f.evidence)
+        rows = "".join(
+            _evidence_row(key, SIGNALS[key].rule if key in SIGNALS else "", recorded) for key in f.evidence
+        )
         out.append(f'<h4>Evidence</h4><table class="evidence"><tbody>{rows}</tbody></table>')
     return "".join(out)
 

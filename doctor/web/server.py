@@ -16,7 +16,7 @@ from prometheus_client.exposition import gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
+from doctor.status.state import DaemonState
 from doctor.web.app import TEXT, App, Reload, Response, Rules, api_error, text
 from doctor.web.webconfig import WebConfig, WebConfigWatcher
 
