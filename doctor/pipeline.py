@@ -17,7 +17,7 @@ from doctor.rules.loader import RuleGroup
 from doctor.samples import Sample, Scrape
 from doctor.signals import recorded
 from doctor.store import Store
-from doctor.verdicts import Diagnosis
+from doctor.verdicts import DEFAULT_RUNBOOK_PAGE, Diagnosis, runbook_link
 
 # Families a diagnosis needs, each with the names it may carry across vLLM versions.
 EXPECTED = {
@@ -51,6 +51,9 @@ class Pipeline:
         self.classifier = Classifier()
         self.job = job
         self._targets: dict[str, Target] = {}
+        self.runbook_url = (
+            DEFAULT_RUNBOOK_PAGE  # where findings' runbook links point (the daemon sets its own)
+        )
         self._parsers: dict[str, Parser] = {}
         self._last: dict[str, Scrape] = {}
 
@@ -147,8 +150,12 @@ class Pipeline:
     def classify(
         self, t: float, signals: dict[Key, dict[str, float]], evaluation: Evaluation
     ) -> list[Diagnosis]:
-        """The diagnoses at t from signals and the rules' outcome, for every target of this pipeline."""
-        return self.classifier.classify(t, signals, evaluation.alerts, self.targets)
+        """The diagnoses at t from signals and the rules' outcome, for every target; runbook links made absolute."""
+        diagnoses = self.classifier.classify(t, signals, evaluation.alerts, self.targets)
+        for d in diagnoses:
+            for f in d.findings:
+                f.runbook = runbook_link(self.runbook_url, f.runbook, f.name)
+        return diagnoses
 
     def _inject_config(self, t: float) -> None:
         samples = []

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from doctor.config import Config, ConfigError, TargetSpec, load_config
 from doctor.config.targets import parse_target
 from doctor.config.yamlpos import Located
+from doctor.notify import parse_notify_config
+from doctor.notify.located import located_errors
 from doctor.rules.loader import RuleGroup, load_files, rule_files
 
 # Config fields a running daemon cannot change, with the reason given to the operator.
@@ -52,6 +55,17 @@ def restart_needed(old: Config, new: Config) -> list[str]:
     return out
 
 
+def refuse_unless_applicable(old: Config, new: Config) -> None:
+    """Raise ConfigError naming what keeps the new config from being applied whole to a running daemon."""
+    refused = restart_needed(old, new)
+    if refused:
+        raise ConfigError(["nothing applied, the running config stays in force:", *refused])
+    if new.notify != old.notify:
+        _, errors = parse_notify_config(new.notify, os.environ)
+        if errors:
+            raise ConfigError(located_errors(new, errors))
+
+
 def changes(old: Config, new: Config) -> list[str]:
     """The settings a reload applies, for the log and /api/v1/status (secrets never shown)."""
     out = []
@@ -63,7 +77,8 @@ def changes(old: Config, new: Config) -> list[str]:
     for what, names in (("added", added), ("removed", removed), ("changed", changed)):
         if names:
             out.append(f"targets {what}: {', '.join(names[:5])}{' …' if len(names) > 5 else ''}")
-    for attr in ("scrape", "scrape_max_connections", "file_sd", "rules", "job", "web_config", "prometheus"):
+    for attr in ("scrape", "scrape_max_connections", "file_sd", "rules", "job", "web_config", "prometheus",
+                 "external_url", "runbook_url"):  # fmt: skip
         if getattr(old, attr) != getattr(new, attr):
             out.append(f"{NAMES.get(attr, attr)} changed")
     if old.notify != new.notify:

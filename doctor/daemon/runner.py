@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from doctor.config import Config, ConfigError, TargetSpec
+from doctor.config.schema import default_external_url
 from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
 from doctor.daemon.logs import setup_logging
 from doctor.daemon.pace import Pace
-from doctor.daemon.reload import changes, load_everything, restart_needed
+from doctor.daemon.reload import changes, load_everything, refuse_unless_applicable
 from doctor.daemon.scrape import Scraper, ScrapeResult, capped
 from doctor.notify import Notifier, parse_notify_config
 from doctor.notify.located import located_errors
@@ -41,6 +42,7 @@ class Daemon:
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
         self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+        self.pipeline.runbook_url = cfg.runbook_page()
         self.scraper = Scraper(cfg.scrape_max_connections)
         self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
         self.registry = make_registry(self.state)
@@ -54,7 +56,7 @@ class Daemon:
         self._plan: tuple[float, dict[str, TargetSpec]] | None = None
         self._capped: set[tuple[str, float, float]] = set()
         self._last: dict[tuple[str, str], str] = {}
-        self._pace = Pace()
+        self._pace = Pace(self.state)
         self._thread: threading.Thread | None = None
         if cfg.state_file:
             persist.load(cfg.state_file, self.pipeline)
@@ -67,13 +69,20 @@ class Daemon:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, web: bool = True) -> None:
-        """Start the sinks, the scrape schedules and the cycle thread (first cycle once the first scrapes are in)."""
-        self._start_notifier()
-        if web:
-            extra = self._notify_status if self.notifier else None
+        """Start the web server, the sinks, the scrape schedules and the cycle thread (the first cycle once the
+        first scrapes are in)."""
+        if web:  # first: links in notifications point at the address it is bound to
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
-                                 reload=self.reload, extra_status=extra)  # fmt: skip
+                                 reload=self.reload, extra_status=self._notify_status,
+                                 rules=lambda: self.pipeline.rules.groups)  # fmt: skip
             self.web.start()
+            self.pipeline.runbook_url = self._runbook_page()
+        try:
+            self._start_notifier()
+        except ConfigError:
+            if self.web is not None:
+                self.web.stop()
+            raise
         self.state.started_ts = time.time()
         if self.source is None:
             self._schedule()
@@ -116,27 +125,14 @@ class Daemon:
     def _run_cycles(self) -> None:
         if self.source is None:
             self.scraper.wait_first(set(self._specs), self.cfg.interval_s)
-        next_t = time.monotonic()
-        while not self.stop_event.is_set():
-            started = time.monotonic()
-            try:
-                self.tick()
-            except Exception:  # one bad cycle must not end the daemon
-                self.state.count_event("error")
-                log.exception("cycle failed")
-            next_t += self.cfg.interval_s
-            late = time.monotonic() - next_t
-            if late > 0:  # the cycle ate whole slots: skip them rather than run back to back
-                missed = math.ceil(late / self.cfg.interval_s)
-                next_t += missed * self.cfg.interval_s
-                self.state.count_event("missed", missed)
-            while not self.stop_event.is_set():
-                wait = next_t - time.monotonic()
-                if wait <= 0:
-                    break
-                if self._wake.wait(wait):
-                    self._wake.clear()
-                    next_t = started + self.cfg.interval_s
+        self._pace.run(self._tick_safely, lambda: self.cfg.interval_s, self.stop_event, self._wake)
+
+    def _tick_safely(self) -> None:
+        try:
+            self.tick()
+        except Exception:  # one bad cycle must not end the daemon
+            self.state.count_event("error")
+            log.exception("cycle failed")
 
     def tick(self) -> list[Diagnosis]:
         """One scheduled cycle: ingest the scrapes that arrived since the last one, evaluate, publish."""
@@ -175,9 +171,7 @@ class Daemon:
             self.notifier.observe(cycle.diagnoses, cycle.t)
         self._announce(cycle.diagnoses)
         self._persist()
-        duration = time.monotonic() - start
-        self.state.note_cycle(duration, self.cfg.interval_s)
-        self._pace.note(duration, self.cfg.interval_s)
+        self._pace.note(time.monotonic() - start, self.cfg.interval_s)
         return cycle.diagnoses
 
     def _log_health(self, name: str, was: tuple[bool | None, str]) -> None:
@@ -208,14 +202,12 @@ class Daemon:
                 log.error("cannot write state file %s: %s", self.cfg.state_file, exc)
 
     # -- targets, reload --------------------------------------------------------------------------------
-    def _effective(self) -> dict[str, TargetSpec]:
-        return capped(self._specs, self.cfg.interval_s, self._capped)
-
     def _schedule(self) -> None:
         plan = (self.cfg.interval_s, dict(self._specs))
         if plan != self._plan:
             self._plan = plan
-            self.scraper.schedule(list(self._effective().values()), self.cfg.interval_s)
+            specs = capped(self._specs, self.cfg.interval_s, self._capped)
+            self.scraper.schedule(list(specs.values()), self.cfg.interval_s)
 
     def _sync_targets(self) -> None:
         wanted = {t.name: t for t in [*self.cfg.targets, *self.discovery.targets()]}
@@ -236,13 +228,7 @@ class Daemon:
         t = time.time()
         try:
             cfg, groups = load_everything(self.cfg_path, self.overrides)
-            refused = restart_needed(self.cfg, cfg)
-            if refused:
-                raise ConfigError(["nothing applied, the running config stays in force:", *refused])
-            if cfg.notify != self.cfg.notify:
-                _, errors = parse_notify_config(cfg.notify, os.environ)
-                if errors:
-                    raise ConfigError(located_errors(cfg, errors))
+            refuse_unless_applicable(self.cfg, cfg)
             if self.web is not None:
                 self.web.use_web_config(cfg.web_config)  # raises WebConfigError, nothing applied yet
         except (ConfigError, RuleLoadError, ValueError, OSError) as exc:
@@ -251,7 +237,7 @@ class Daemon:
             return False, str(exc)
         applied = changes(self.cfg, cfg)
         with self._lock:
-            notify_changed = cfg.notify != self.cfg.notify
+            notify_changed = (cfg.notify, cfg.external_url) != (self.cfg.notify, self.cfg.external_url)
             interval_changed = cfg.interval_s != self.cfg.interval_s
             log_changed = (cfg.log_format, cfg.log_level) != (self.cfg.log_format, self.cfg.log_level)
             self.cfg = cfg
@@ -259,17 +245,17 @@ class Daemon:
             self.pipeline.set_rules(groups)
             self.pipeline.job = cfg.job
             self.scraper.resize(cfg.scrape_max_connections)
+            self.pipeline.runbook_url = self._runbook_page()
             self._sync_targets()
         if interval_changed:
             self._wake.set()
         if log_changed:
             setup_logging(cfg.log_format, cfg.log_level)
-        if notify_changed and self.notifier is not None:
-            # open incidents and Slack threads live in the notifier's state dir, so a new notifier picks them up
-            self.notifier.flush(5.0)
-            self.notifier.close()
-            self.notifier = None
         if notify_changed:
+            if self.notifier is not None:  # open incidents and Slack threads live in its state dir: kept
+                self.notifier.flush(5.0)
+                self.notifier.close()
+                self.notifier = None
             self._start_notifier()
         message = f"reloaded config and {len(groups)} rule groups" + (
             f": {'; '.join(applied)}" if applied else ""
@@ -278,18 +264,36 @@ class Daemon:
         log.info("%s", message)
         return True, message
 
+    def _bound(self) -> tuple[str | None, bool]:
+        if self.web is None:
+            return None, False
+        host, port = self.web.address
+        return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), self.web.tls
+
+    def _runbook_page(self) -> str:
+        """Where findings link to: the configured runbook or external URL, else the address the server is bound to."""
+        return self.cfg.runbook_page(*self._bound())
+
+    def _external_url(self) -> str:
+        """The URL users reach this daemon at: external_url, else from the bound (or configured) listen address."""
+        bound, tls = self._bound()
+        return (self.cfg.external_url or default_external_url(bound or self.cfg.listen, tls)).rstrip("/")
+
+    def _notify_status(self) -> dict[str, Any]:
+        # the web server starts before the notifier (its address is in the links), so there may be none yet
+        return {"notify": self.notifier.status()} if self.notifier is not None else {}
+
     def _start_notifier(self) -> None:
         if not self.cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
             return
         ncfg, errors = parse_notify_config(self.cfg.notify, os.environ)
         if errors:
             raise ConfigError(located_errors(self.cfg, errors))
+        # links a message carries default to this daemon: its status page, and the page as the generator URL
+        base = self._external_url()
+        am = replace(ncfg.alertmanager, generator_url=ncfg.alertmanager.generator_url or base + "/")
+        ncfg = replace(ncfg, status_page_url=ncfg.status_page_url or base, alertmanager=am)
         state_dir = Path(self.cfg.state_file).parent if self.cfg.state_file else Path(".kvdoctor")
         if not self.cfg.state_file:
             log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
         self.notifier = Notifier(ncfg, state_dir)
-
-    def _notify_status(self) -> dict[str, Any]:
-        if self.notifier is None:
-            raise RuntimeError("notifier stopped")
-        return {"notify": self.notifier.status()}
