@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import resource
 import threading
 import time
 import zlib
@@ -66,6 +67,7 @@ class Scraper:
         # The loop and the pool start on first use: a daemon on the Prometheus source never scrapes.
         with self._start_lock:
             if not self._thread.is_alive():
+                _raise_fd_limit(2 * self.max_connections + 256)
                 self._thread.start()
 
     async def _pool(self) -> aiohttp.ClientSession:
@@ -236,3 +238,18 @@ def capped(
         log.warning("%s: scrape timeout %gs is longer than the %gs interval; using %gs (set the target's "
                     "`timeout:` or `scrape.timeout` to at most the interval)", who, timeout, interval, interval)  # fmt: skip
     return out
+
+
+def _raise_fd_limit(need: int) -> None:
+    # A pool of 1,024 connections beside the web server's outgrows the common soft limit of 1,024 descriptors;
+    # the hard limit is what the operator allows, so go up to it (as Go programs do) and say so if short.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= need or soft == resource.RLIM_INFINITY:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        target = soft
+    if target < need:
+        log.warning("open-file limit %d is below the %d the scrape pool may need (ulimit -n)", target, need)
