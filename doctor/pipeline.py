@@ -17,7 +17,7 @@ from doctor.rules.loader import RuleGroup
 from doctor.samples import Sample, Scrape
 from doctor.signals import recorded
 from doctor.store import Store
-from doctor.verdicts import Diagnosis
+from doctor.verdicts import DEFAULT_RUNBOOK_PAGE, Diagnosis, runbook_link
 
 # Families a diagnosis needs, each with the names it may carry across vLLM versions.
 EXPECTED = {
@@ -51,6 +51,9 @@ class Pipeline:
         self.classifier = Classifier()
         self.job = job
         self._targets: dict[str, Target] = {}
+        self.runbook_url = (
+            DEFAULT_RUNBOOK_PAGE  # where findings' runbook links point (the daemon sets its own)
+        )
         self._parsers: dict[str, Parser] = {}
         self._last: dict[str, Scrape] = {}
 
@@ -97,28 +100,30 @@ class Pipeline:
         self,
         target: str,
         t: float,
-        text: str | None,
+        text: str | Scrape | None,
         error: str | None = None,
         duration_s: float | None = None,
+        limit: str | None = None,
     ) -> str | None:
-        """Feed one scrape (text) or failure (error) of a target at t; returns the error, if any."""
+        """Feed one scrape (text, or samples parsed already) or failure (error; limit: the limit a refused
+        scrape went over) of a target at t; returns the error, if any."""
         state = self.add_target(target)
         t_ms = round(t * 1000)
         extra = (("instance", target), ("job", self.job))
-        scrape = None
-        if text is not None:
+        scrape = text if isinstance(text, Scrape) else None
+        if isinstance(text, str):
             try:
                 scrape = self._parsers.setdefault(target, Parser()).parse(text)
             except ParseError as exc:
                 error = f"{target}: bad exposition: {exc}"
         if scrape is None:
-            state.record(t, False, error or "scrape failed", duration_s)
+            state.record(t, False, error or "scrape failed", duration_s, samples=0, limit=limit)
             self.store.mark_down(target, t_ms)
             self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 0.0)], extra)
             return state.last_error
         self.store.ingest(target, t_ms, scrape.samples, extra)
         self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 1.0)], extra)
-        state.record(t, True, duration_s=duration_s)
+        state.record(t, True, duration_s=duration_s, samples=len(scrape.samples))
         self._last[target] = scrape
         return None
 
@@ -145,8 +150,12 @@ class Pipeline:
     def classify(
         self, t: float, signals: dict[Key, dict[str, float]], evaluation: Evaluation
     ) -> list[Diagnosis]:
-        """The diagnoses at t from signals and the rules' outcome, for every target of this pipeline."""
-        return self.classifier.classify(t, signals, evaluation.alerts, self.targets)
+        """The diagnoses at t from signals and the rules' outcome, for every target; runbook links made absolute."""
+        diagnoses = self.classifier.classify(t, signals, evaluation.alerts, self.targets)
+        for d in diagnoses:
+            for f in d.findings:
+                f.runbook = runbook_link(self.runbook_url, f.runbook, f.name)
+        return diagnoses
 
     def _inject_config(self, t: float) -> None:
         samples = []

@@ -40,6 +40,11 @@ class FindingKind:
     name: str
     evidence: tuple[str, ...] = ()
     title: str = ""  # short title for messages (default: the name in words)
+    # Findings kvdoctor raises itself (doctor/diagnosis/classify.py), which have no rule annotations to carry these;
+    # pack findings take theirs from their alerting rule. The runbook (/runbook) shows both.
+    severity: str = ""
+    meaning: str = ""
+    advice: str = ""
 
     def display_title(self) -> str:
         """The title, or the name in words."""
@@ -126,6 +131,24 @@ FINDINGS: dict[str, FindingKind] = {
         FindingKind("prefix_cache_low_hit_rate", ("prefix_cache_hit_ratio", "prompt_tokens_p50")),
         FindingKind("spec_decode_low_acceptance", ("spec_decode_acceptance",)),
         FindingKind("spec_decode_high_load", ("running_avg_1m", "itl_p50_s", "itl_baseline_s")),
+        FindingKind("target_down", severity="critical", meaning=(
+            "kvdoctor's own scrape of the target failed (connection refused, timeout, an error status or a body "
+            "that is not Prometheus text); the target's verdict is `unknown` until it answers again."),
+            advice="Check the vLLM process and its /metrics endpoint; an OOM at start-up often means "
+                   "--gpu-memory-utilization or --max-model-len is too high"),
+        FindingKind("metrics_missing", severity="warning", meaning=(
+            "The target answers but its last scrape lacks families a diagnosis needs (KV usage, running and "
+            "waiting requests, preemptions, the TTFT and inter-token latency histograms), so some limits cannot "
+            "be told apart."),
+            advice="Scrape vLLM's own /metrics (not a proxy or a Ray-prefixed export); "
+                   "check --disable-log-stats is off and the version is ≥ 0.8"),
+        FindingKind("max_model_len_oversized", ("max_model_len", "request_p99_tokens", "requests_observed"),
+                    severity="info", meaning=(
+            "`--max-model-len` (from vllm:cache_config_info, or bounded by the token histograms' buckets) is at "
+            "least four times the p99 request length (prompt + generation) over at least 20 finished requests."),
+            advice="The finding names a `--max-model-len` that still fits the observed p99 request. vLLM V1 "
+                   "allocates KV blocks as requests grow, so a shorter limit frees cache only where long requests "
+                   "actually hold it; it also lets the engine start on smaller memory."),
     )
 }  # fmt: skip
 

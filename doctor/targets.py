@@ -38,13 +38,21 @@ def target_facts(spec: TargetSpec, warn: Callable[[str], None] = _stderr) -> Tar
     except (ModelConfigError, KeyError, ValueError) as exc:
         warn(f"target {spec.name}: {exc}")
         return facts
-    est = estimate(Deployment(model=model, gpu=gpu, tensor_parallel=spec.tensor_parallel)) if model else None
+    est = None
+    if (
+        model is not None and gpu is not None
+    ):  # without a GPU only the engine's cache_config_info sizes the cache
+        try:
+            est = estimate(Deployment(model=model, gpu=gpu, tensor_parallel=spec.tensor_parallel))
+        except ValueError as exc:
+            warn(f"target {spec.name}: {exc}")
     return replace(facts, estimate=est, gpu_fp8=gpu.fp8_compute if gpu is not None else None)
 
 
 def pipeline_for(cfg: Config, groups: list[RuleGroup], recordings: list[str] | None = None) -> Pipeline:
     """A pipeline with the config's targets declared; recordings map onto targets by name (or the only one)."""
     pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+    pipeline.runbook_url = cfg.runbook_page()
     specs = {t.name: t for t in cfg.targets}
     names = [recording_instance(r) for r in recordings] if recordings is not None else list(specs)
     for name in names:

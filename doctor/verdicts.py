@@ -10,6 +10,9 @@ VERDICTS = ("unknown", "idle", "healthy", "batch_cap", "compute", "kv_cache")
 # Limits a server can hit; the other verdicts are states, not limits.
 LIMITS = ("kv_cache", "batch_cap", "compute")
 SEVERITIES = ("critical", "warning", "info")
+# Where kvdoctor serves its runbook; the pack's runbook_url annotations are this path + #<finding>.
+RUNBOOK_PATH = "/runbook"
+DEFAULT_RUNBOOK_PAGE = "http://127.0.0.1:9860" + RUNBOOK_PATH  # on the daemon's default listen address
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class Finding:
     description: str = ""
     evidence: dict[str, float | str] = field(default_factory=dict)
     advice: list[Advice] = field(default_factory=list)
-    runbook: str = ""
+    runbook: str = ""  # absolute once the pipeline has linked it (runbook_link)
     bottleneck: str = ""  # set when the finding is the limit itself (kv_cache, batch_cap, compute)
     since: float | None = None  # unix time the finding started to hold
 
@@ -69,3 +72,12 @@ def _clean(v: Any) -> Any:
     if isinstance(v, list):
         return [_clean(x) for x in v]
     return v
+
+
+def runbook_link(page: str, runbook_url: str, name: str) -> str:
+    """A finding's absolute runbook link: kvdoctor's own `/runbook#…` (or none: #name) on page; other URLs as given."""
+    if not runbook_url:
+        return f"{page}#{name}"
+    if runbook_url == RUNBOOK_PATH or runbook_url.startswith(RUNBOOK_PATH + "#"):
+        return page + runbook_url[len(RUNBOOK_PATH) :]
+    return runbook_url

@@ -71,7 +71,7 @@ def test_a_clean_config_with_decimal_and_ms_durations_everywhere_is_ok(tmp_path,
     assert main(["config", "check", str(cfg)]) == 0
     assert capsys.readouterr().out.strip() == f"{cfg}: ok"
     loaded = load_config(str(cfg))
-    assert (loaded.interval_s, loaded.retention_s, loaded.scrape_timeout_s) == (1.5, 5400.0, 2.5)
+    assert (loaded.interval_s, loaded.retention_s, loaded.scrape.timeout_s) == (1.5, 5400.0, 2.5)
     assert loaded.targets[0].slo_itl_p95_s == 0.1 and loaded.targets[0].http.total_timeout == 0.5
 
 

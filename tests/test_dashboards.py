@@ -201,8 +201,8 @@ def test_datasources_resolvable(path: Path) -> None:
 def test_variables_defined(path: Path) -> None:
     d = load(path)
     variables = {v["name"]: v for v in d["templating"]["list"]}
-    assert variables["target"]["definition"] == "label_values(kvdoctor_target_up, target)"
-    assert "model_name" in variables["model_name"]["definition"]
+    assert variables["target"]["query"]["query"] == "label_values(kvdoctor_target_up, target)"
+    assert "model_name" in variables["model_name"]["query"]["query"]
     for s in _all_strings(d):
         for m in _VAR.finditer(s):
             name = m.group(1) or m.group(2)

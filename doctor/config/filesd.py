@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from doctor.config.schema import TargetSpec
+from doctor.config.schema import ScrapeDefaults, TargetSpec
 from doctor.config.targets import parse_target
 from doctor.config.yamlpos import locate
 
@@ -16,7 +16,7 @@ SCHEME, PATH = "__scheme__", "__metrics_path__"
 FACTS = {"max_num_seqs": "kvdoctor_max_num_seqs", "model": "kvdoctor_model", "gpu": "kvdoctor_gpu"}
 
 
-def read_file_sd(path: str) -> tuple[list[TargetSpec], list[str]]:
+def read_file_sd(path: str, defaults: ScrapeDefaults | None = None) -> tuple[list[TargetSpec], list[str]]:
     """Parse one file_sd file: a list of {targets: [host:port], labels: {...}}."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -46,7 +46,7 @@ def read_file_sd(path: str) -> tuple[list[TargetSpec], list[str]]:
                 item[key] = int(v) if key == "max_num_seqs" and v.isdigit() else v
         for addr in group["targets"]:
             spec = parse_target(
-                {**item, "url": f"{scheme}://{addr}{mpath}", "labels": labels}, doc, (i,), errors
+                {**item, "url": f"{scheme}://{addr}{mpath}", "labels": labels}, doc, (i,), errors, defaults
             )
             if spec is not None:
                 out.append(spec)

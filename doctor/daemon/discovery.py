@@ -8,7 +8,7 @@ import os
 
 from doctor.config import TargetSpec
 from doctor.config.filesd import read_file_sd
-from doctor.config.schema import FileSD
+from doctor.config.schema import FileSD, ScrapeDefaults
 
 log = logging.getLogger(__name__)
 
@@ -16,8 +16,9 @@ log = logging.getLogger(__name__)
 class FileDiscovery:
     """Keeps the targets of file_sd files, re-reading a file only when its mtime or size changes."""
 
-    def __init__(self, sds: list[FileSD]) -> None:
+    def __init__(self, sds: list[FileSD], defaults: ScrapeDefaults | None = None) -> None:
         self.sds = sds
+        self.defaults = defaults or ScrapeDefaults()
         self._seen: dict[str, tuple[float, int]] = {}
         self._targets: dict[str, list[TargetSpec]] = {}
         self.errors: list[str] = []
@@ -37,7 +38,7 @@ class FileDiscovery:
             sig = (st.st_mtime, st.st_size)
             if self._seen.get(path) == sig:
                 continue
-            targets, errors = read_file_sd(path)
+            targets, errors = read_file_sd(path, self.defaults)
             if errors:
                 self.errors += errors
                 for e in errors:

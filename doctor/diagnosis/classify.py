@@ -11,7 +11,7 @@ from doctor.diagnosis import advise
 from doctor.diagnosis.evidence import Key
 from doctor.diagnosis.target import Target
 from doctor.rules.evaluate import Alert
-from doctor.signals import evidence_for
+from doctor.signals import FINDINGS, evidence_for
 from doctor.verdicts import LIMITS, Advice, Diagnosis, Finding
 
 PRIORITY = ("kv_cache", "batch_cap", "compute")  # when several limits hold, the first explains the others
@@ -149,8 +149,7 @@ def _down(target: Target) -> Finding:
         "target_down", "critical", f"vLLM target {target.name} is down",
         f"The last scrape failed: {target.last_error or 'no answer'}.",
         {"error": target.last_error},
-        [Advice("", "Check the vLLM process and its /metrics endpoint; an OOM at start-up often means "
-                    "--gpu-memory-utilization or --max-model-len is too high")],
+        [Advice("", FINDINGS["target_down"].advice)],
     )  # fmt: skip
 
 
@@ -162,8 +161,7 @@ def _python_findings(target: Target, model: str, ev: dict[str, float]) -> list[F
                 "metrics_missing", "warning", f"Expected vLLM metrics missing on {target.name}",
                 "Without them kvdoctor cannot tell some limits apart: " + ", ".join(target.missing),
                 {"missing": ", ".join(target.missing)},
-                [Advice("", "Scrape vLLM's own /metrics (not a proxy or a Ray-prefixed export); "
-                            "check --disable-log-stats is off and the version is ≥ 0.8")],
+                [Advice("", FINDINGS["metrics_missing"].advice)],
             )
         )  # fmt: skip
     live = target.live

@@ -226,10 +226,20 @@ function adviceList(advice) {
   return ul;
 }
 
+function runbookLink(f) {
+  if (!f || !/^https?:\/\//.test(f.runbook || "")) return null;
+  const link = el("a", "runbook", "runbook");
+  link.href = f.runbook;
+  link.title = "what " + f.name + " means and what to change";
+  return link;
+}
+
 function findingBlock(f, showAdvice) {
   const box = el("div", "finding sev-" + f.severity);
   const head = el("div", "finding-head");
   head.append(el("span", "sev", f.severity), el("span", "finding-summary", f.summary));
+  const link = runbookLink(f);
+  if (link) head.append(link);
   box.append(head);
   if (f.description) box.append(el("p", "finding-desc", f.description));
   const entries = Object.entries(f.evidence || {}).filter(([k]) => k !== "error");
@@ -270,7 +280,10 @@ function card(d, stats, points, now) {
     const err = el("div", "down-error");
     err.append(el("b", null, "scrape failed: "), document.createTextNode(stats.last_error || "no answer"));
     const last = stats.last_success_ts ? `last success ${ago(now - stats.last_success_ts)} ago` : "never scraped successfully";
-    err.append(el("div", "down-sub", `${last} · ${stats.errors_total} failed scrapes`));
+    const sub = el("div", "down-sub", `${last} · ${stats.errors_total} failed scrapes `);
+    const link = runbookLink(d && d.findings.find((f) => f.name === "target_down"));
+    if (link) sub.append(link);
+    err.append(sub);
     c.append(err);
   }
   if (!d) {
