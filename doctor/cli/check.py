@@ -8,12 +8,14 @@ import sys
 import time
 from typing import Any
 
-from doctor import fmt, render
-from doctor.cli.common import build_pipeline, load_config_or_exit, target_config, target_state
+from doctor import fmt, terminal
+from doctor.cli.common import build_pipeline, duration_arg, load_config_or_exit
 from doctor.config import TargetSpec
-from doctor.diagnosis.model import LIMITS, Diagnosis
+from doctor.config.durations import duration_seconds, parse_duration
+from doctor.config.targets import metrics_url
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
-from doctor.rules.loader import duration_seconds, parse_duration
+from doctor.targets import target_facts
+from doctor.verdicts import LIMITS, Diagnosis
 
 
 def add_parser(sub: Any) -> None:
@@ -21,7 +23,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("check", help="sample a live vLLM server and report its limit")
     p.add_argument("url", help="the server's /metrics URL (or http://host:port)")
     p.add_argument("--duration", default="60s", help="how long to sample (default 60s)")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes (default 2)")
+    p.add_argument("--interval", type=duration_arg, default=2.0, help="time between scrapes (default 2s)")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.add_argument("--max-num-seqs", type=int, help="the server's --max-num-seqs, if known")
     p.add_argument("--slo-itl", help="inter-token latency p95 SLO, e.g. 100ms")
@@ -39,9 +41,7 @@ def _spec(args: argparse.Namespace) -> TargetSpec:
     if args.bearer_token_file:
         with open(args.bearer_token_file, encoding="utf-8") as fh:
             token = fh.read().strip()
-    url = args.url if "://" in args.url else f"http://{args.url}"
-    if url.rstrip("/").count("/") == 2:
-        url = url.rstrip("/") + "/metrics"
+    url = metrics_url(args.url)
     slo_itl = parse_duration(args.slo_itl) if args.slo_itl else None
     slo_ttft = parse_duration(args.slo_ttft) if args.slo_ttft else None
     http = HttpOptions(
@@ -63,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
     pipeline = build_pipeline(cfg, args.rules, recordings=[]) if cfg else None
     if pipeline is None:
         return 2
-    pipeline.add_target(spec.name, target_config(spec))
-    pipeline.targets[spec.name] = target_state(spec)
+    pipeline.add_target(spec.name, target_facts(spec))
     tty = sys.stderr.isatty() and not args.json
     start = time.time()
     ok = errors = 0
@@ -97,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
                           "diagnoses": [d.to_dict() for d in diagnoses]}))  # fmt: skip
     else:
         print(f"kvdoctor check of {spec.safe_url}: {ok} scrapes over {duration:.0f} s ({errors} failed)\n")
-        print("\n\n".join(render.report(d) for d in diagnoses))
-    return 1 if any(d.bottleneck in LIMITS for d in diagnoses) else 0
+        print("\n\n".join(terminal.report(d) for d in diagnoses))
+    return 1 if any(d.verdict in LIMITS for d in diagnoses) else 0
 
 
 def _progress(tty: bool, elapsed: float, duration: float, diagnoses: list[Diagnosis], error: str) -> None:
@@ -108,7 +107,5 @@ def _progress(tty: bool, elapsed: float, duration: float, diagnoses: list[Diagno
     ev = d.evidence if d else {}
     bits = [f"{fmt.label_of(k)} {fmt.value(k, ev[k])}" for k in ("kv_usage", "running", "waiting") if k in ev]
     status = error[:60] if error else " · ".join(bits)
-    line = (
-        f"\rsampling {min(elapsed, duration):4.0f}/{duration:.0f} s  {d.bottleneck if d else '…':9s} {status}"
-    )
+    line = f"\rsampling {min(elapsed, duration):4.0f}/{duration:.0f} s  {d.verdict if d else '…':9s} {status}"
     print(line.ljust(100)[:120], end="", file=sys.stderr, flush=True)

@@ -10,11 +10,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor import render
+from doctor import terminal
+from doctor.cli.common import duration_arg
 from doctor.config import Config, TargetSpec
-from doctor.diagnosis.model import Diagnosis
+from doctor.daemon.logs import setup_logging
+from doctor.daemon.runner import Daemon
 from doctor.ingest.fetch import HttpOptions
 from doctor.replayserver import Playlist, ReplayServer
+from doctor.rules.loader import default_rule_files, load_files
+from doctor.verdicts import Diagnosis
 
 DEMO = Path(__file__).resolve().parent.parent / "demo"
 # target -> recordings played one after another (looping): a healthy server that fills its KV cache and recovers,
@@ -30,25 +34,25 @@ def add_parser(sub: Any) -> None:
     """Register the subcommand."""
     p = sub.add_parser("demo", help="watch replayed real vLLM servers hit their limits (no GPU needed)")
     p.add_argument("--listen", default="127.0.0.1:9860", help="status page address (default 127.0.0.1:9860)")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between cycles (default 2)")
+    p.add_argument("--interval", type=duration_arg, default=2.0, help="time between cycles (default 2s)")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed of the recordings (default 1)")
     p.add_argument(
-        "--duration", type=float, default=0.0, help="stop after S seconds (default: run until Ctrl-C)"
+        "--duration",
+        type=duration_arg,
+        default=0.0,
+        help="stop after this long, e.g. 90s (default: until Ctrl-C)",
     )
     p.set_defaults(run=run)
 
 
 def _print_change(d: Diagnosis, previous: str | None) -> None:
-    print(render.change_line(d, None, previous), flush=True)
-    if d.advice and d.bottleneck != previous:
-        print("\n".join(render.advice_lines(d)[:3]), flush=True)
+    print(terminal.change_line(d, None, previous), flush=True)
+    if d.advice and d.verdict != previous:
+        print("\n".join(terminal.advice_lines(d)[:3]), flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Start replay servers and the daemon; print each change; stop on Ctrl-C or after --duration."""
-    from doctor.daemon.logs import setup_logging
-    from doctor.daemon.runner import Daemon
-    from doctor.rules.loader import default_rule_files, load_files
 
     setup_logging("text", "warning")
 
@@ -69,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError:
         cfg.listen = cfg.listen.rsplit(":", 1)[0] + ":0"  # the default port is taken: any free one will do
         daemon.start()
+    assert daemon.web is not None  # started with web=True
     print(f"kvdoctor demo: watching {len(targets)} replayed vLLM servers (real vLLM 0.32 recordings)")
     print(
         f"status page: {daemon.web.url}   metrics: {daemon.web.url}metrics   API: {daemon.web.url}api/v1/diagnoses"

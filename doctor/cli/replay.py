@@ -13,11 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor import render
-from doctor.cli.common import build_pipeline, load_config_or_exit
-from doctor.diagnosis.model import Diagnosis
+from doctor import terminal
+from doctor.cli.common import build_pipeline, duration_arg, load_config_or_exit
+from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
+from doctor.export.openmetrics import export_openmetrics
 from doctor.ingest.recording import RecordingError
+from doctor.notify import Notifier
 from doctor.replay import replay
+from doctor.verdicts import Diagnosis
 
 
 def add_parser(sub: Any) -> None:
@@ -27,9 +30,11 @@ def add_parser(sub: Any) -> None:
         "recordings", nargs="+", metavar="RECORDING", help="JSON lines {t, text} (gzip ok); one target each"
     )
     p.add_argument("--json", action="store_true", help="one JSON object with every evaluation in `timeline`")
-    p.add_argument("--interval", type=float, default=15.0, help="seconds between evaluations (default 15)")
     p.add_argument(
-        "--scrape-interval", type=float, default=0.0, help="thin the recording to this scrape cadence"
+        "--interval", type=duration_arg, default=15.0, help="time between evaluations (default 15s)"
+    )
+    p.add_argument(
+        "--scrape-interval", type=duration_arg, default=0.0, help="thin the recording to this scrape cadence"
     )
     p.add_argument("--config", help="kvdoctor config (per-target max_num_seqs, SLOs, model; notify section)")
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")
@@ -77,12 +82,12 @@ def run(args: argparse.Namespace) -> int:
                 notify_cycle(notifier, cycle.diagnoses, cycle.t)
             for d in cycle.diagnoses:
                 timeline.append(_entry(d))
-                key, state = (d.target, d.model_name), (d.bottleneck, tuple(f.name for f in d.findings))
+                key, state = (d.target, d.model_name), (d.verdict, tuple(f.name for f in d.findings))
                 if not args.json and last.get(key) != state:
                     prev = last.get(key, (None,))[0]
-                    print(render.change_line(d, start, prev))
-                    if d.advice and (prev is None or prev != d.bottleneck):
-                        print("\n".join(render.advice_lines(d)))
+                    print(terminal.change_line(d, start, prev))
+                    if d.advice and (prev is None or prev != d.verdict):
+                        print("\n".join(terminal.advice_lines(d)))
                 last[key] = state
     except (RecordingError, OSError) as exc:
         print(f"kvdoctor replay: {exc}", file=sys.stderr)
@@ -90,8 +95,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         undelivered = notify_close(notifier, tmp) if notifier is not None else False
     if args.export_openmetrics:
-        from doctor.export.openmetrics import export_openmetrics
-
         with open(args.export_openmetrics, "w", encoding="utf-8") as out:
             n = export_openmetrics(cycles, out)
         print(f"wrote {n} samples to {args.export_openmetrics}", file=sys.stderr)
@@ -106,7 +109,8 @@ def _entry(d: Diagnosis) -> dict[str, Any]:
         "t": d.t,
         "target": d.target,
         "model_name": d.model_name,
-        "bottleneck": d.bottleneck,
+        "bottleneck": d.verdict,
+        "verdict": d.verdict,
         "since": d.since,
         "findings": [f.name for f in d.findings],
         "evidence": full["evidence"],
@@ -115,8 +119,6 @@ def _entry(d: Diagnosis) -> dict[str, Any]:
 
 
 def _notifier(cfg: Any, state: str | None, interval: float) -> tuple[Any, Path | None]:
-    from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
-    from doctor.notify import Notifier
 
     ncfg = notify_config(cfg, os.environ, "kvdoctor replay")
     if ncfg is None:
