@@ -1,0 +1,128 @@
+"""History from a Prometheus: `query_range` over kvdoctor's exported series and the raw vLLM counters, in chunks.
+
+Classes and gauges come from the `kvdoctor_*` series a scraped kvdoctor exposes (or a replay backfilled with
+`--export-openmetrics`); tokens and requests from the vLLM counters, with the same increase logic as recordings.
+Each gauge is read only where its sample is fresh (newer than one step), so a series that stopped is not carried
+on by Prometheus' 5-minute lookback.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TextIO
+
+from doctor.diagnosis.model import BOTTLENECKS, LIMITS
+from doctor.report.collect import COUNTERS, Grid
+from doctor.report.history import History, Key, Step
+from doctor.sources.client import PromClient, SourceError
+
+MAX_POINTS = 11_000  # Prometheus refuses a query_range answer with more points per series
+CHUNK_POINTS = 1_440  # a day at one-minute steps per request, so long ranges show progress
+CLASS = "kvdoctor_bottleneck_code"
+DOWN = 'kvdoctor_finding{finding="target_down"}'
+# Step field -> kvdoctor's exported gauge (doctor.daemon.exposition.GAUGES names them).
+GAUGES = {
+    "kv": "kvdoctor_kv_cache_usage_ratio",
+    "running": "kvdoctor_requests_running",
+    "waiting": "kvdoctor_requests_waiting",
+    "cap_configured": "kvdoctor_batch_cap_configured_requests",
+    "cap_inferred": "kvdoctor_batch_cap_inferred_requests",
+    "gen_tps": "kvdoctor_generation_tokens_per_second",
+    "itl_p50": "kvdoctor_itl_p50_seconds",
+    "itl_baseline": "kvdoctor_itl_baseline_seconds",
+    "preemptions_per_s": "kvdoctor_preemptions_per_second",
+}
+Progress = Callable[[int, int], None]
+
+
+def fresh(expr: str, step: float) -> str:
+    """expr where its sample is newer than one step (backfilled series carry no staleness markers)."""
+    return f"{expr} and (timestamp({expr}) > time() - {step:g})"
+
+
+def chunks(start: float, end: float, step: float, points: int = CHUNK_POINTS) -> list[tuple[float, float]]:
+    """[start, end] cut on the step grid into pieces of at most `points` points each."""
+    if step <= 0 or end < start:
+        raise ValueError("the range must have end ≥ start and a positive step")
+    n = math.floor((end - start) / step + 1e-9) + 1
+    points = min(points, MAX_POINTS - 1)
+    return [(start + i * step, start + (min(n, i + points) - 1) * step) for i in range(0, n, points)]
+
+
+def progress_bar(out: TextIO = sys.stderr) -> Progress:
+    """A one-line progress bar on out (stderr), redrawn per chunk."""
+
+    def show(done: int, total: int) -> None:
+        width = 30
+        filled = round(width * done / total)
+        out.write(f"\rquerying Prometheus [{'#' * filled}{'.' * (width - filled)}] {done}/{total} chunks")
+        if done == total:
+            out.write("\n")
+        out.flush()
+
+    return show
+
+
+def _target_key(labels: dict[str, str]) -> Key:
+    return labels.get("target", ""), labels.get("model_name", "")
+
+
+def from_prometheus(
+    client: PromClient, start: float, end: float, step: float = 60.0, progress: Progress | None = None
+) -> History:
+    """Read [start, end] at `step` into a History; raises SourceError when kvdoctor's series are absent."""
+    pieces = chunks(start, end, step)
+    grid = Grid(f"Prometheus {client.base}", start, step)
+    classes: dict[int, dict[Key, str]] = defaultdict(dict)
+    gauges: dict[int, dict[Key, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    counters = '{__name__=~"' + "|".join(COUNTERS.values()) + '"}'
+    field_of = {name: what for what, name in COUNTERS.items()}
+    grid.last_ms = round(pieces[-1][1] * 1000)
+    for done, (a, b) in enumerate(pieces, 1):
+        for labels, points in client.query_range(fresh(CLASS, step), a, b, step):
+            for t, v in points:
+                if 0 <= v < len(BOTTLENECKS):
+                    classes[grid.index(t)][_target_key(labels)] = BOTTLENECKS[int(v)]
+        for labels, points in client.query_range(fresh(DOWN, step), a, b, step):
+            for t, _ in points:
+                gauges[grid.index(t)][_target_key(labels)]["down"] = 1.0
+        for what, name in GAUGES.items():
+            for labels, points in client.query_range(fresh(name, step), a, b, step):
+                for t, v in points:
+                    gauges[grid.index(t)][_target_key(labels)][what] = v
+        # raw samples (a range selector), so increases count every scrape, as they do from recordings
+        window = f"{round((b - a + step) * 1000)}ms"
+        for labels, points in client.query_range_samples(f"{counters}[{window}]", b):
+            what = field_of.get(labels.get("__name__", ""), "")
+            series = tuple(sorted((k, x) for k, x in labels.items() if k != "__name__"))
+            for t, v in points:
+                grid.sample(what, series, round(t * 1000), v)
+        if progress is not None and len(pieces) > 1:
+            progress(done, len(pieces))
+    if not classes:
+        raise SourceError(
+            f"{client.base}: no {CLASS} series between {start:.0f} and {end:.0f}: the report reads kvdoctor's "
+            "own series, so Prometheus must scrape `kvdoctor serve` (or hold a backfilled `kvdoctor replay "
+            "--export-openmetrics`)"
+        )
+    for i, by_key in sorted(classes.items()):
+        t = start + i * step
+        grid.point(t, {key: _step(t, step, cls, gauges[i].get(key, {})) for key, cls in by_key.items()})
+    return grid.history()
+
+
+def _step(t: float, dt: float, cls: str, g: dict[str, float]) -> Step:
+    finding = ""
+    if cls == "unknown" and g.get("down"):
+        cls, finding = "down", "target_down"
+    elif cls in LIMITS:
+        finding = cls  # the limit findings are named after their class
+    return Step(
+        t, dt, cls, finding, kv=g.get("kv"), running=g.get("running"), waiting=g.get("waiting"),
+        cap=g.get("cap_configured") or g.get("cap_inferred"), gen_tps=g.get("gen_tps"),
+        itl_p50=g.get("itl_p50"), itl_baseline=g.get("itl_baseline"),
+        preemptions_per_s=g.get("preemptions_per_s"),
+    )  # fmt: skip
