@@ -4,68 +4,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from doctor.cli import main
-from doctor.pipeline import Cycle, Pipeline
 from doctor.report.build import ReportError, build_report
-from doctor.report.collect import from_recordings
 from doctor.report.economics import Prices
 from doctor.report.history import History
-from doctor.rules.loader import default_rule_files, load_files
-from tests.support.fleet import DIRS, Target, build_target, write_recording
+from tests.support.fleet import DIRS, HOURS, PLAN, STEP_S, T0, Fleet
 
-T0 = 1796000400.0  # Monday 2026-11-30 01:00 UTC
-SCRAPE_S, STEP_S = 30.0, 60.0
-HOURS = 6
-# Nights idle, two busy hours; gpu-b is batch-capped at the peak, gpu-a restarts at the peak, gpu-c never serves,
-# gpu-d (another model) fills its KV cache at the peak.
-PLAN = {
-    "gpu-a": (["idle", "idle", "healthy", "healthy", "idle", "idle"], 3, None),
-    "gpu-b": (["idle", "idle", "healthy", "batch_cap", "idle", "idle"], None, None),
-    "gpu-c": (["idle"] * HOURS, None, None),
-    "gpu-d": (["extra/idle_mha"] * 3 + ["extra/kv_bound_mha"] + ["extra/idle_mha"] * 2, None, "tiny-mha"),
-}
 PRICES = Prices(gpu_hour_usd=2.5, gpus_per_target=2, api_in_usd=0.5, api_out_usd=1.5)
-LAST_GRID = T0 + HOURS * 3600 - STEP_S  # the replay's last evaluation; scrapes after it are not counted
 
 pytestmark = [
     pytest.mark.skipif(not DIRS[""].exists(), reason="shared vLLM recordings not present"),
     pytest.mark.slow,  # one replay of 24 target-hours (~10 s of CPU) shared by the module
 ]
-
-
-class Fleet:
-    """The recordings, the true increments, the cycles of one replay and its history."""
-
-    def __init__(self, directory: Path) -> None:
-        self.targets: dict[str, Target] = {
-            name: build_target(name, hours, T0, SCRAPE_S, restart, model)
-            for name, (hours, restart, model) in PLAN.items()
-        }
-        self.paths = [write_recording(t, directory) for t in self.targets.values()]
-        self.cycles: list[Cycle] = []
-        pipeline = Pipeline(load_files(default_rule_files()))
-        self.history = from_recordings(pipeline, self.paths, STEP_S, on_cycle=self.cycles.append)
-
-    def hand(self, target: str, what: str, hour: int | None = None) -> float:
-        """Increments by hand: a scrape's increment belongs to the evaluation step that ends at or after it."""
-        total = 0.0
-        for t, inc in self.targets[target].counted:
-            if not T0 < t <= LAST_GRID:
-                continue
-            step_start = T0 + (math.ceil((t - T0) / STEP_S) - 1) * STEP_S
-            if hour is None or int((step_start - T0) // 3600) == hour:
-                total += inc[what]
-        return total
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
-    return Fleet(tmp_path_factory.mktemp("fleet"))
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +157,7 @@ def test_bad_input_gets_a_clear_message(
         ReportError, match="unknown target 'gpu-z': the range holds gpu-a, gpu-b, gpu-c, gpu-d"
     ):
         build_report(fleet.history, PRICES, ["gpu-z"])
-    with pytest.raises(ReportError, match="no traffic between .* on gpu-c"):
+    with pytest.raises(ReportError, match=r"no traffic between .* on gpu-c"):
         build_report(fleet.history, PRICES, ["gpu-c"])
     with pytest.raises(ReportError, match="no kvdoctor history"):
         build_report(History("empty"), PRICES)
@@ -224,7 +178,3 @@ def test_daemon_history_from_diagnoses_integrates_rates(fleet: Fleet) -> None:
     gen = by_target(doc)["gpu-b"]["generation_tokens"]
     assert gen == pytest.approx(fleet.hand("gpu-b", "generation_tokens"), rel=0.1)  # 1m rates × interval
     assert by_target(doc)["gpu-b"]["hours"]["batch_cap"] == pytest.approx(1.0, abs=0.1)
-
-
-def iter_cycles(fleet: Fleet) -> Iterator[Cycle]:
-    yield from fleet.cycles

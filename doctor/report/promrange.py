@@ -71,10 +71,15 @@ def _target_key(labels: dict[str, str]) -> Key:
 
 
 def from_prometheus(
-    client: PromClient, start: float, end: float, step: float = 60.0, progress: Progress | None = None
+    client: PromClient,
+    start: float,
+    end: float,
+    step: float = 60.0,
+    progress: Progress | None = None,
+    chunk_points: int = CHUNK_POINTS,
 ) -> History:
     """Read [start, end] at `step` into a History; raises SourceError when kvdoctor's series are absent."""
-    pieces = chunks(start, end, step)
+    pieces = chunks(start, end, step, chunk_points)
     grid = Grid(f"Prometheus {client.base}", start, step)
     classes: dict[int, dict[Key, str]] = defaultdict(dict)
     gauges: dict[int, dict[Key, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))

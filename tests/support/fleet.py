@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from doctor.ingest.recording import load_frames
+from doctor.pipeline import Cycle, Pipeline
+from doctor.report.collect import from_recordings
+from doctor.rules.loader import default_rule_files, load_files
 
 ROOT = Path(__file__).resolve().parents[2]
 # window name -> (directory, recording): "healthy" is the shared 0.32 one, "extra/kv_bound_mha" a committed fixture
@@ -155,3 +159,43 @@ def write_recording(target: Target, out_dir: Path) -> Path:
         for t, text in target.frames:
             fh.write(json.dumps({"t": t, "text": text}) + "\n")
     return path
+
+
+# The fleet the report tests share.
+T0 = 1796000400.0  # Monday 2026-11-30 01:00 UTC
+SCRAPE_S, STEP_S = 30.0, 60.0
+HOURS = 6
+# Nights idle, two busy hours; gpu-b is batch-capped at the peak, gpu-a restarts at the peak, gpu-c never serves,
+# gpu-d (another model) fills its KV cache at the peak.
+PLAN = {
+    "gpu-a": (["idle", "idle", "healthy", "healthy", "idle", "idle"], 3, None),
+    "gpu-b": (["idle", "idle", "healthy", "batch_cap", "idle", "idle"], None, None),
+    "gpu-c": (["idle"] * HOURS, None, None),
+    "gpu-d": (["extra/idle_mha"] * 3 + ["extra/kv_bound_mha"] + ["extra/idle_mha"] * 2, None, "tiny-mha"),
+}
+LAST_GRID = T0 + HOURS * 3600 - STEP_S  # the replay's last evaluation; scrapes after it are not counted
+
+
+class Fleet:
+    """The recordings of PLAN, their true increments, and the cycles and history of one replay of them."""
+
+    def __init__(self, directory: Path) -> None:
+        self.targets: dict[str, Target] = {
+            name: build_target(name, hours, T0, SCRAPE_S, restart, model)
+            for name, (hours, restart, model) in PLAN.items()
+        }
+        self.paths = [write_recording(t, directory) for t in self.targets.values()]
+        self.cycles: list[Cycle] = []
+        pipeline = Pipeline(load_files(default_rule_files()))
+        self.history = from_recordings(pipeline, self.paths, STEP_S, on_cycle=self.cycles.append)
+
+    def hand(self, target: str, what: str, hour: int | None = None) -> float:
+        """Increments by hand: a scrape's increment belongs to the evaluation step that ends at or after it."""
+        total = 0.0
+        for t, inc in self.targets[target].counted:
+            if not T0 < t <= LAST_GRID:
+                continue
+            step_start = T0 + (math.ceil((t - T0) / STEP_S) - 1) * STEP_S
+            if hour is None or int((step_start - T0) // 3600) == hour:
+                total += inc[what]
+        return total

@@ -1,0 +1,90 @@
+"""The same report from a real Prometheus holding the fleet (backfilled with promtool) as from the recordings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from doctor.cli import main
+from doctor.export.openmetrics import export_openmetrics
+from doctor.report.build import build_report
+from doctor.report.economics import Prices
+from doctor.report.promrange import MAX_POINTS, chunks, from_prometheus
+from doctor.sources.client import PromClient, SourceError
+from tests.support.fleet import LAST_GRID, STEP_S, T0, Fleet
+from tests.support.openmetrics import recordings_to_openmetrics
+from tests.support.prometheus import PrometheusServer, backfill, binaries
+
+PRICES = Prices(gpu_hour_usd=2.5, gpus_per_target=2, api_in_usd=0.5, api_out_usd=1.5)
+COUNTED = {"vllm:request_success", "vllm:prompt_tokens", "vllm:generation_tokens"}
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(binaries() is None, reason="prometheus/promtool not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def prometheus(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus holding the fleet's raw vLLM counters and the kvdoctor_* series its replay exposed."""
+    work = tmp_path_factory.mktemp("prom")
+    raw, exported, om = work / "raw.om", work / "kvdoctor.om", work / "fleet.om"
+    recs = [(str(p), p.name.removesuffix(".jsonl.gz"), 0.0) for p in fleet.paths]
+    recordings_to_openmetrics(recs, raw, keep=lambda name: name in COUNTED)
+    with exported.open("w", encoding="utf-8") as out:
+        export_openmetrics(fleet.cycles, out)
+    om.write_text(raw.read_text().removesuffix("# EOF\n") + exported.read_text())
+    found = binaries()
+    assert found is not None
+    storage = work / "tsdb"
+    backfill(om, storage, promtool=found[1])
+    with PrometheusServer(storage, work, binary=found[0]) as server:
+        yield server.url
+
+
+def test_same_report_as_from_the_recordings(fleet: Fleet, prometheus: str, tmp_path: Path) -> None:
+    want = build_report(fleet.history, PRICES, now=0)
+    out = tmp_path / "r.json"
+    args = ["report", "--prometheus-url", prometheus, "--start", str(T0), "--end", str(LAST_GRID),
+            "--step", "60s", "--gpu-hour-cost", "2.5", "--gpus-per-target", "2", "--api-price-in", "0.5",
+            "--api-price-out", "1.5", "--format", "json", "-o", str(out)]  # fmt: skip
+    assert main(args) == 0
+    got = json.loads(out.read_text())
+    assert got["source"] == f"Prometheus {prometheus}"
+    for doc in (got, want):
+        doc.pop("source"), doc.pop("generated")
+    assert got["fleet"] == json.loads(json.dumps(want["fleet"]))
+    assert got == json.loads(json.dumps(want))
+
+
+def test_chunked_ranges_give_the_same_history(fleet: Fleet, prometheus: str) -> None:
+    shown: list[tuple[int, int]] = []
+    small = from_prometheus(
+        PromClient(prometheus), T0, LAST_GRID, STEP_S, lambda d, n: shown.append((d, n)), chunk_points=100
+    )
+    whole = from_prometheus(PromClient(prometheus), T0, LAST_GRID, STEP_S)
+    assert shown == [(1, 4), (2, 4), (3, 4), (4, 4)]  # 360 points in pieces of 100
+    assert build_report(small, PRICES, now=0) == build_report(whole, PRICES, now=0)
+
+
+def test_chunks_stay_under_the_points_limit() -> None:
+    week = chunks(0, 7 * 86400, 1.0, points=10**9)  # a week at 1 s steps asked for in one piece
+    assert all((b - a) / 1.0 + 1 < MAX_POINTS for a, b in week)
+    assert week[0][0] == 0 and week[-1][1] == 7 * 86400
+    assert all(week[i + 1][0] - week[i][1] == 1.0 for i in range(len(week) - 1))
+
+
+def test_a_prometheus_without_kvdoctor_series_is_named(prometheus: str) -> None:
+    with pytest.raises(
+        SourceError, match="no kvdoctor_bottleneck_code series .* must scrape `kvdoctor serve`"
+    ):
+        from_prometheus(PromClient(prometheus), T0 - 86400, T0 - 3600, STEP_S)
+
+
+def test_cli_says_when_prometheus_is_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--prometheus-url", "http://127.0.0.1:9", "--since", "1h"]) == 2
+    assert "cannot connect" in capsys.readouterr().err
