@@ -80,7 +80,7 @@ def test_chunks_stay_under_the_points_limit() -> None:
 
 def test_a_prometheus_without_kvdoctor_series_is_named(prometheus: str) -> None:
     with pytest.raises(
-        SourceError, match="no kvdoctor_bottleneck_code series .* must scrape `kvdoctor serve`"
+        SourceError, match=r"no kvdoctor_bottleneck_code series .* must scrape `kvdoctor serve`"
     ):
         from_prometheus(PromClient(prometheus), T0 - 86400, T0 - 3600, STEP_S)
 
