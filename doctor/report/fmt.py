@@ -18,5 +18,7 @@ def usd(v: float | None) -> str:
 
 
 def pct(v: float | None) -> str:
-    """A 0-1 share as a whole percentage."""
-    return "–" if v is None else f"{v * 100:.0f} %"
+    """A 0-1 share as a percentage (one decimal below 10 %)."""
+    if v is None:
+        return "–"
+    return f"{v * 100:.1f} %" if 0 < v < 0.1 else f"{v * 100:.0f} %"

@@ -30,9 +30,14 @@ def _script(text: str) -> str:
     return text.replace("</script", "<\\/script")
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+def _table(head: list[str], rows: list[list[str]], text: tuple[int, ...] = (0,)) -> str:
+    """A table; columns in `text` are left-aligned words, the others right-aligned numbers."""
+
+    def cls(i: int) -> str:
+        return ' class="t"' if i in text else ""
+
+    th = "".join(f"<th{cls(i)}>{html.escape(h)}</th>" for i, h in enumerate(head))
+    body = "".join("<tr>" + "".join(f"<td{cls(i)}>{c}</td>" for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -60,7 +65,7 @@ def render_html(doc: dict[str, Any]) -> str:
     hours_table = _table(
         ["target", "model", *CLASSES, "total", "idle"],
         [[html.escape(e["target"]), html.escape(e["model_name"]), *(_n(e["hours"][c], 2) for c in CLASSES),
-          _n(e["hours"]["total"], 2), _pct(e["idle_share"])] for e in rows],
+          _n(e["hours"]["total"], 2), _pct(e["idle_share"])] for e in rows], (0, 1),
     )  # fmt: skip
     money_table = _table(
         ["target", "GPU-hours", "cost", "per 1M gen", "per 1M prompt", "idle unpaid", "following traffic",
@@ -74,7 +79,7 @@ def render_html(doc: dict[str, Any]) -> str:
         ["start", "end", "min", "target", "class", "explanation"],
         [[i["start_iso"], i["end_iso"], str(i["minutes"]), html.escape(i["target"]),
           f'<span class="badge badge-{i["class"]}">{i["class"]}</span>', html.escape(i["explanation"])]
-         for i in doc["incidents"]],
+         for i in doc["incidents"]], (0, 1, 3, 4, 5),
     ) if doc["incidents"] else "<p>No limit was hit and no target was down.</p>"  # fmt: skip
     recs = "".join(
         f"<li>{html.escape(x['text'])}<div class='evidence'>Evidence: {html.escape(x['evidence'])}</div></li>"

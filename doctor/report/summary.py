@@ -8,6 +8,7 @@ from typing import Any
 
 from doctor.diagnosis.model import LIMITS
 from doctor.promql.quantile import quantile
+from doctor.report.fmt import pct
 from doctor.report.history import BINS, CLASSES, Hour, Segment
 
 KV_LIMIT = 0.85  # the pack's kv_cache threshold on peak KV usage
@@ -90,11 +91,11 @@ def explain(s: Segment) -> str:
     """One line naming the numbers behind a segment's finding."""
     p = s.peak
     if s.cls == "kv_cache":
-        return (f"KV cache full: usage peaked at {p.get('kv', 0) * 100:.0f} % with {p.get('waiting', 0):.0f} "
+        return (f"KV cache full: usage peaked at {pct(p.get('kv', 0))} with {p.get('waiting', 0):.0f} "
                 f"waiting and {p.get('preemptions_per_s', 0):.2f} preemptions/s")  # fmt: skip
     if s.cls == "batch_cap":
         return (f"batch cap: {p.get('running', 0):.0f} running (cap {p.get('cap', 0):.0f}) with "
-                f"{p.get('waiting', 0):.0f} waiting while KV peaked at {p.get('kv', 0) * 100:.0f} %")  # fmt: skip
+                f"{p.get('waiting', 0):.0f} waiting while KV peaked at {pct(p.get('kv', 0))}")  # fmt: skip
     if s.cls == "compute":
         return f"compute: inter-token latency well above its light-load baseline with {p.get('running', 0):.0f} running"
     return "target down: scrapes failed"

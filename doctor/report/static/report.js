@@ -50,20 +50,17 @@
   function throughput() {
     const hours = doc.hourly;
     const labels = hours.map((h) => utc(h.start));
-    const caps = Object.values(doc.capacity).map((c) => c.generation_tokens_per_s_per_replica).filter((c) => c);
-    const perReplica = caps.length ? caps.reduce((a, b) => a + b, 0) / caps.length : null;
+    // what the replicas sustained at saturation, each at its own model's rate
+    const caps = doc.targets.map((e) => (doc.capacity[e.model_name] || {}).generation_tokens_per_s_per_replica);
     const datasets = [{
       label: "generation tokens/s (fleet)", data: hours.map((h) => h.generation_tokens_per_s),
       borderColor: "#111827", backgroundColor: "rgba(17,24,39,0.15)", fill: true, stepped: true,
     }];
-    if (perReplica) {
+    if (caps.every((c) => c)) {
+      const fleet = caps.reduce((a, b) => a + b, 0);
       datasets.push({
-        label: "sustained capacity × " + doc.fleet.replicas + " replicas", data: hours.map(() => perReplica * doc.fleet.replicas),
+        label: "sustained capacity of the " + caps.length + " replicas", data: hours.map(() => fleet),
         borderColor: "#dc2626", borderDash: [6, 4], pointRadius: 0,
-      });
-      datasets.push({
-        label: "one replica's sustained capacity", data: hours.map(() => perReplica),
-        borderColor: "#ea580c", borderDash: [2, 3], pointRadius: 0,
       });
     }
     make("throughput", { type: "line", data: { labels: labels, datasets: datasets },
@@ -89,7 +86,11 @@
         maintainAspectRatio: false, plugins: { legend: { display: false },
           tooltip: { callbacks: { label: (c) => c.raw.y + " " + c.raw.x + ":00 UTC: " + c.raw.v.toFixed(1) + " tokens/s" } } },
         scales: {
-          x: { type: "linear", min: -0.5, max: 23.5, offset: false, ticks: { stepSize: 1, callback: (v) => v + "h" }, grid: { display: false } },
+          x: {
+            type: "linear", min: -0.5, max: 23.5, offset: false, grid: { display: false },
+            afterBuildTicks: (axis) => { axis.ticks = Array.from({ length: 24 }, (_, h) => ({ value: h })); },
+            ticks: { autoSkip: false, maxRotation: 0, callback: (v) => (v % 3 === 0 ? v + "h" : "") },
+          },
           y: { type: "category", labels: DAYS, offset: true, grid: { display: false } },
         },
       },
