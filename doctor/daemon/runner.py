@@ -23,6 +23,8 @@ from doctor.daemon.scrape import Scraper
 from doctor.daemon.state import DaemonState, TargetStats
 from doctor.diagnosis.model import Diagnosis
 from doctor.pipeline import Cycle, Pipeline
+from doctor.report.history import History
+from doctor.report.live import report_response
 from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
 
 log = logging.getLogger("kvdoctor")
@@ -61,8 +63,9 @@ class Daemon:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": int(cfg.interval_s)},
         )
         self.scheduler.add_listener(self._event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        self.history = History("kvdoctor serve")  # hourly summaries for `/report`
         if cfg.state_file:
-            persist.load(cfg.state_file, self.pipeline)
+            persist.load(cfg.state_file, self.pipeline, self.history)
         self._sync_targets()
         self.source: Any = None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
         if cfg.source == "prometheus":
@@ -79,7 +82,8 @@ class Daemon:
 
             extra = (lambda: {"notify": self.notifier.status()}) if self.notifier else None
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
-                                 reload=self.reload, extra_status=extra)  # fmt: skip
+                                 reload=self.reload, extra_status=extra,
+                                 report=lambda query: report_response(self.history, query))  # fmt: skip
             self.web.start()
         self.scheduler.add_job(self.cycle, "interval", seconds=self.cfg.interval_s, id="cycle",
                                next_run_time=datetime.now(UTC))  # fmt: skip
@@ -135,6 +139,7 @@ class Daemon:
 
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
         self.state.publish(cycle.diagnoses, cycle.t, time.monotonic() - start, len(cycle.evaluation.errors))
+        self.history.observe(cycle.diagnoses, cycle.t, self.cfg.interval_s)
         if self.notifier is not None:
             self.notifier.observe(cycle.diagnoses, cycle.t)
         self._announce(cycle.diagnoses)
@@ -179,7 +184,7 @@ class Daemon:
     def _persist(self) -> None:
         if self.cfg.state_file:
             try:
-                persist.save(self.cfg.state_file, self.pipeline)
+                persist.save(self.cfg.state_file, self.pipeline, self.history)
             except OSError as exc:
                 log.error("cannot write state file %s: %s", self.cfg.state_file, exc)
 

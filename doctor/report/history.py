@@ -15,7 +15,7 @@ from doctor.diagnosis.model import LIMITS, Diagnosis
 
 CLASSES = ("kv_cache", "batch_cap", "compute", "healthy", "idle", "unknown", "down")
 BINS = 20  # distribution bins over 0-1 (KV usage, running / cap), 5 % wide
-MAX_HOURS = 24 * 35  # the daemon keeps five weeks per target
+MAX_HOURS = 24 * 15  # the daemon keeps two weeks and a day per target: room for a weekly review
 MAX_SEGMENTS = 4000
 Key = tuple[str, str]  # (target, model_name)
 
@@ -168,12 +168,12 @@ class History:
         return (min(s.start for s in segs), max(s.end for s in segs)) if segs else None
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-ready data for the state file."""
+        """Compact JSON-ready data for the state file (distribution bins sparse, segments as lists)."""
         return {
             "source": self.source,
             "keys": [
-                {"target": k[0], "model_name": k[1], "hours": [asdict(h) for h in kh.hours.values()],
-                 "segments": [asdict(s) for s in kh.segments]}
+                {"target": k[0], "model_name": k[1], "hours": [_hour_state(h) for h in kh.hours.values()],
+                 "segments": [[s.start, s.end, s.cls, s.finding, s.peak] for s in kh.segments]}
                 for k, kh in self.keys.items()
             ],
         }  # fmt: skip
@@ -182,16 +182,40 @@ class History:
     def from_state(cls, state: dict[str, Any]) -> History:
         """A history saved by to_state(); malformed entries are dropped."""
         h = cls(str(state.get("source", "")))
+        h.restore(state)
+        return h
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load the keys saved by to_state() (a malformed entry is dropped, the others kept)."""
         for item in state.get("keys") or []:
             try:
-                kh = KeyHistory(
-                    {int(x["start"]): Hour(**x) for x in item["hours"]},
-                    [Segment(**x) for x in item["segments"]],
-                )
-                h.keys[(str(item["target"]), str(item["model_name"]))] = kh
-            except (KeyError, TypeError, ValueError):
+                hours = {}
+                for x in item["hours"]:
+                    x = dict(x)
+                    for b in ("kv_bins", "util_bins"):
+                        x[b] = _dense(x.get(b, []))
+                    hours[int(x["start"])] = Hour(**x)
+                segments = [
+                    Segment(float(s[0]), float(s[1]), str(s[2]), str(s[3]), dict(s[4]))
+                    for s in item["segments"]
+                ]
+                self.keys[(str(item["target"]), str(item["model_name"]))] = KeyHistory(hours, segments)
+            except (KeyError, TypeError, ValueError, IndexError):
                 continue
-        return h
+
+
+def _hour_state(h: Hour) -> dict[str, Any]:
+    d = asdict(h)
+    for b in ("kv_bins", "util_bins"):
+        d[b] = [[i, s] for i, s in enumerate(d[b]) if s]
+    return d
+
+
+def _dense(pairs: list[list[float]]) -> list[float]:
+    bins = [0.0] * BINS
+    for i, s in pairs:
+        bins[int(i)] = float(s)
+    return bins
 
 
 def _num(v: object) -> float:

@@ -33,6 +33,8 @@ TYPES = {
     ".png": "image/png",
 }
 Reload = Callable[[], tuple[bool, str]]
+# the capacity report of the daemon's history: query -> (status, body, content type)
+Report = Callable[[dict[str, list[str]]], tuple[int, bytes, str]]
 
 
 @dataclass
@@ -88,7 +90,7 @@ def load_static() -> dict[str, tuple[bytes, str, str]]:
 
 
 class App:
-    """Routes: /metrics, /api/v1/*, /-/healthy, /-/ready, /-/reload, / and /static/*."""
+    """Routes: /metrics, /api/v1/*, /report, /-/healthy, /-/ready, /-/reload, / and /static/*."""
 
     def __init__(
         self,
@@ -96,9 +98,10 @@ class App:
         registry: CollectorRegistry,
         reload: Reload | None = None,
         extra_status: Callable[[], dict[str, Any]] | None = None,
+        report: Report | None = None,
     ) -> None:
         self.state, self.registry = state, registry
-        self.reload, self.extra_status = reload, extra_status
+        self.reload, self.extra_status, self.report = reload, extra_status, report
         self.static = load_static()
         self._reload_lock = threading.Lock()
         self.api: dict[str, Callable[[dict[str, list[str]]], Response]] = {
@@ -116,7 +119,7 @@ class App:
             return self._reload(method, headers)
         known = (
             path in self.api
-            or path in ("/", "/metrics", "/-/healthy", "/-/ready")
+            or path in ("/", "/metrics", "/report", "/-/healthy", "/-/ready")
             or path.startswith("/static/")
         )
         if known and method not in ("GET", "HEAD"):
@@ -128,6 +131,11 @@ class App:
                 return api_error(400, "bad_data", str(exc))
         if path == "/metrics":
             return self._metrics(query, headers)
+        if path == "/report":
+            if self.report is None:
+                return text(404, "no report: kvdoctor keeps no history here")
+            status, body, content_type = self.report(query)
+            return Response(status, body, content_type)
         if path == "/-/healthy":
             return text(200, "kvdoctor is Healthy.")
         if path == "/-/ready":

@@ -17,7 +17,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
 from doctor.daemon.state import DaemonState
-from doctor.web.app import TEXT, App, Reload, Response, api_error, text
+from doctor.web.app import TEXT, App, Reload, Report, Response, api_error, text
 from doctor.web.webconfig import WebConfig, WebConfigWatcher
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,9 @@ class WebServer:
         web_config: str | None = None,
         reload: Reload | None = None,
         extra_status: Callable[[], dict[str, Any]] | None = None,
+        report: Report | None = None,
     ) -> None:
-        self.app = App(state, registry, reload, extra_status)
+        self.app = App(state, registry, reload, extra_status, report)
         self.listen = parse_listen(listen)
         self.watcher = WebConfigWatcher(web_config) if web_config else None
         self._httpd: _Server | None = None
