@@ -163,6 +163,23 @@ def test_bad_input_gets_a_clear_message(
         build_report(History("empty"), PRICES)
     assert main(["report", str(tmp_path / "missing.jsonl.gz")]) == 2
     assert "missing.jsonl.gz: no such file" in capsys.readouterr().err
+    assert main(["report"]) == 2
+    assert "give RECORDING… or --prometheus-url URL" in capsys.readouterr().err
+    assert main(["report", "--prometheus-url", "http://127.0.0.1:9", "--start", "yesterday"]) == 2
+    assert "--start 'yesterday': expected unix seconds or RFC 3339" in capsys.readouterr().err
+
+
+def test_traffic_shape_by_hour_of_day(fleet: Fleet, doc: dict) -> None:  # type: ignore[type-arg]
+    hod = doc["fleet"]["traffic"]["hour_of_day"]
+    # T0 is 01:00 UTC on a Monday: six observed hours, 01:00-06:00, the peak at 04:00
+    assert [i for i, v in enumerate(hod) if v is not None] == [1, 2, 3, 4, 5, 6]
+    peak = sum(fleet.hand(n, "generation_tokens", 3) for n in PLAN) / 3600
+    assert hod[4] == pytest.approx(peak, abs=1e-3) and max(hod[i] or 0 for i in range(24)) == hod[4]
+    assert doc["fleet"]["traffic"]["day_of_week"]["Mon"] is not None
+    assert doc["fleet"]["traffic"]["day_of_week"]["Tue"] is None
+    assert by_target(doc)["gpu-b"]["traffic"]["hour_of_day"][4] == pytest.approx(
+        fleet.hand("gpu-b", "generation_tokens", 3) / 3600, abs=1e-3
+    )
 
 
 def test_history_survives_the_state_file_round_trip(fleet: Fleet, doc: dict) -> None:  # type: ignore[type-arg]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ from doctor.cli import main
 from doctor.export.openmetrics import export_openmetrics
 from doctor.report.build import build_report
 from doctor.report.economics import Prices
-from doctor.report.promrange import MAX_POINTS, chunks, from_prometheus
+from doctor.report.promrange import MAX_POINTS, chunks, from_prometheus, progress_bar
 from doctor.sources.client import PromClient, SourceError
 from tests.support.fleet import LAST_GRID, STEP_S, T0, Fleet
 from tests.support.openmetrics import recordings_to_openmetrics
@@ -76,6 +77,17 @@ def test_chunks_stay_under_the_points_limit() -> None:
     assert all((b - a) / 1.0 + 1 < MAX_POINTS for a, b in week)
     assert week[0][0] == 0 and week[-1][1] == 7 * 86400
     assert all(week[i + 1][0] - week[i][1] == 1.0 for i in range(len(week) - 1))
+
+
+def test_progress_bar_draws_on_one_line() -> None:
+    out = io.StringIO()
+    show = progress_bar(out)
+    show(1, 4)
+    show(4, 4)
+    assert out.getvalue() == (
+        "\rquerying Prometheus [########......................] 1/4 chunks"
+        "\rquerying Prometheus [##############################] 4/4 chunks\n"
+    )
 
 
 def test_a_prometheus_without_kvdoctor_series_is_named(prometheus: str) -> None:

@@ -60,6 +60,7 @@ def build_report(
         e.update({k: v for k, v in size.items() if k != "hourly_replicas_needed"})
         e.update(costs(e, size, 1, prices))
         e["incidents"] = incidents(kh.segments, e["target"], e["model_name"])
+        e["traffic"] = traffic_shape(kh.hours)
     fleet_hours = merge_hours(kh.hours.values() for kh in keys.values())
     fleet = {"targets": len({k[0] for k in keys}), "replicas": len(keys), **summarize(fleet_hours, len(keys))}
     peak = quiet = following = 0.0
