@@ -1,7 +1,8 @@
-"""History from a Prometheus: `query_range` over kvdoctor's exported series and the raw vLLM counters, in chunks.
+"""History from a Prometheus: `query_range` over kvdoctor's exported series and the vLLM counters, in chunks.
 
 Classes and gauges come from the `kvdoctor_*` series a scraped kvdoctor exposes (or a replay backfilled with
-`--export-openmetrics`); tokens and requests from the vLLM counters, with the same increase logic as recordings.
+`--export-openmetrics`); tokens and requests from the vLLM counters, with the same increase logic as recordings
+(every scrape's increase counts, a restart loses nothing).
 Each gauge is read only where its sample is fresh (newer than one step), so a series that stopped is not carried
 on by Prometheus' 5-minute lookback.
 """
@@ -83,8 +84,6 @@ def from_prometheus(
     grid = Grid(f"Prometheus {client.base}", start, step)
     classes: dict[int, dict[Key, str]] = defaultdict(dict)
     gauges: dict[int, dict[Key, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
-    counters = '{__name__=~"' + "|".join(COUNTERS.values()) + '"}'
-    field_of = {name: what for what, name in COUNTERS.items()}
     grid.last_ms = round(pieces[-1][1] * 1000)
     for done, (a, b) in enumerate(pieces, 1):
         for labels, points in client.query_range(fresh(CLASS, step), a, b, step):
@@ -98,13 +97,7 @@ def from_prometheus(
             for labels, points in client.query_range(fresh(name, step), a, b, step):
                 for t, v in points:
                     gauges[grid.index(t)][_target_key(labels)][what] = v
-        # raw samples (a range selector), so increases count every scrape, as they do from recordings
-        window = f"{round((b - a + step) * 1000)}ms"
-        for labels, points in client.query_range_samples(f"{counters}[{window}]", b):
-            what = field_of.get(labels.get("__name__", ""), "")
-            series = tuple(sorted((k, x) for k, x in labels.items() if k != "__name__"))
-            for t, v in points:
-                grid.sample(what, series, round(t * 1000), v)
+        _counters(client, grid, a, b, step)
         if progress is not None and len(pieces) > 1:
             progress(done, len(pieces))
     if not classes:
@@ -117,6 +110,32 @@ def from_prometheus(
         t = start + i * step
         grid.point(t, {key: _step(t, step, cls, gauges[i].get(key, {})) for key, cls in by_key.items()})
     return grid.history()
+
+
+def _counters(client: PromClient, grid: Grid, a: float, b: float, step: float) -> None:
+    """Counter values at each step; where a series restarted within a step, its raw samples there too.
+
+    Between two steps without a reset the increase is the difference of the values, the same as summing every
+    scrape's increase; across a reset only the raw samples say how much came before it. Restarts are rare, so
+    this costs one point per series and step plus one range-selector query per (counter, step) with a reset.
+    """
+    points: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[int, float]]] = defaultdict(list)
+
+    def add(what: str, labels: dict[str, str], values: list[tuple[float, float]]) -> None:
+        series = tuple(sorted((k, x) for k, x in labels.items() if k != "__name__"))
+        points[(what, series)].extend((round(t * 1000), v) for t, v in values)
+
+    for what, name in COUNTERS.items():
+        for labels, values in client.query_range(name, a, b, step):
+            add(what, labels, values)
+        reset_at = {t for _, values in client.query_range(f"resets({name}[{step:g}s]) > 0", a, b, step)
+                    for t, _ in values}  # fmt: skip
+        for t in sorted(reset_at):
+            for labels, values in client.query_range_samples(f"{name}[{step:g}s]", t):
+                add(what, labels, values)
+    for (what, series), pts in points.items():
+        for t_ms, v in sorted(pts):
+            grid.sample(what, series, t_ms, v)
 
 
 def _step(t: float, dt: float, cls: str, g: dict[str, float]) -> Step:
