@@ -29,22 +29,33 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def prometheus(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Prometheus holding the fleet's raw vLLM counters and the kvdoctor_* series its replay exposed."""
-    work = tmp_path_factory.mktemp("prom")
-    raw, exported, om = work / "raw.om", work / "kvdoctor.om", work / "fleet.om"
+def _serve(fleet: Fleet, work: Path, extra: str) -> Iterator[str]:
+    raw, om = work / "raw.om", work / "fleet.om"
     recs = [(str(p), p.name.removesuffix(".jsonl.gz"), 0.0) for p in fleet.paths]
     recordings_to_openmetrics(recs, raw, keep=lambda name: name in COUNTED)
-    with exported.open("w", encoding="utf-8") as out:
-        export_openmetrics(fleet.cycles, out)
-    om.write_text(raw.read_text().removesuffix("# EOF\n") + exported.read_text())
+    om.write_text(raw.read_text().removesuffix("# EOF\n") + extra + "# EOF\n")
     found = binaries()
     assert found is not None
     storage = work / "tsdb"
     backfill(om, storage, promtool=found[1])
     with PrometheusServer(storage, work, binary=found[0]) as server:
         yield server.url
+
+
+@pytest.fixture(scope="module")
+def prometheus(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus holding the fleet's raw vLLM counters and the kvdoctor_* series its replay exposed."""
+    out = io.StringIO()
+    export_openmetrics(fleet.cycles, out)
+    yield from _serve(fleet, tmp_path_factory.mktemp("prom"), out.getvalue().removesuffix("# EOF\n"))
+
+
+@pytest.fixture(scope="module")
+def prometheus_pack(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus that ran the rule pack over the fleet (its kvdoctor:* series and ALERTS) but never saw kvdoctor."""
+    out = io.StringIO()
+    fleet.write_pack_series(out)
+    yield from _serve(fleet, tmp_path_factory.mktemp("prom-pack"), out.getvalue())
 
 
 def test_same_report_as_from_the_recordings(fleet: Fleet, prometheus: str, tmp_path: Path) -> None:
@@ -60,6 +71,16 @@ def test_same_report_as_from_the_recordings(fleet: Fleet, prometheus: str, tmp_p
         doc.pop("source"), doc.pop("generated")
     assert got["fleet"] == json.loads(json.dumps(want["fleet"]))
     assert got == json.loads(json.dumps(want))
+
+
+def test_same_report_from_the_rule_packs_series_alone(fleet: Fleet, prometheus_pack: str) -> None:
+    want = build_report(fleet.history, PRICES, now=0)
+    history = from_prometheus(PromClient(prometheus_pack), T0, LAST_GRID, STEP_S)
+    assert history.source.endswith("(classified from the rule pack's series)")
+    got = build_report(history, PRICES, now=0)
+    for doc in (got, want):
+        doc.pop("source")
+    assert got == want
 
 
 def test_chunked_ranges_give_the_same_history(fleet: Fleet, prometheus: str) -> None:
@@ -92,7 +113,8 @@ def test_progress_bar_draws_on_one_line() -> None:
 
 def test_a_prometheus_without_kvdoctor_series_is_named(prometheus: str) -> None:
     with pytest.raises(
-        SourceError, match=r"no kvdoctor_bottleneck_code series .* must scrape `kvdoctor serve`"
+        SourceError,
+        match=r"no kvdoctor_bottleneck_code series and no kvdoctor:\* recorded signals .* scrape `kvdoctor serve`",
     ):
         from_prometheus(PromClient(prometheus), T0 - 86400, T0 - 3600, STEP_S)
 

@@ -14,7 +14,7 @@ from doctor.cli.common import build_pipeline, existing, load_config_or_exit
 from doctor.cli.serve import add_source_arguments, prometheus_source
 from doctor.config import ConfigError
 from doctor.ingest.recording import RecordingError
-from doctor.report.build import ReportError, build_report
+from doctor.report.build import build_report
 from doctor.report.collect import from_recordings
 from doctor.report.economics import Prices, parse_usd
 from doctor.report.history import History
@@ -121,7 +121,10 @@ def _history(args: argparse.Namespace, step: float | None) -> History | None:
             raise ValueError("--since and --start exclude each other")
         start = parse_time("--start", args.start)
     else:
-        start = end - parse_duration(args.since or "7d")
+        try:
+            start = end - parse_duration(args.since or "7d")
+        except ValueError:
+            raise ValueError(f"--since {args.since!r}: expected a duration such as 7d or 36h") from None
     if end <= start:
         raise ValueError(f"--end must be after --start ({end:.0f} ≤ {start:.0f})")
     bar = progress_bar() if sys.stderr.isatty() or end - start > 86400 else None
@@ -135,11 +138,8 @@ def run(args: argparse.Namespace) -> int:
         step = duration_seconds(args.step) if args.step else None
         if step is not None and step <= 0:
             raise ValueError(f"--step {args.step}: must be positive")
-        fmt = (
-            args.format or FORMATS.get(Path(args.output).suffix.lower(), "md")
-            if args.output
-            else args.format or "md"
-        )
+        suffix = Path(args.output).suffix.lower() if args.output else ""
+        fmt = args.format or FORMATS.get(suffix, "md")
         history = _history(args, step)
         if history is None:
             return 2
@@ -147,19 +147,11 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError, SourceError, RecordingError, OSError) as exc:
         print(f"kvdoctor report: {exc}", file=sys.stderr)
         return 2
-    text = (
-        json.dumps(doc, indent=1) + "\n"
-        if fmt == "json"
-        else render_markdown(doc)
-        if fmt == "md"
-        else render_html(doc)
-    )
+    renderers = {"json": lambda d: json.dumps(d, indent=1) + "\n", "md": render_markdown, "html": render_html}
+    text = renderers[fmt](doc)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"kvdoctor report: wrote {args.output} ({fmt})", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
-
-
-__all__ = ["ReportError", "add_parser", "run"]

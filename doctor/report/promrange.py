@@ -18,6 +18,7 @@ from typing import TextIO
 from doctor.diagnosis.model import BOTTLENECKS, LIMITS
 from doctor.report.collect import COUNTERS, Grid
 from doctor.report.history import History, Key, Step
+from doctor.report.promrules import RuleClasses
 from doctor.sources.client import PromClient, SourceError
 
 MAX_POINTS = 11_000  # Prometheus refuses a query_range answer with more points per series
@@ -100,15 +101,22 @@ def from_prometheus(
         _counters(client, grid, a, b, step)
         if progress is not None and len(pieces) > 1:
             progress(done, len(pieces))
-    if not classes:
-        raise SourceError(
-            f"{client.base}: no {CLASS} series between {start:.0f} and {end:.0f}: the report reads kvdoctor's "
-            "own series, so Prometheus must scrape `kvdoctor serve` (or hold a backfilled `kvdoctor replay "
-            "--export-openmetrics`)"
-        )
     for i, by_key in sorted(classes.items()):
         t = start + i * step
         grid.point(t, {key: _step(t, step, cls, gauges[i].get(key, {})) for key, cls in by_key.items()})
+    if not classes:  # no kvdoctor scraped here: classify from the pack's own series, as kvdoctor would
+        rules = RuleClasses(client, start, step)
+        for a, b in pieces:
+            rules.read(a, b, fresh("{0}", step))
+        for i, steps in rules.steps().items():
+            grid.point(start + i * step, steps)
+        if not grid.steps:
+            raise SourceError(
+                f"{client.base}: no {CLASS} series and no kvdoctor:* recorded signals between {start:.0f} and "
+                f"{end:.0f}: load the rule pack into Prometheus (`kvdoctor rules export`) or let it scrape "
+                "`kvdoctor serve` (or hold a backfilled `kvdoctor replay --export-openmetrics`)"
+            )
+        grid.source += " (classified from the rule pack's series)"
     return grid.history()
 
 

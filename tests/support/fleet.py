@@ -14,9 +14,10 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from doctor.ingest.recording import load_frames
-from doctor.pipeline import Cycle, Pipeline
+from doctor.pipeline import SIGNAL_NAMES, Cycle, Pipeline
 from doctor.report.collect import from_recordings
 from doctor.rules.loader import default_rule_files, load_files
 
@@ -186,8 +187,34 @@ class Fleet:
         }
         self.paths = [write_recording(t, directory) for t in self.targets.values()]
         self.cycles: list[Cycle] = []
-        pipeline = Pipeline(load_files(default_rule_files()))
-        self.history = from_recordings(pipeline, self.paths, STEP_S, on_cycle=self.cycles.append)
+        # what a Prometheus running the pack would hold: each cycle's recorded kvdoctor:* samples (by name)
+        self.recorded: dict[str, dict[tuple[tuple[str, str], ...], list[tuple[int, float]]]] = {}
+        self.pipeline = Pipeline(load_files(default_rule_files()))
+        self.history = from_recordings(self.pipeline, self.paths, STEP_S, on_cycle=self._cycle)
+
+    def _cycle(self, cycle: Cycle) -> None:
+        self.cycles.append(cycle)
+        t_ms = round(cycle.t * 1000)
+        for name in SIGNAL_NAMES:
+            for s in self.pipeline.store.select(name):
+                if s.ts and s.ts[-1] == t_ms and s.vs[-1] is not None:
+                    labels = tuple((k, v) for k, v in s.labels if k != "__name__")
+                    self.recorded.setdefault(name, {}).setdefault(labels, []).append((t_ms, s.vs[-1]))
+
+    def write_pack_series(self, out: TextIO) -> None:
+        """The recorded signals and the firing ALERTS of every cycle as OpenMetrics families (no `# EOF`)."""
+        alerts: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for c in self.cycles:
+            for a in c.evaluation.alerts:
+                if a.state == "firing":
+                    labels = tuple(sorted({**a.labels, "alertname": a.rule, "alertstate": "firing"}.items()))
+                    alerts.setdefault(labels, []).append(round(c.t * 1000))
+        families = {**self.recorded, "ALERTS": {k: [(t, 1.0) for t in ts] for k, ts in alerts.items()}}
+        for name, series in families.items():
+            out.write(f"# TYPE {name} gauge\n")
+            for labels, points in series.items():
+                head = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+                out.writelines(f"{head} {v!r} {t // 1000}.{t % 1000:03d}\n" for t, v in points)
 
     def hand(self, target: str, what: str, hour: int | None = None) -> float:
         """Increments by hand: a scrape's increment belongs to the evaluation step that ends at or after it."""
