@@ -13,6 +13,7 @@ from typing import Any
 from doctor.cli.common import build_pipeline, existing, load_config_or_exit
 from doctor.cli.serve import add_source_arguments, prometheus_source
 from doctor.config import ConfigError
+from doctor.config.durations import duration_seconds, parse_duration
 from doctor.ingest.recording import RecordingError
 from doctor.report.build import build_report
 from doctor.report.collect import from_recordings
@@ -21,7 +22,6 @@ from doctor.report.history import History
 from doctor.report.markdown import render_markdown
 from doctor.report.page import render_html
 from doctor.report.promrange import from_prometheus, progress_bar
-from doctor.rules.loader import duration_seconds, parse_duration
 from doctor.sources.client import PromClient, SourceError
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}

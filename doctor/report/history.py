@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from doctor.diagnosis.model import LIMITS, Diagnosis
+from doctor.verdicts import LIMITS, Diagnosis
 
 CLASSES = ("kv_cache", "batch_cap", "compute", "healthy", "idle", "unknown", "down")
 BINS = 20  # distribution bins over 0-1 (KV usage, running / cap), 5 % wide
@@ -238,7 +238,7 @@ def step_from_diagnosis(d: Diagnosis, t: float, dt: float) -> Step:
     """A step from one diagnosis: its class (down when the target is down), explaining finding and gauges."""
     ev = merged_evidence(d)
     names = [f.name for f in d.findings]
-    cls, finding = d.bottleneck, ""
+    cls, finding = d.verdict, ""
     if cls == "unknown" and "target_down" in names:
         cls, finding = "down", "target_down"
     elif cls in LIMITS:

@@ -15,28 +15,30 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TextIO
 
-from doctor.diagnosis.model import BOTTLENECKS, LIMITS
 from doctor.report.collect import COUNTERS, Grid
 from doctor.report.history import History, Key, Step
 from doctor.report.promrules import RuleClasses
+from doctor.signals import SIGNALS
 from doctor.sources.client import PromClient, SourceError
+from doctor.verdicts import LIMITS, VERDICTS
 
 MAX_POINTS = 11_000  # Prometheus refuses a query_range answer with more points per series
 CHUNK_POINTS = 1_440  # a day at one-minute steps per request, so long ranges show progress
 CLASS = "kvdoctor_bottleneck_code"
 DOWN = 'kvdoctor_finding{finding="target_down"}'
-# Step field -> kvdoctor's exported gauge (doctor.daemon.exposition.GAUGES names them).
-GAUGES = {
-    "kv": "kvdoctor_kv_cache_usage_ratio",
-    "running": "kvdoctor_requests_running",
-    "waiting": "kvdoctor_requests_waiting",
-    "cap_configured": "kvdoctor_batch_cap_configured_requests",
-    "cap_inferred": "kvdoctor_batch_cap_inferred_requests",
-    "gen_tps": "kvdoctor_generation_tokens_per_second",
-    "itl_p50": "kvdoctor_itl_p50_seconds",
-    "itl_baseline": "kvdoctor_itl_baseline_seconds",
-    "preemptions_per_s": "kvdoctor_preemptions_per_second",
+# Step field -> the evidence key whose kvdoctor_* gauge carries it (doctor.signals names the gauge).
+GAUGE_KEYS = {
+    "kv": "kv_usage",
+    "running": "running",
+    "waiting": "waiting",
+    "cap_configured": "batch_cap_configured",
+    "cap_inferred": "batch_cap_inferred",
+    "gen_tps": "generation_tokens_per_s",
+    "itl_p50": "itl_p50_s",
+    "itl_baseline": "itl_baseline_s",
+    "preemptions_per_s": "preemptions_per_s",
 }
+GAUGES = {what: SIGNALS[key].metric for what, key in GAUGE_KEYS.items()}
 Progress = Callable[[int, int], None]
 
 
@@ -89,8 +91,8 @@ def from_prometheus(
     for done, (a, b) in enumerate(pieces, 1):
         for labels, points in client.query_range(fresh(CLASS, step), a, b, step):
             for t, v in points:
-                if 0 <= v < len(BOTTLENECKS):
-                    classes[grid.index(t)][_target_key(labels)] = BOTTLENECKS[int(v)]
+                if 0 <= v < len(VERDICTS):
+                    classes[grid.index(t)][_target_key(labels)] = VERDICTS[int(v)]
         for labels, points in client.query_range(fresh(DOWN, step), a, b, step):
             for t, _ in points:
                 gauges[grid.index(t)][_target_key(labels)]["down"] = 1.0

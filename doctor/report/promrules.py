@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from doctor.diagnosis.classify import Classifier, TargetState
-from doctor.diagnosis.signals import collect
-from doctor.pipeline import SIGNAL_NAMES
+from doctor.diagnosis.classify import Classifier
+from doctor.diagnosis.evidence import collect
+from doctor.diagnosis.target import Target
 from doctor.report.history import Key, Step, step_from_diagnosis
 from doctor.rules.evaluate import Alert
+from doctor.signals import recorded
 from doctor.sources.client import PromClient
 
 ALERTS = 'ALERTS{alertstate="firing"}'
@@ -38,7 +39,7 @@ class RuleClasses:
 
     def read(self, a: float, b: float, fresh: str) -> None:
         """Query one chunk; `fresh` is a format string that keeps only samples newer than one step."""
-        for name in sorted(SIGNAL_NAMES):
+        for name in sorted(set(recorded().values())):
             for labels, points in self.client.query_range(fresh.format(name), a, b, self.step):
                 series = tuple(sorted(labels.items()))
                 for t, v in points:
@@ -57,15 +58,15 @@ class RuleClasses:
     def steps(self) -> dict[int, dict[Key, Step]]:
         """The classified steps by grid index."""
         classifier = Classifier()
-        targets: dict[str, TargetState] = {}
+        targets: dict[str, Target] = {}
         out: dict[int, dict[Key, Step]] = {}
         for i in sorted(set(self.signals) | set(self.alerts) | set(self.down)):
             t = self.start + i * self.step
             signals = collect(self.signals.get(i, []))
             for name in {k[0] for k in signals} | self.down.get(i, set()):
-                st = targets.setdefault(name, TargetState(name))
+                st = targets.setdefault(name, Target(name))
                 st.up = name not in self.down.get(i, set())
-                st.error = "" if st.up else "Prometheus reports up == 0"
+                st.last_error = "" if st.up else "Prometheus reports up == 0"
             diagnoses = classifier.classify(t, signals, self.alerts.get(i, []), targets)
             out[i] = {(d.target, d.model_name): step_from_diagnosis(d, t, self.step) for d in diagnoses}
         return out

@@ -6,10 +6,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from doctor.diagnosis.model import LIMITS
 from doctor.promql.quantile import quantile
 from doctor.report.fmt import pct
 from doctor.report.history import BINS, CLASSES, Hour, Segment
+from doctor.verdicts import LIMITS
 
 KV_LIMIT = 0.85  # the pack's kv_cache threshold on peak KV usage
 ITL_LIMIT = 2.5  # the pack's compute threshold: ITL p50 over the light-load baseline

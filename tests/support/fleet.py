@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TextIO
 
 from doctor.ingest.recording import load_frames
-from doctor.pipeline import SIGNAL_NAMES, Cycle, Pipeline
+from doctor.pipeline import Cycle, Pipeline
 from doctor.report.collect import from_recordings
 from doctor.rules.loader import default_rule_files, load_files
+from doctor.signals import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 # window name -> (directory, recording): "healthy" is the shared 0.32 one, "extra/kv_bound_mha" a committed fixture
@@ -195,7 +196,7 @@ class Fleet:
     def _cycle(self, cycle: Cycle) -> None:
         self.cycles.append(cycle)
         t_ms = round(cycle.t * 1000)
-        for name in SIGNAL_NAMES:
+        for name in set(recorded().values()):
             for s in self.pipeline.store.select(name):
                 if s.ts and s.ts[-1] == t_ms and s.vs[-1] is not None:
                     labels = tuple((k, v) for k, v in s.labels if k != "__name__")
