@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.report.fmt import num as _n
-from doctor.report.fmt import pct as _pct
-from doctor.report.fmt import usd as _usd
+from doctor.report.figures import dollars as _usd
+from doctor.report.figures import exact as _n
+from doctor.report.figures import percent as _pct
 from doctor.report.history import CLASSES
 
 

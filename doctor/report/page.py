@@ -7,9 +7,9 @@ import json
 from importlib import resources
 from typing import Any
 
-from doctor.report.fmt import num as _n
-from doctor.report.fmt import pct as _pct
-from doctor.report.fmt import usd as _usd
+from doctor.report.figures import dollars as _usd
+from doctor.report.figures import exact as _n
+from doctor.report.figures import percent as _pct
 from doctor.report.history import CLASSES
 
 # Vendored from npm (`npm pack chart.js@4.6.1 chartjs-chart-matrix@3.1.0`), MIT; licenses next to them.

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from doctor.promql.quantile import quantile
-from doctor.report.fmt import pct
+from doctor.report.figures import percent as pct
 from doctor.report.history import BINS, CLASSES, Hour, Segment
 from doctor.verdicts import LIMITS
 

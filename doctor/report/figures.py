@@ -1,9 +1,9 @@
-"""Numbers as the report prints them: thousands separators, dollars, percentages, a dash for unknown."""
+"""Figures as report tables print them: exact, with separators (doctor.fmt.num is the compact form), $, %."""
 
 from __future__ import annotations
 
 
-def num(v: float | int | None, digits: int = 1) -> str:
+def exact(v: float | int | None, digits: int = 1) -> str:
     """v with separators and `digits` decimals (none for whole numbers); a dash for None."""
     if v is None:
         return "–"
@@ -12,12 +12,12 @@ def num(v: float | int | None, digits: int = 1) -> str:
     return f"{v:,.{digits}f}"
 
 
-def usd(v: float | None) -> str:
+def dollars(v: float | None) -> str:
     """Dollars with cents."""
     return "–" if v is None else f"${v:,.2f}"
 
 
-def pct(v: float | None) -> str:
+def percent(v: float | None) -> str:
     """A 0-1 share as a percentage (one decimal below 10 %)."""
     if v is None:
         return "–"
