@@ -8,7 +8,15 @@ from typing import Any
 from doctor.report.economics import Prices, capacity, costs, sizing
 from doctor.report.history import History, Key
 from doctor.report.recommend import recommendations
-from doctor.report.summary import covered, hour_tps, incidents, merge_hours, summarize, traffic_shape
+from doctor.report.summary import (
+    covered,
+    hour_tps,
+    incidents,
+    merge_hours,
+    summarize,
+    traffic_shape,
+    wall_clock,
+)
 
 VERSION = 1
 
@@ -56,18 +64,21 @@ def build_report(
     caps = {m: capacity([e for e in entries if e["model_name"] == m]) for m in models}
     for e, kh in zip(entries, keys.values(), strict=True):
         cap = caps[e["model_name"]][0]
-        size = sizing(kh.hours, 1, cap, prices.headroom)
+        size = sizing(kh.hours, wall_clock([kh]), cap, prices.headroom)
         e.update({k: v for k, v in size.items() if k != "hourly_replicas_needed"})
-        e.update(costs(e, size, 1, prices))
+        e.update(costs(e, size, prices))
         e["incidents"] = incidents(kh.segments, e["target"], e["model_name"])
         e["traffic"] = traffic_shape(kh.hours)
     fleet_hours = merge_hours(kh.hours.values() for kh in keys.values())
-    fleet = {"targets": len({k[0] for k in keys}), "replicas": len(keys), **summarize(fleet_hours, len(keys))}
+    wall = wall_clock(keys.values())
+    fleet = {"targets": len({k[0] for k in keys}), "replicas": len(keys), **summarize(fleet_hours, wall)}
     peak = quiet = following = 0.0
     hourly_needed: dict[int, int] = {}
     for m in models:
         mkeys = [kh for k, kh in keys.items() if k[1] == m]
-        size = sizing(merge_hours(kh.hours.values() for kh in mkeys), len(mkeys), caps[m][0], prices.headroom)
+        size = sizing(
+            merge_hours(kh.hours.values() for kh in mkeys), wall_clock(mkeys), caps[m][0], prices.headroom
+        )
         peak += size["peak_replicas_needed"] or 0
         quiet += size["quiet_replicas_needed"] or 0
         following += size["replica_hours_following_traffic"] or 0
@@ -81,8 +92,8 @@ def build_report(
         "replica_hours_following_traffic": round(following, 4) if known_cap else None,
     }
     fleet.update(fleet_size)
-    fleet.update(costs(fleet, {**fleet_size}, len(keys), prices))
-    fleet["traffic"] = traffic_shape(fleet_hours, len(keys))
+    fleet.update(costs(fleet, fleet_size, prices))
+    fleet["traffic"] = traffic_shape(fleet_hours, wall)
     all_incidents = sorted((i for e in entries for i in e["incidents"]), key=lambda i: i["start"])
     doc: dict[str, Any] = {
         "kvdoctor_report": VERSION,
@@ -99,7 +110,7 @@ def build_report(
         "hourly": [
             {"start": h.start, "start_iso": _iso(h.start), "requests": round(h.requests),
              "prompt_tokens": round(h.prompt_tokens), "generation_tokens": round(h.generation_tokens),
-             "generation_tokens_per_s": round(hour_tps(h, len(keys)), 3),
+             "generation_tokens_per_s": round(hour_tps(h, wall.get(h.start)), 3),
              "replicas_needed": hourly_needed.get(h.start) if known_cap else None,
              "hours": {c: round(s / 3600, 4) for c, s in h.seconds.items()}, "covered_s": covered(h)}
             for h in fleet_hours.values()

@@ -58,12 +58,14 @@ def capacity(summaries: list[dict[str, Any]]) -> tuple[float | None, str]:
     return None, "no traffic"
 
 
-def sizing(hours: dict[int, Hour], replicas: int, cap: float | None, headroom: float) -> dict[str, Any]:
-    """Replicas needed per hour, at the peak hour and in quiet hours, for `replicas` targets' merged hours."""
+def sizing(
+    hours: dict[int, Hour], wall_s: dict[int, float], cap: float | None, headroom: float
+) -> dict[str, Any]:
+    """Replicas needed per hour, at the peak hour and in quiet hours, for merged hours observed wall_s per hour."""
     per_hour = []
     for h in hours.values():
-        tps = hour_tps(h, replicas)
-        wall = covered(h) / replicas / 3600
+        tps = hour_tps(h, wall_s.get(h.start, covered(h)))
+        wall = wall_s.get(h.start, covered(h)) / 3600
         per_hour.append((h.start, tps, replicas_for(tps, cap, headroom), wall))
     tps_values = [x[1] for x in per_hour]
     # an hour that happened (nearest rank), not a blend with its busier neighbour
@@ -85,7 +87,7 @@ def _per_1m(cost: float | None, tokens: float) -> float | None:
     return round(cost / tokens * 1e6, 4) if cost is not None and tokens else None
 
 
-def costs(summary: dict[str, Any], size: dict[str, Any], replicas: int, prices: Prices) -> dict[str, Any]:
+def costs(summary: dict[str, Any], size: dict[str, Any], prices: Prices) -> dict[str, Any]:
     """GPU-hours and, with a price, cost, cost per 1M tokens, idle-unpaid and traffic-following variants."""
     hours = summary["hours"]
     gpu_hours = round(hours["total"] * prices.gpus_per_target, 4)

@@ -8,7 +8,7 @@ from typing import Any
 
 from doctor.promql.quantile import quantile
 from doctor.report.figures import percent as pct
-from doctor.report.history import BINS, CLASSES, Hour, Segment
+from doctor.report.history import BINS, CLASSES, Hour, KeyHistory, Segment
 from doctor.verdicts import LIMITS
 
 KV_LIMIT = 0.85  # the pack's kv_cache threshold on peak KV usage
@@ -49,10 +49,34 @@ def covered(h: Hour) -> float:
     return sum(h.seconds.values())
 
 
-def hour_tps(h: Hour, replicas: float = 1.0) -> float:
-    """Generation tokens per wall-clock second of the hour's covered time (h summed over `replicas` keys)."""
-    s = covered(h) / replicas if replicas else 0.0
+def hour_tps(h: Hour, wall_s: float | None = None) -> float:
+    """Generation tokens per wall-clock second of the hour (wall_s: seconds any of h's keys was observed)."""
+    s = covered(h) if wall_s is None else wall_s
     return h.generation_tokens / s if s else 0.0
+
+
+def wall_clock(keys: Iterable[KeyHistory]) -> dict[int, float]:
+    """Seconds of each hour during which at least one of the keys was observed (union of their segments)."""
+    khs = list(keys)
+    merged: list[list[float]] = []
+    for a, b in sorted((s.start, s.end) for kh in khs for s in kh.segments):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    out: dict[int, float] = {}
+    for a, b in merged:
+        t = a
+        while t < b - 1e-9:
+            hour = int(t // 3600) * 3600
+            part = min(b, hour + 3600) - t
+            out[hour] = out.get(hour, 0.0) + part
+            t += part
+    for kh in khs:  # hours whose segments were trimmed from a long daemon history: the best-covered key
+        for start, h in kh.hours.items():
+            if start not in out or not out[start]:
+                out[start] = max(out.get(start, 0.0), covered(h))
+    return out
 
 
 def _bins_quantiles(bins: list[float], top: float) -> dict[str, float | None]:
@@ -101,13 +125,14 @@ def explain(s: Segment) -> str:
     return "target down: scrapes failed"
 
 
-def summarize(hours: dict[int, Hour], replicas: int = 1) -> dict[str, Any]:
+def summarize(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> dict[str, Any]:
     """Hours per class, traffic, and capacity-use figures over a set of hours (one key, or a fleet merged)."""
     seconds = {c: sum(h.seconds.get(c, 0.0) for h in hours.values()) for c in CLASSES}
     total = sum(seconds.values())
     gen = sum(h.generation_tokens for h in hours.values())
-    tps = [hour_tps(h, replicas) for h in hours.values()]
-    mean_tps = gen / (total / replicas) if total else 0.0
+    tps = [hour_tps(h, wall.get(h.start) if wall else None) for h in hours.values()]
+    wall_total = sum(wall.get(h.start, 0.0) for h in hours.values()) if wall else total
+    mean_tps = gen / wall_total if wall_total else 0.0
     busiest = max(hours.values(), key=lambda h: h.generation_tokens, default=None)
     kv_bins = [sum(h.kv_bins[i] for h in hours.values()) for i in range(BINS)]
     util_bins = [sum(h.util_bins[i] for h in hours.values()) for i in range(BINS)]
@@ -131,7 +156,7 @@ def summarize(hours: dict[int, Hour], replicas: int = 1) -> dict[str, Any]:
         else 0.0,
         "kv_usage": {**_bins_quantiles(kv_bins, kv_max), "max": round(kv_max, 4)},
         "running_over_cap": {**_bins_quantiles(util_bins, util_max), "max": round(util_max, 4)},
-        "busiest_hour": _closeness(busiest) if busiest and busiest.generation_tokens else None,
+        "busiest_hour": _closeness(busiest, wall) if busiest and busiest.generation_tokens else None,
         "sustained_generation_tokens_per_s": (
             round(sum(h.saturated_tokens for h in hours.values()) / saturated_s, 3) if saturated_s else None
         ),
@@ -139,11 +164,11 @@ def summarize(hours: dict[int, Hour], replicas: int = 1) -> dict[str, Any]:
     }
 
 
-def _closeness(h: Hour) -> dict[str, Any]:
+def _closeness(h: Hour, wall: dict[int, float] | None) -> dict[str, Any]:
     """How near the busiest hour came to each limit (1.0 = at the pack's threshold)."""
     return {
         "start": h.start, "start_iso": _iso(h.start),
-        "generation_tokens_per_s": round(hour_tps(h), 3),
+        "generation_tokens_per_s": round(hour_tps(h, wall.get(h.start) if wall else None), 3),
         "kv_usage_max": round(h.kv_max, 4), "kv_cache_closeness": round(h.kv_max / KV_LIMIT, 3),
         "running_max": h.running_max, "cap": h.cap or None,
         "batch_cap_closeness": round(h.util_max, 3) if h.cap else None,
@@ -154,7 +179,7 @@ def _closeness(h: Hour) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def traffic_shape(hours: dict[int, Hour], replicas: int = 1) -> dict[str, Any]:
+def traffic_shape(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> dict[str, Any]:
     """Fleet tokens/s by hour of day, by day of week, and the day × hour heat map (means over observed hours)."""
     by_hod: dict[int, list[float]] = {}
     by_dow: dict[int, list[float]] = {}
@@ -163,7 +188,7 @@ def traffic_shape(hours: dict[int, Hour], replicas: int = 1) -> dict[str, Any]:
         tm = time.gmtime(h.start)
         if not covered(h):
             continue
-        v = hour_tps(h, replicas)  # fleet tokens per wall-clock second
+        v = hour_tps(h, wall.get(h.start) if wall else None)  # tokens per wall-clock second
         by_hod.setdefault(tm.tm_hour, []).append(v)
         by_dow.setdefault(tm.tm_wday, []).append(v)
         cells.setdefault((tm.tm_wday, tm.tm_hour), []).append(v)
