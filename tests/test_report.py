@@ -60,6 +60,11 @@ def test_hours_per_class(doc: dict) -> None:  # type: ignore[type-arg]
     assert doc["fleet"]["hours"]["total"] == 4 * HOURS
     assert doc["fleet"]["idle_share"] == pytest.approx((6 + 4 + 4 + 5) / 24, abs=0.01)
     assert doc["fleet"]["hours_without_traffic_share"] >= 3 / HOURS  # three full idle hours at least
+    kv = e["gpu-d"]["kv_usage"]  # the recording's KV usage sat around 0.94 while requests waited
+    assert kv["max"] == 1.0 and sum(kv["hours_by_bin"][17:]) >= 0.8  # ≥ 85 % for most of the peak hour
+    assert sum(kv["hours_by_bin"]) == pytest.approx(HOURS, abs=0.05)
+    util = e["gpu-b"]["running_over_cap"]  # at its cap while capped
+    assert util["hours_by_bin"][-1] >= 0.8  # running at ≥ 95 % of the cap for most of the peak hour
     incidents = {(i["target"], i["class"]) for i in doc["incidents"]}
     assert incidents == {("gpu-b", "batch_cap"), ("gpu-d", "kv_cache")}
 

@@ -154,8 +154,17 @@ def summarize(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> d
         )
         if hours
         else 0.0,
-        "kv_usage": {**_bins_quantiles(kv_bins, kv_max), "max": round(kv_max, 4)},
-        "running_over_cap": {**_bins_quantiles(util_bins, util_max), "max": round(util_max, 4)},
+        # distributions: hours spent in each 5 %-wide bin (the last holds everything from 95 %)
+        "kv_usage": {
+            **_bins_quantiles(kv_bins, kv_max),
+            "max": round(kv_max, 4),
+            "hours_by_bin": [round(x / 3600, 4) for x in kv_bins],
+        },
+        "running_over_cap": {
+            **_bins_quantiles(util_bins, util_max),
+            "max": round(util_max, 4),
+            "hours_by_bin": [round(x / 3600, 4) for x in util_bins],
+        },
         "busiest_hour": _closeness(busiest, wall) if busiest and busiest.generation_tokens else None,
         "sustained_generation_tokens_per_s": (
             round(sum(h.saturated_tokens for h in hours.values()) / saturated_s, 3) if saturated_s else None
