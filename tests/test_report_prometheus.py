@@ -11,10 +11,10 @@ import pytest
 
 from doctor.cli import main
 from doctor.export.openmetrics import export_openmetrics
-from doctor.report.build import build_report
+from doctor.report.build import ReportError, build_report
 from doctor.report.economics import Prices
 from doctor.report.promrange import MAX_POINTS, chunks, from_prometheus, progress_bar
-from doctor.sources.client import PromClient, SourceError
+from doctor.sources.client import PromClient
 from tests.support.fleet import LAST_GRID, STEP_S, T0, Fleet
 from tests.support.openmetrics import recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
@@ -113,7 +113,7 @@ def test_progress_bar_draws_on_one_line() -> None:
 
 def test_a_prometheus_without_kvdoctor_series_is_named(prometheus: str) -> None:
     with pytest.raises(
-        SourceError,
+        ReportError,
         match=r"no kvdoctor_bottleneck_code series and no kvdoctor:\* recorded signals .* scrape `kvdoctor serve`",
     ):
         from_prometheus(PromClient(prometheus), T0 - 86400, T0 - 3600, STEP_S)

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from doctor.report.economics import Prices, capacity, costs, sizing
-from doctor.report.history import History, Key
+from doctor.report.history import History, Key, ReportError
 from doctor.report.recommend import recommendations
 from doctor.report.summary import (
     covered,
@@ -19,10 +19,6 @@ from doctor.report.summary import (
 )
 
 VERSION = 1
-
-
-class ReportError(ValueError):
-    """Input the report cannot be built from; the message says what and why."""
 
 
 def _iso(t: float) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from doctor.verdicts import LIMITS, Diagnosis
 
@@ -18,6 +18,25 @@ BINS = 20  # distribution bins over 0-1 (KV usage, running / cap), 5 % wide
 MAX_HOURS = 24 * 15  # the daemon keeps two weeks and a day per target: room for a weekly review
 MAX_SEGMENTS = 4000
 Key = tuple[str, str]  # (target, model_name)
+Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]  # (labels, [(t, value)]) per series
+
+
+class ReportError(ValueError):
+    """Input the report cannot be built from; the message says what and why."""
+
+
+class RangeClient(Protocol):
+    """What the report needs of a Prometheus client (doctor.sources.client.PromClient is one); errors pass through."""
+
+    base: str
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> Matrix:
+        """expr evaluated over [start, end] every step seconds."""
+        ...
+
+    def query_range_samples(self, expr: str, t: float) -> Matrix:
+        """The raw samples of a range selector expr at t."""
+        ...
 
 
 @dataclass

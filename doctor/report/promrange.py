@@ -16,10 +16,9 @@ from collections.abc import Callable
 from typing import TextIO
 
 from doctor.report.collect import COUNTERS, Grid
-from doctor.report.history import History, Key, Step
+from doctor.report.history import History, Key, RangeClient, ReportError, Step
 from doctor.report.promrules import RuleClasses
 from doctor.signals import SIGNALS
-from doctor.sources.client import PromClient, SourceError
 from doctor.verdicts import LIMITS, VERDICTS
 
 MAX_POINTS = 11_000  # Prometheus refuses a query_range answer with more points per series
@@ -75,14 +74,14 @@ def _target_key(labels: dict[str, str]) -> Key:
 
 
 def from_prometheus(
-    client: PromClient,
+    client: RangeClient,
     start: float,
     end: float,
     step: float = 60.0,
     progress: Progress | None = None,
     chunk_points: int = CHUNK_POINTS,
 ) -> History:
-    """Read [start, end] at `step` into a History; raises SourceError when kvdoctor's series are absent."""
+    """Read [start, end] at `step` into a History; raises ReportError when neither kvdoctor's nor the pack's series are there."""
     pieces = chunks(start, end, step, chunk_points)
     grid = Grid(f"Prometheus {client.base}", start, step)
     classes: dict[int, dict[Key, str]] = defaultdict(dict)
@@ -113,7 +112,7 @@ def from_prometheus(
         for i, steps in rules.steps().items():
             grid.point(start + i * step, steps)
         if not grid.steps:
-            raise SourceError(
+            raise ReportError(
                 f"{client.base}: no {CLASS} series and no kvdoctor:* recorded signals between {start:.0f} and "
                 f"{end:.0f}: load the rule pack into Prometheus (`kvdoctor rules export`) or let it scrape "
                 "`kvdoctor serve` (or hold a backfilled `kvdoctor replay --export-openmetrics`)"
@@ -122,7 +121,7 @@ def from_prometheus(
     return grid.history()
 
 
-def _counters(client: PromClient, grid: Grid, a: float, b: float, step: float) -> None:
+def _counters(client: RangeClient, grid: Grid, a: float, b: float, step: float) -> None:
     """Counter values at each step; where a series restarted within a step, its raw samples there too.
 
     Between two steps without a reset the increase is the difference of the values, the same as summing every

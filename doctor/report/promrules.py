@@ -12,10 +12,9 @@ from collections import defaultdict
 from doctor.diagnosis.classify import Classifier
 from doctor.diagnosis.evidence import collect
 from doctor.diagnosis.target import Target
-from doctor.report.history import Key, Step, step_from_diagnosis
+from doctor.report.history import Key, RangeClient, Step, step_from_diagnosis
 from doctor.rules.evaluate import Alert
 from doctor.signals import recorded
-from doctor.sources.client import PromClient
 
 ALERTS = 'ALERTS{alertstate="firing"}'
 # a vLLM target Prometheus failed to scrape (as the pack's VLLMTargetDown reads it)
@@ -28,7 +27,7 @@ Series = tuple[tuple[str, str], ...]
 class RuleClasses:
     """Collects signals and alerts per step over the chunks, then classifies the steps in time order."""
 
-    def __init__(self, client: PromClient, start: float, step: float) -> None:
+    def __init__(self, client: RangeClient, start: float, step: float) -> None:
         self.client, self.start, self.step = client, start, step
         self.signals: dict[int, list[tuple[Series, float]]] = defaultdict(list)
         self.alerts: dict[int, list[Alert]] = defaultdict(list)
