@@ -16,6 +16,12 @@
     return new Date(t * 1000).toISOString().slice(5, 16).replace("T", " ");
   }
 
+  // whole hours, or days, so that about a dozen ticks label the range
+  function tickStep(span) {
+    const steps = [600, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400];
+    return steps.find((s) => span / s <= 12) || 7 * 86400;
+  }
+
   function make(id, config) {
     const canvas = document.getElementById("chart-" + id);
     const chart = new Chart(canvas, config);
@@ -39,7 +45,8 @@
       options: {
         indexAxis: "y", maintainAspectRatio: false, grouped: false,
         scales: {
-          x: { type: "linear", min: doc.range.start, max: doc.range.end, ticks: { callback: (v) => utc(v) } },
+          x: { type: "linear", min: doc.range.start, max: doc.range.end,
+            ticks: { stepSize: tickStep(doc.range.end - doc.range.start), callback: (v) => utc(v) } },
           y: { stacked: true },
         },
         plugins: { tooltip: { callbacks: { label: (c) => c.dataset.label + " " + utc(c.raw.x[0]) + " – " + utc(c.raw.x[1]) } } },
