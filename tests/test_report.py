@@ -11,7 +11,7 @@ import pytest
 from doctor.cli import main
 from doctor.report.build import ReportError, build_report
 from doctor.report.economics import Prices
-from doctor.report.history import History, Step
+from doctor.report.history import History
 from tests.support.fleet import DIRS, HOURS, PLAN, STEP_S, T0, Fleet
 
 PRICES = Prices(gpu_hour_usd=2.5, gpus_per_target=2, api_in_usd=0.5, api_out_usd=1.5)
@@ -200,17 +200,3 @@ def test_daemon_history_from_diagnoses_integrates_rates(fleet: Fleet) -> None:
     gen = by_target(doc)["gpu-b"]["generation_tokens"]
     assert gen == pytest.approx(fleet.hand("gpu-b", "generation_tokens"), rel=0.1)  # 1m rates × interval
     assert by_target(doc)["gpu-b"]["hours"]["batch_cap"] == pytest.approx(1.0, abs=0.1)
-
-
-def test_replicas_that_take_turns_are_not_counted_as_running_together() -> None:
-    # one replica serves the first half hour, another the second: the fleet ran one hour, not half an hour twice
-    h = History("hand-made")
-    for i in range(30):
-        h.add("first", "m", Step(T0 + 60 * i, 60.0, "healthy", generation_tokens=60.0, gen_tps=1.0))
-        h.add("second", "m", Step(T0 + 1800 + 60 * i, 60.0, "healthy", generation_tokens=120.0, gen_tps=2.0))
-    doc = build_report(h, Prices())
-    f = doc["fleet"]
-    assert f["generation_tokens"] == 30 * 60 + 30 * 120
-    assert f["generation_tokens_per_s"] == pytest.approx((30 * 60 + 30 * 120) / 3600)
-    assert doc["hourly"][0]["generation_tokens_per_s"] == pytest.approx(1.5)
-    assert f["gpu_hours"] == 1.0  # each paid for the half hour it was up

@@ -13,7 +13,7 @@ from doctor.cli import main
 from doctor.export.openmetrics import export_openmetrics
 from doctor.report.build import ReportError, build_report
 from doctor.report.economics import Prices
-from doctor.report.promrange import MAX_POINTS, chunks, from_prometheus, progress_bar
+from doctor.report.promrange import from_prometheus
 from doctor.sources.client import PromClient
 from tests.support.fleet import LAST_GRID, STEP_S, T0, Fleet
 from tests.support.openmetrics import recordings_to_openmetrics
@@ -91,24 +91,6 @@ def test_chunked_ranges_give_the_same_history(fleet: Fleet, prometheus: str) -> 
     whole = from_prometheus(PromClient(prometheus), T0, LAST_GRID, STEP_S)
     assert shown == [(1, 4), (2, 4), (3, 4), (4, 4)]  # 360 points in pieces of 100
     assert build_report(small, PRICES, now=0) == build_report(whole, PRICES, now=0)
-
-
-def test_chunks_stay_under_the_points_limit() -> None:
-    week = chunks(0, 7 * 86400, 1.0, points=10**9)  # a week at 1 s steps asked for in one piece
-    assert all((b - a) / 1.0 + 1 < MAX_POINTS for a, b in week)
-    assert week[0][0] == 0 and week[-1][1] == 7 * 86400
-    assert all(week[i + 1][0] - week[i][1] == 1.0 for i in range(len(week) - 1))
-
-
-def test_progress_bar_draws_on_one_line() -> None:
-    out = io.StringIO()
-    show = progress_bar(out)
-    show(1, 4)
-    show(4, 4)
-    assert out.getvalue() == (
-        "\rquerying Prometheus [########......................] 1/4 chunks"
-        "\rquerying Prometheus [##############################] 4/4 chunks\n"
-    )
 
 
 def test_a_prometheus_without_kvdoctor_series_is_named(prometheus: str) -> None:

@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from doctor.errors import InputError
 from doctor.verdicts import LIMITS, Diagnosis
 
 CLASSES = ("kv_cache", "batch_cap", "compute", "healthy", "idle", "unknown", "down")
@@ -21,8 +22,8 @@ Key = tuple[str, str]  # (target, model_name)
 Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]  # (labels, [(t, value)]) per series
 
 
-class ReportError(ValueError):
-    """Input the report cannot be built from; the message says what and why."""
+class ReportError(InputError):
+    """Input the report cannot be built from (an empty range, no traffic, an unknown target); says what and why."""
 
 
 class RangeClient(Protocol):
