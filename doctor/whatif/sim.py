@@ -14,35 +14,7 @@ import math
 import random
 from collections import deque
 
-from doctor.whatif.model import Engine, LengthDist, SimResult, StepModel, Workload
-
-
-class Request:
-    """One request as the scheduler sees it."""
-
-    __slots__ = ("arrival", "c", "c0", "chunk", "client", "g0", "gen", "gen0", "hit", "last", "nb", "out",
-                 "prompt", "scheduled", "seq", "ver")  # fmt: skip
-
-    def __init__(self, arrival: float, prompt: int, out: int, hit: int = 0, client: int = -1) -> None:
-        self.arrival, self.prompt, self.out, self.hit, self.client = arrival, prompt, max(1, out), hit, client
-        self.c = 0  # computed tokens (while prefilling; decoders derive it from g0/c0)
-        self.gen = 0  # output tokens so far
-        self.nb = 0  # blocks this request holds beyond the shared prefix
-        self.seq = 0  # admission order
-        self.ver = 0  # bumps on preemption, invalidating scheduled events
-        self.g0, self.c0, self.gen0 = 0, 0.0, 0.0
-        self.chunk = 0
-        self.scheduled = -1.0  # first time scheduled (queue time ends)
-        self.last = 0.0  # time of the last output token
-
-
-def sample_length(rng: random.Random, dist: LengthDist) -> int:
-    """A length drawn from the empirical distribution, uniform within its bucket."""
-    u = rng.random()
-    for low, high, cum in dist.bounds:
-        if u <= cum:
-            return max(1, round(low + (high - low) * rng.random()))
-    return max(1, round(dist.bounds[-1][1]))
+from doctor.whatif.model import Engine, Request, SimResult, StepModel, Workload, sample_length
 
 
 class Simulator:
