@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from doctor.whatif.blocks import Segment
 
 # vLLM's own histogram buckets (vllm/v1/metrics/loggers.py), used when a recording does not carry them.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -120,7 +124,7 @@ class Request:
     """One request as the scheduler sees it."""
 
     __slots__ = ("arrival", "c", "c0", "chunk", "client", "g0", "gen", "gen0", "hit", "last", "nb", "out",
-                 "prompt", "scheduled", "seq", "ver")  # fmt: skip
+                 "prompt", "scheduled", "seg", "seq", "ver")  # fmt: skip
 
     def __init__(self, arrival: float, prompt: int, out: int, hit: int = 0, client: int = -1) -> None:
         self.arrival, self.prompt, self.out, self.hit, self.client = arrival, prompt, max(1, out), hit, client
@@ -133,6 +137,7 @@ class Request:
         self.chunk = 0
         self.scheduled = -1.0  # first time scheduled (queue time ends)
         self.last = 0.0  # time of the last output token
+        self.seg: Segment | None = None  # its cached blocks in the free queue, after a preemption
 
 
 def sample_length(rng: random.Random, dist: LengthDist) -> int:

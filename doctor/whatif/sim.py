@@ -14,6 +14,7 @@ import math
 import random
 from collections import deque
 
+from doctor.whatif.blocks import BlockPool
 from doctor.whatif.model import Engine, Request, SimResult, StepModel, Workload, sample_length
 
 
@@ -81,7 +82,7 @@ class Simulator:
         pre: list[Request] = []
         blk_ev: dict[int, list[tuple[int, Request, int]]] = {}
         fin_ev: dict[int, list[tuple[Request, int]]] = {}
-        used = 0  # blocks held by requests, shared prefix included while referenced
+        pool = BlockPool(usable)
         shared_refs = 0
         ctx = 0.0  # Σ computed tokens of decoding requests
         t, g, seq = 0.0, 0, 0
@@ -90,25 +91,27 @@ class Simulator:
         def schedule_events(q: Request) -> None:
             gf = q.g0 + math.ceil((q.out - q.gen0) / r - 1e-9) - 1
             fin_ev.setdefault(gf, []).append((q, q.ver))
-            cap = (q.nb + (shared_b if q.hit else 0)) * bs
+            cap = (q.nb + q.hit // bs) * bs
             gb = q.g0 + max(0, math.floor((cap - 1 - k - q.c0) / r + 1e-9) + 1)
             if gb <= gf:
                 blk_ev.setdefault(gb, []).append((q.seq, q, q.ver))
 
         def preempt(q: Request) -> None:
-            nonlocal used, shared_refs, ctx
+            nonlocal shared_refs, ctx
             if pre and pre[-1] is q:
                 pre.pop()
+                cur = q.c
             else:
                 dec.pop()
-                cur = q.c0 + (g - q.g0) * r
+                cur = int(q.c0 + (g - q.g0) * r)
                 ctx -= cur
                 q.gen = int(q.gen0 + (g - q.g0) * r)
-            used -= q.nb
+            cached = min(q.nb, max(0, cur // bs - q.hit // bs))  # full blocks only; the partial one is lost
+            q.seg = pool.release(q.nb, q, cached)
             if q.hit:
                 shared_refs -= 1
                 if shared_refs == 0:
-                    used -= shared_b
+                    pool.release(shared_b)
             q.nb, q.c, q.ver = 0, 0, q.ver + 1
             waiting.appendleft(q)
             if t >= warmup_s:
@@ -123,7 +126,12 @@ class Simulator:
 
         while t < end:
             while arrivals and arrivals[0][0] <= t:
-                waiting.append(heapq.heappop(arrivals)[2])
+                q = heapq.heappop(arrivals)[2]
+                if q.prompt + q.out > e.max_model_len:
+                    res.rejected += 1  # vLLM answers 400: prompt + max_tokens over max_model_len
+                    reissue(q)
+                else:
+                    waiting.append(q)
             if not dec and not pre and not waiting:
                 if not arrivals:
                     break
@@ -145,9 +153,9 @@ class Simulator:
                     if q.ver != ver:
                         continue
                     cur = q.c0 + (g - q.g0) * r
-                    need = math.ceil((cur + 1 + k) / bs) - (shared_b if q.hit else 0) - q.nb
+                    need = math.ceil((cur + 1 + k) / bs) - q.hit // bs - q.nb
                     stop = False
-                    while used + need > usable:
+                    while need > pool.free:
                         victim = pre[-1] if pre else dec[-1]
                         preempt(victim)
                         preempted = True
@@ -157,8 +165,8 @@ class Simulator:
                     if stop:
                         break
                     q.nb += need
-                    used += need
-                    schedule_blocks = q.g0 + max(0, math.floor(((q.nb + (shared_b if q.hit else 0)) * bs - 1 - k
+                    pool.take(need)
+                    schedule_blocks = q.g0 + max(0, math.floor(((q.nb + q.hit // bs) * bs - 1 - k
                                                                  - q.c0) / r + 1e-9) + 1)  # fmt: skip
                     blk_ev.setdefault(max(schedule_blocks, g + 1), []).append((q.seq, q, q.ver))
                 n_dec = len(dec)
@@ -168,9 +176,9 @@ class Simulator:
             while i < len(pre) and budget > 0:
                 q = pre[i]
                 chunk = min(q.prompt + q.gen - q.c, budget)
-                need = math.ceil((q.c + chunk) / bs) - (shared_b if q.hit else 0) - q.nb
+                need = math.ceil((q.c + chunk) / bs) - q.hit // bs - q.nb
                 stop = False
-                while used + need > usable:
+                while need > pool.free:
                     victim = pre[-1] if pre else dec[-1]
                     preempt(victim)
                     preempted = True
@@ -180,7 +188,7 @@ class Simulator:
                 if stop:
                     break
                 q.nb += need
-                used += need
+                pool.take(need)
                 q.chunk = chunk
                 budget -= chunk
                 i += 1
@@ -193,12 +201,19 @@ class Simulator:
             if not preempted:
                 while waiting and budget > 0 and len(dec) + len(pre) < max_seqs:
                     q = waiting[0]
-                    hit_b = shared_b if q.hit else 0
-                    q.c = q.hit
-                    chunk = min(q.prompt + q.gen - q.c, budget)
-                    need = max(0, math.ceil((q.c + chunk) / bs) - hit_b)
-                    extra = hit_b if hit_b and shared_refs == 0 else 0
-                    if used + need + extra > usable:
+                    hit_b = q.hit // bs
+                    total = q.prompt + q.gen
+                    seg = q.seg
+                    own = (
+                        min(seg.blocks, (total - 1) // bs - hit_b)
+                        if seg is not None and seg.owner is q
+                        else 0
+                    )
+                    q.c = q.hit + max(0, own) * bs
+                    chunk = min(total - q.c, budget)
+                    need = max(0, math.ceil((q.c + chunk) / bs) - hit_b - own)
+                    extra = shared_b if hit_b and shared_refs == 0 else 0
+                    if need + extra + own > pool.free:
                         q.c = 0
                         if not dec and not pre:
                             waiting.popleft()  # can never fit: vLLM would refuse it
@@ -207,10 +222,12 @@ class Simulator:
                             continue
                         break
                     waiting.popleft()
-                    used += need + extra
+                    own = pool.rehit(seg, q, own)
+                    pool.take(need + extra)
+                    q.seg = None
                     if hit_b:
                         shared_refs += 1
-                    q.nb, q.chunk, q.seq = need, chunk, seq
+                    q.nb, q.chunk, q.seq = need + own, chunk, seq
                     seq += 1
                     if q.scheduled < 0:
                         q.scheduled = t
@@ -228,7 +245,7 @@ class Simulator:
             d = c0 + c_dec * n_dec + c_pre * prefill_tokens + c_kv * (ctx + pctx)
             if self.trace is not None:
                 self.trace.append(
-                    (t, n_dec, prefill_tokens, n_pre - n_running, preempted, len(waiting), used)
+                    (t, n_dec, prefill_tokens, n_pre - n_running, preempted, len(waiting), pool.used)
                 )
             t += d
             g += 1
@@ -272,16 +289,16 @@ class Simulator:
                 if q in dec:
                     dec.remove(q)
                     ctx -= q.c0 + (g - q.g0) * r
-                used -= q.nb
+                pool.release(q.nb)
                 if q.hit:
                     shared_refs -= 1
                     if shared_refs == 0:
-                        used -= shared_b
+                        pool.release(shared_b)
                 q.nb, q.ver = 0, q.ver + 1
                 if inspan:
                     res.finished += 1
                 reissue(q)
             while next_scrape <= t and next_scrape <= end:
-                res.kv_samples.append(used / usable)
+                res.kv_samples.append(pool.used / usable)
                 next_scrape += 1.0
         return res
