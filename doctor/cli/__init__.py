@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "demo": "doctor.cli.demo",
     "notify": "doctor.cli.notify",
     "rules": "doctor.cli.rules",
+    "whatif": "doctor.cli.whatif",
 }
 
 

@@ -77,6 +77,27 @@ class PromClient:
             ) from None
         raise SourceError(f"{self.base}: query {_short(expr, 80)!r}: expected a vector, got {kind!r}")
 
+    def query_range(
+        self, expr: str, start: float, end: float, step: float
+    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """Evaluate expr over [start, end] every step seconds: (labels, [(t, value)]) per series."""
+        with self._lock:
+            self.queries_total += 1
+        form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        body = self._post("/api/v1/query_range", form, expr)
+        data = body.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            raise SourceError(f"{self.base}: query_range {_short(expr, 80)!r}: expected a matrix")
+        try:
+            return [
+                (dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]])
+                for r in data.get("result") or []
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SourceError(
+                f"{self.base}: query_range {_short(expr, 80)!r}: malformed matrix: {exc}"
+            ) from None
+
     def _post(self, path: str, form: dict[str, str], expr: str) -> dict[str, Any]:
         what = f"{self.base}: query {_short(expr, 80)!r}"
         h = self.http
