@@ -24,6 +24,7 @@ from doctor.whatif.workload import WindowError, infer_engine, infer_workload
 
 COMPUTE_FACTOR = 2.5  # the pack's compute test: ITL p50 above 2.5× the light-load baseline
 MIN_SIM_S, MAX_SIM_S, WARMUP_S = 120.0, 600.0, 30.0
+MIN_REQUESTS = 600
 
 
 @dataclass
@@ -109,7 +110,8 @@ def predict(
     )
     measured = measure(window)
     span = window[-1].t - window[0].t
-    duration = min(MAX_SIM_S, max(MIN_SIM_S, 2 * span))
+    # long enough for the tail quantiles to settle: a few hundred finished requests
+    duration = min(MAX_SIM_S, max(MIN_SIM_S, 2 * span, MIN_REQUESTS / max(measured.requests_per_s, 1e-3)))
     buckets = _bounds(window[-1])
     unchanged = simulate(engine, step, workload, replicas, duration, buckets, seed)
     predicted = simulate(after, step, w_after, r_after, duration, buckets, seed)

@@ -48,7 +48,7 @@ class Simulator:
 
     def _shared_prefix(self, mean_prompt: float) -> int:
         bs = self.e.block_size
-        return int(self.prefix_hit_ratio * mean_prompt) // bs * bs
+        return round(self.prefix_hit_ratio * mean_prompt / bs) * bs  # hits come in whole blocks
 
     def _request(self, rng: random.Random, w: Workload, t: float, shared: int, client: int = -1) -> Request:
         prompt = min(sample_length(rng, w.prompt), self.e.max_model_len)

@@ -10,6 +10,8 @@ from doctor.whatif.window import Snap, delta, delta_buckets, mean_of
 
 PERSISTENT_QUEUE = 0.75  # waiting > 0 in at least this share of scrapes (the pack's batch-cap test)
 HELD = 0.75  # share of scrapes with running + waiting within 10 % of its median for a fixed population
+CEILING = 0.15  # share of scrapes at the highest running + waiting seen for a ceiling (a client population)
+NEAR_CEILING = 0.6  # … and within one request of it
 SUB_BINS = 8
 # Where vLLM does not export a setting, the V1 SchedulerConfig fallback (CPU backend too); stated when used.
 DEFAULT_MAX_NUM_SEQS = 128
@@ -99,6 +101,16 @@ def infer_workload(snaps: list[Snap]) -> Workload:
         why = (f"closed loop: running + waiting held at {n} in {held:.0%} of scrapes while requests waited in "
                f"{queued:.0%} of them, so clients wait for answers; more capacity raises their rate")  # fmt: skip
         return Workload("closed", done / dt, n, 0.0, prompt, output, hit, why)
+    top = max(inside)
+    at_top = sum(1 for x in inside if x >= top) / len(inside)
+    near_top = sum(1 for x in inside if x >= top - 1) / len(inside)
+    if top >= 1 and at_top >= CEILING and near_top >= NEAR_CEILING:
+        n = round(top)
+        e2e = mean_of(a, b, "vllm:e2e_request_latency_seconds")
+        think = max(0.0, n / (done / dt) - e2e) if math.isfinite(e2e) else 0.0
+        why = (f"closed loop: running + waiting never above {n} and at it in {at_top:.0%} of scrapes, so {n} "
+               f"clients wait for answers (≈{think:.2g} s between an answer and the next request)")  # fmt: skip
+        return Workload("closed", done / dt, n, think, prompt, output, hit, why)
     rate = (done + max(0.0, inside[-1] - inside[0])) / dt
     reason = (
         f"requests waited in only {queued:.0%} of scrapes"
