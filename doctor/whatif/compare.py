@@ -77,8 +77,9 @@ def _small(pred: Prediction, k: str) -> bool:
 
 
 def _span(v: object) -> tuple[float, float]:
-    a, b = v  # type: ignore[misc]
-    return float(a), float(b)
+    if not isinstance(v, list | tuple) or len(v) != 2:
+        raise ValueError(f"pairs.json: expected [from, to], got {v!r}")
+    return float(v[0]), float(v[1])
 
 
 def load_pairs(directory: Path) -> list[dict[str, object]]:

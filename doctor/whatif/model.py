@@ -147,3 +147,13 @@ def sample_length(rng: random.Random, dist: LengthDist) -> int:
         if u <= cum:
             return max(1, round(low + (high - low) * rng.random()))
     return max(1, round(dist.bounds[-1][1]))
+
+
+def make_request(
+    rng: random.Random, w: Workload, t: float, shared: int, e: Engine, client: int = -1
+) -> Request:
+    """A request of the workload arriving at t; `shared` tokens of its prompt are a cached common prefix."""
+    prompt = min(sample_length(rng, w.prompt), e.max_model_len)
+    out = sample_length(rng, w.output)
+    hit = min(shared, (prompt - 1) // e.block_size * e.block_size)
+    return Request(t, prompt, out, hit, client)

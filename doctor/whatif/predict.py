@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from doctor.promql.quantile import bucket_quantile
-from doctor.whatif import knobs
+from doctor.whatif import histo, knobs
 from doctor.whatif.model import (
     ITL_BUCKETS,
     QUEUE_BUCKETS,
@@ -19,7 +19,7 @@ from doctor.whatif.model import (
 )
 from doctor.whatif.sim import Simulator
 from doctor.whatif.stepfit import fit_step_model
-from doctor.whatif.window import Quantities, Snap, hist_name, measure
+from doctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
 from doctor.whatif.workload import WindowError, infer_engine, infer_workload
 
 COMPUTE_FACTOR = 2.5  # the pack's compute test: ITL p50 above 2.5× the light-load baseline
@@ -113,8 +113,12 @@ def predict(
     # long enough for the tail quantiles to settle: a few hundred finished requests
     duration = min(MAX_SIM_S, max(MIN_SIM_S, 2 * span, MIN_REQUESTS / max(measured.requests_per_s, 1e-3)))
     buckets = _bounds(window[-1])
-    unchanged = simulate(engine, step, workload, replicas, duration, buckets, seed)
-    predicted = simulate(after, step, w_after, r_after, duration, buckets, seed)
+    res_now = simulate(engine, step, workload, replicas, duration, seed)
+    res_after = simulate(after, step, w_after, r_after, duration, seed)
+    a, b = window[0], window[-1]
+    sigma = histo.fit_sigma(res_now.itl, buckets["itl"], delta_buckets(a, b, hist_name(b, "itl")))
+    unchanged = quantities(res_now, replicas, buckets, sigma)
+    predicted = quantities(res_after, r_after, buckets, sigma)
     light = step.duration(1, 0, 0.0)
     measured.bottleneck = measured_bottleneck or verdict(measured, engine, light, replicas)
     unchanged.bottleneck = verdict(unchanged, engine, light, replicas)
@@ -125,6 +129,7 @@ def predict(
             f"{replicas} engine(s) now, {r_after} after; each simulated with its share of the load"
         )
     assumptions.append(f"simulated {duration:.0f} s after a {WARMUP_S:.0f} s warm-up, seed {seed}")
+    assumptions.append(f"step-to-step jitter ±{sigma:.0%} (lognormal), fitted to the window's ITL histogram")
     return Prediction(measured, unchanged, predicted, workload, step, engine, after, changes, assumptions)
 
 
@@ -146,24 +151,24 @@ def simulate(
     workload: Workload,
     replicas: int,
     duration_s: float,
-    buckets: dict[str, tuple[float, ...]],
     seed: int = 0,
-) -> Quantities:
-    """The quantities one replica's simulation shows, with throughput and queue lengths summed over replicas."""
+) -> SimResult:
+    """One replica's simulation with its share of the load."""
     share = workload.scaled(1.0 / replicas) if replicas > 1 else workload
     sim = Simulator(engine, step, prefix_hit_ratio=workload.prefix_hit_ratio)
-    res = sim.run_workload(share, duration_s, WARMUP_S, seed)
-    return quantities(res, replicas, buckets)
+    return sim.run_workload(share, duration_s, WARMUP_S, seed)
 
 
-def quantities(res: SimResult, replicas: int, buckets: dict[str, tuple[float, ...]]) -> Quantities:
-    """A SimResult in vLLM's terms: quantiles through the same histogram buckets the server uses."""
+def quantities(
+    res: SimResult, replicas: int, buckets: dict[str, tuple[float, ...]], sigma: float = 0.0
+) -> Quantities:
+    """A SimResult in vLLM's terms: quantiles through the server's own buckets, sums over replicas."""
     span = res.span_s
     return Quantities(
         ttft_p50_s=_hist_q(0.5, [(v, 1) for v in res.ttft], buckets["ttft"]),
         ttft_p95_s=_hist_q(0.95, [(v, 1) for v in res.ttft], buckets["ttft"]),
-        itl_p50_s=_hist_q(0.5, res.itl, buckets["itl"]),
-        itl_p95_s=_hist_q(0.95, res.itl, buckets["itl"]),
+        itl_p50_s=histo.quantile(0.5, res.itl, buckets["itl"], sigma),
+        itl_p95_s=histo.quantile(0.95, res.itl, buckets["itl"], sigma),
         queue_time_p95_s=_hist_q(0.95, [(v, 1) for v in res.queue], buckets["queue"]),
         generation_tokens_per_s=res.generation_tokens / span * replicas,
         requests_per_s=res.finished / span * replicas,

@@ -15,7 +15,7 @@ import random
 from collections import deque
 
 from doctor.whatif.blocks import BlockPool
-from doctor.whatif.model import Engine, Request, SimResult, StepModel, Workload, sample_length
+from doctor.whatif.model import Engine, Request, SimResult, StepModel, Workload, make_request
 
 
 class Simulator:
@@ -30,7 +30,7 @@ class Simulator:
     def run_workload(self, w: Workload, duration_s: float, warmup_s: float, seed: int = 0) -> SimResult:
         """Simulate warmup_s + duration_s of the workload; metrics cover the last duration_s."""
         rng = random.Random(seed)
-        shared = self._shared_prefix(w.prompt.mean)
+        shared = round(self.prefix_hit_ratio * w.prompt.mean / self.e.block_size) * self.e.block_size
         arrivals: list[tuple[float, int, Request]] = []
         if w.kind == "open":
             t, n = 0.0, 0
@@ -38,23 +38,13 @@ class Simulator:
                 t += rng.expovariate(w.rate_per_s)
                 if t > warmup_s + duration_s:
                     break
-                arrivals.append((t, n, self._request(rng, w, t, shared)))
+                arrivals.append((t, n, make_request(rng, w, t, shared, self.e)))
                 n += 1
         else:
             for i in range(w.population):
                 t0 = rng.random() * max(w.think_s, 0.01)
-                arrivals.append((t0, i, self._request(rng, w, t0, shared, client=i)))
+                arrivals.append((t0, i, make_request(rng, w, t0, shared, self.e, client=i)))
         return self.run(arrivals, duration_s, warmup_s, w, rng, shared)
-
-    def _shared_prefix(self, mean_prompt: float) -> int:
-        bs = self.e.block_size
-        return round(self.prefix_hit_ratio * mean_prompt / bs) * bs  # hits come in whole blocks
-
-    def _request(self, rng: random.Random, w: Workload, t: float, shared: int, client: int = -1) -> Request:
-        prompt = min(sample_length(rng, w.prompt), self.e.max_model_len)
-        out = sample_length(rng, w.output)
-        hit = min(shared, (prompt - 1) // self.e.block_size * self.e.block_size)
-        return Request(t, prompt, out, hit, client)
 
     def run(
         self,
@@ -121,7 +111,9 @@ class Simulator:
             nonlocal tie
             if closed and workload is not None and rng is not None:
                 nxt_t = t + workload.think_s
-                heapq.heappush(arrivals, (nxt_t, tie, self._request(rng, workload, nxt_t, shared, q.client)))
+                heapq.heappush(
+                    arrivals, (nxt_t, tie, make_request(rng, workload, nxt_t, shared, e, q.client))
+                )
                 tie += 1
 
         while t < end:
