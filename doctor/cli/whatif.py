@@ -50,7 +50,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--target", help="with --prometheus-url: the target's `instance` label")
     p.add_argument("--duration", help="live URL: how long to sample (default 60s); Prometheus: how far back "
                    "(default 10m)")  # fmt: skip
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes / range-query steps")
+    p.add_argument(
+        "--interval", type=float, default=2.0, help="live URL: seconds between scrapes (default 2)"
+    )
     p.add_argument("--max-num-seqs", type=int, help="the server's --max-num-seqs, if known (not exported)")
     p.add_argument(
         "--max-num-batched-tokens", type=int, help="the server's --max-num-batched-tokens, if known"
@@ -70,7 +72,12 @@ def run(args: argparse.Namespace) -> int:
         snaps, measured_class, where = _load(args)
         if args.window and not _is_recording(args):
             raise WindowError("--window applies to a recording; a live or Prometheus source uses --duration")
-        lo, hi = parse_window(args.window, snaps) if args.window else default_window(snaps)
+        if args.window:
+            lo, hi = parse_window(args.window, snaps)
+        elif args.source and not args.prometheus_url and not _is_recording(args):
+            lo, hi = snaps[0].t, snaps[-1].t  # a live server: all it sampled
+        else:
+            lo, hi = default_window(snaps)
         history, window = history_before(snaps, lo, hi)
         cls = measured_class(lo, hi) if measured_class else None
         pred = predict(history, window, changes, max_num_seqs=args.max_num_seqs,
@@ -166,8 +173,8 @@ def _prometheus(args: argparse.Namespace) -> list[Snap]:
     client = PromClient(args.prometheus_url)
     end = time.time()
     target = args.target.replace("\\", "\\\\").replace('"', '\\"')
-    expr = f'{{__name__=~"vllm:.+", instance="{target}"}}'
-    snaps = matrix_snaps(client.query_range(expr, end - lookback, end, max(1.0, args.interval)))
+    selector = f'{{__name__=~"vllm:.+", instance="{target}"}}'
+    snaps = matrix_snaps(client.query_raw(selector, lookback, end))
     if not snaps:
         raise SourceError(
             f"{client.base}: no vllm:* series for instance {args.target!r} in the last {lookback:g}s"

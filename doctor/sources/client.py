@@ -77,26 +77,24 @@ class PromClient:
             ) from None
         raise SourceError(f"{self.base}: query {_short(expr, 80)!r}: expected a vector, got {kind!r}")
 
-    def query_range(
-        self, expr: str, start: float, end: float, step: float
+    def query_raw(
+        self, selector: str, lookback_s: float, t: float
     ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
-        """Evaluate expr over [start, end] every step seconds: (labels, [(t, value)]) per series."""
+        """The raw samples of selector over the lookback_s before t, with their own timestamps, per series."""
         with self._lock:
             self.queries_total += 1
-        form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        body = self._post("/api/v1/query_range", form, expr)
+        expr = f"{selector}[{max(1, round(lookback_s))}s]"
+        body = self._post("/api/v1/query", {"query": expr, "time": f"{t:.3f}"}, expr)
         data = body.get("data")
         if not isinstance(data, dict) or data.get("resultType") != "matrix":
-            raise SourceError(f"{self.base}: query_range {_short(expr, 80)!r}: expected a matrix")
+            raise SourceError(f"{self.base}: query {_short(expr, 80)!r}: expected a range vector")
         try:
             return [
-                (dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]])
+                (dict(r["metric"]), [(float(ts), float(v)) for ts, v in r["values"]])
                 for r in data.get("result") or []
             ]
         except (KeyError, TypeError, ValueError) as exc:
-            raise SourceError(
-                f"{self.base}: query_range {_short(expr, 80)!r}: malformed matrix: {exc}"
-            ) from None
+            raise SourceError(f"{self.base}: query {_short(expr, 80)!r}: malformed matrix: {exc}") from None
 
     def _post(self, path: str, form: dict[str, str], expr: str) -> dict[str, Any]:
         what = f"{self.base}: query {_short(expr, 80)!r}"

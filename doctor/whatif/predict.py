@@ -68,10 +68,10 @@ class Prediction:
                 "operating_points": s.points,
                 "notes": list(s.notes),
             },
-            "engine": _engine(self.engine),
-            "engine_after": _engine(self.engine_after),
-            "changes": self.changes,
-            "assumptions": self.assumptions,
+            "assumptions": [
+                *self.assumptions,
+                f"engine now: {_engine(self.engine)}; after: {_engine(self.engine_after)}",
+            ],
         }
 
 
@@ -79,9 +79,9 @@ def _r(v: float) -> float | None:
     return float(f"{v:.4g}") if math.isfinite(v) else None
 
 
-def _engine(e: Engine) -> dict[str, float]:
-    return {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
-            "num_gpu_blocks": e.num_gpu_blocks, "block_size": e.block_size, "max_model_len": e.max_model_len}  # fmt: skip
+def _engine(e: Engine) -> str:
+    return (f"max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_num_batched_tokens}, "
+            f"{e.num_gpu_blocks} blocks of {e.block_size} tokens, max_model_len {e.max_model_len}")  # fmt: skip
 
 
 def predict(
