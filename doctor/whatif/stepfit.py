@@ -28,6 +28,7 @@ Row = tuple[
 def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INTERVAL_S) -> list[Row]:
     """Regression rows from consecutive intervals of the history."""
     rows: list[Row] = []
+    pre_rows: list[Row] = []
     itl = hist_name(snaps[-1], "itl")
     i = 0
     while i < len(snaps) - 1:
@@ -51,8 +52,15 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         prefill = (max(0.0, tokens - n_itl) + recompute) / steps
         ctx = decoding * per_request
         y = delta(a, b, f"{itl}_sum") / n_itl
-        rows.append(([1.0, decoding, prefill, ctx], y, n_itl))
         window = [s for s in snaps if a.t <= s.t <= b.t]
+        # the ITL mean weighs each step by its decoding requests: when the batch swings (open-loop arrivals) it
+        # answers for the decoder-weighted batch Σr²/Σr, not the plain mean, read from the running gauge
+        run = [s.get("vllm:num_requests_running", 0.0) for s in window]
+        if sum(run) > 0:
+            weighted = decoding * (sum(r * r for r in run) / sum(run)) / (sum(run) / len(run))
+            rows.append(([1.0, weighted, prefill, weighted * per_request], y, n_itl))
+        else:
+            rows.append(([1.0, decoding, prefill, ctx], y, n_itl))
         if all(s.get("vllm:num_requests_running", 0) > 0 for s in window):
             rows.append(([1.0, decoding, prefill, ctx], (b.t - a.t) / steps, steps))
         n_pre = delta(a, b, "vllm:request_prefill_time_seconds_count")
@@ -61,8 +69,12 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
             computed = mean_of(a, b, "vllm:request_prompt_tokens")
         if n_pre >= 2 and math.isfinite(computed) and computed <= prefill_budget:
             y_pre = mean_of(a, b, "vllm:request_prefill_time_seconds")
-            rows.append(([1.0, decoding, max(computed, prefill), ctx], y_pre, n_pre))
-    return rows
+            pre_rows.append(([1.0, decoding, max(computed, prefill), ctx], y_pre, n_pre))
+    # prefill times are few (one per request) beside ITLs (one per token): weigh them as much in total, or the
+    # fit would trade TTFT for ITL
+    total, total_pre = sum(r[2] for r in rows), sum(r[2] for r in pre_rows)
+    scale = total / total_pre if total_pre else 0.0
+    return rows + [(x, y, w * scale) for x, y, w in pre_rows]
 
 
 def _context(a: Snap, b: Snap) -> float:

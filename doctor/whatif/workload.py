@@ -111,7 +111,10 @@ def infer_workload(snaps: list[Snap]) -> Workload:
         why = (f"closed loop: running + waiting never above {n} and at it in {at_top:.0%} of scrapes, so {n} "
                f"clients wait for answers (≈{think:.2g} s between an answer and the next request)")  # fmt: skip
         return Workload("closed", done / dt, n, think, prompt, output, hit, why)
-    rate = (done + max(0.0, inside[-1] - inside[0])) / dt
+    k = max(
+        1, len(inside) // 6
+    )  # a growing queue adds arrivals not yet finished; ends averaged against noise
+    rate = (done + max(0.0, statistics.fmean(inside[-k:]) - statistics.fmean(inside[:k]))) / dt
     reason = (
         f"requests waited in only {queued:.0%} of scrapes"
         if queued < PERSISTENT_QUEUE
