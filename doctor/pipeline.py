@@ -14,6 +14,7 @@ from doctor.rules.evaluate import Evaluation, RuleEngine
 from doctor.rules.loader import Group
 from doctor.samples import Sample, Scrape
 from doctor.store import Store
+from doctor.whatif.advisor import Advisor
 
 # Families a diagnosis needs, each with the names it may carry across vLLM versions.
 EXPECTED = {
@@ -53,8 +54,16 @@ class Cycle:
 class Pipeline:
     """Holds the store, the rule engine and the classifier for a set of targets."""
 
-    def __init__(self, groups: list[Group], *, retention_s: float = 1800.0, job: str = "vllm") -> None:
+    def __init__(
+        self,
+        groups: list[Group],
+        *,
+        retention_s: float = 1800.0,
+        job: str = "vllm",
+        advisor: Advisor | None = None,
+    ) -> None:
         self.store = Store(retention_s=retention_s)
+        self.advisor = advisor  # predicted effects of the advice, when set
         self.rules = RuleEngine(groups, self.store)
         self.classifier = Classifier()
         self.job = job
@@ -78,6 +87,8 @@ class Pipeline:
         """Forget a target: its series go stale and age out."""
         self.store.mark_down(name, round(self.store.newest_ms))
         self.store.forget_source(name)
+        if self.advisor is not None:
+            self.advisor.forget(name)
         for d in (self.targets, self.config, self._parsers, self._last):
             d.pop(name, None)  # type: ignore[attr-defined]
 
@@ -102,6 +113,8 @@ class Pipeline:
         self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 1.0)], extra)
         state.up, state.error = True, ""
         self._last[target] = scrape
+        if self.advisor is not None:
+            self.advisor.observe(target, t, scrape.samples)
         return None
 
     def evaluate(self, t: float) -> Cycle:
@@ -122,6 +135,8 @@ class Pipeline:
                 st.missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
                 st.live = live_capacity(scrape.samples)
         diagnoses = self.classifier.classify(t, collect(series), evaluation.alerts, self.targets)
+        if self.advisor is not None:
+            diagnoses = self.advisor.annotate(diagnoses, t)
         return Cycle(t, diagnoses, evaluation)
 
     def _inject_config(self, t: float) -> None:

@@ -14,6 +14,7 @@ from doctor.diagnosis.classify import TargetState
 from doctor.pipeline import Pipeline, TargetConfig
 from doctor.query import recording_instance
 from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
+from doctor.whatif.advisor import Advisor
 
 
 def load_config_or_exit(path: str | None) -> Config | None:
@@ -70,7 +71,8 @@ def build_pipeline(
     groups = load_rules(cfg, rules)
     if groups is None:
         return None
-    pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+    # replay and check predict the advice's effects inline, on the recording's clock
+    pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job, advisor=Advisor())
     specs = {t.name: t for t in cfg.targets}
     names = [recording_instance(r) for r in recordings] if recordings is not None else list(specs)
     for name in names:

@@ -24,6 +24,7 @@ from doctor.daemon.state import DaemonState, TargetStats
 from doctor.diagnosis.model import Diagnosis
 from doctor.pipeline import Cycle, Pipeline
 from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
+from doctor.whatif.advisor import Advisor
 
 log = logging.getLogger("kvdoctor")
 EVENTS = {EVENT_JOB_ERROR: "error", EVENT_JOB_MISSED: "missed", EVENT_JOB_MAX_INSTANCES: "max_instances"}
@@ -45,7 +46,10 @@ class Daemon:
                  overrides: dict[str, Any] | None = None, on_change: Any = None) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
-        self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+        # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation
+        self.pipeline = Pipeline(
+            groups, retention_s=cfg.retention_s, job=cfg.job, advisor=Advisor(background=True)
+        )
         self.scraper = Scraper(cfg.scrape_workers)
         self.discovery = FileDiscovery(cfg.file_sd)
         self.registry = make_registry(self.state)
