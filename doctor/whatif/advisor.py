@@ -52,7 +52,6 @@ class Advisor:
         self._worker: threading.Thread | None = None
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
-        self._changes: dict[str, dict[str, float | str]] = {}  # target → the last change predicted for it
 
     def observe(self, target: str, t: float, samples: Iterable[Sample]) -> None:
         """Keep one scrape of a target."""
@@ -92,7 +91,12 @@ class Advisor:
 
     def _follow(self, target: str, t: float) -> None:
         restart = self._restarts.get(target)
-        if restart is None or t - restart > self.history_s:
+        if restart is None:
+            return
+        if t - restart > self.history_s:  # shown for as long as the history holds both sides
+            with self._lock:
+                self._restarts.pop(target, None)
+                self._followups.pop(target, None)
             return
         key: Key = (target, (("__followup__", restart),))
         with self._lock:
@@ -142,7 +146,7 @@ class Advisor:
             history = list(self._history.get(target, ()))
         cuts = restarts(history)
         if change and change[0][0] == "__followup__":
-            fu = follow_up(target, history, float(change[0][1]), self._changes.get(target))
+            fu = follow_up(target, history, float(change[0][1]))
             if fu is not None:
                 with self._lock:
                     self._followups[target] = fu
@@ -159,7 +163,6 @@ class Advisor:
             p = predict(history, [s for s in history if lo <= s.t <= hi], dict(change))
             eff = Effect(dict(change), _q(p.unchanged), _q(p.predicted), p.predicted.bottleneck, t)
             eff = replace(eff, text=eff.summary())
-            self._changes[target] = dict(change)
         except (WindowError, ValueError, ZeroDivisionError):
             eff = None  # not enough traffic yet: asked again after refresh_s
         with self._lock:

@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 
 from doctor.diagnosis.model import Finding
 from doctor.whatif.compare import COMPARED, errors
+from doctor.whatif.model import Workload
 from doctor.whatif.predict import predict
 from doctor.whatif.sources import default_window
 from doctor.whatif.window import Quantities, Snap, measure
-from doctor.whatif.workload import WindowError, plateau
+from doctor.whatif.workload import WindowError, infer_workload, plateau
 
 SETTLE_S = 30.0  # steady traffic after the restart before the new configuration is judged
+SAME_LOAD = 1.5  # before and after loads further apart than this are not compared
 RAMP_S = 10.0  # skipped after the restart while the queue refills
 SHOWN = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "generation_tokens_per_s")
 LABELS = {"ttft_p50_s": "TTFT p50", "ttft_p95_s": "TTFT p95", "itl_p50_s": "ITL p50",
@@ -73,9 +75,15 @@ def inferred_change(before: list[Snap], after: list[Snap]) -> dict[str, float | 
     return None
 
 
-def follow_up(
-    target: str, history: list[Snap], restart_t: float, hint: dict[str, float | str] | None = None
-) -> FollowUp | None:
+def comparable(a: Workload, b: Workload) -> bool:
+    """The same offered load within a third: the same client population, or the same arrival rate."""
+    if a.kind != b.kind:
+        return False
+    x, y = (a.population, b.population) if a.kind == "closed" else (a.rate_per_s, b.rate_per_s)
+    return x > 0 and y > 0 and 1 / SAME_LOAD <= y / x <= SAME_LOAD
+
+
+def follow_up(target: str, history: list[Snap], restart_t: float) -> FollowUp | None:
     """Predict the change from before the restart and measure after it; None while too little is known."""
     before = [s for s in history if s.t < restart_t]
     after = [s for s in history if s.t >= restart_t + RAMP_S]
@@ -85,12 +93,14 @@ def follow_up(
     after = [s for s in after if lo <= s.t <= hi]
     if len(after) < 5 or hi - lo < SETTLE_S:
         return None
-    change = inferred_change(before, after) or hint
+    change = inferred_change(before, after)
     if not change:
-        return None
+        return None  # the metrics do not tell what changed: nothing to hold a prediction against
     blo, bhi = default_window(before)
     window = [s for s in before if blo <= s.t <= bhi]
     try:
+        if not comparable(infer_workload(window), infer_workload(after)):
+            return None  # the traffic changed too: a different load, not the change, would be measured
         p = predict(before, window, change)
         measured = measure(after)
     except (WindowError, ValueError, ZeroDivisionError):
