@@ -133,3 +133,22 @@ def test_recorded_pairs_get_the_directions_right_and_stay_near(pair):
     )
     assert r.unchanged_error["ttft_p95_s"] < 0.6 and r.changed_error["ttft_p95_s"] < 0.6
     assert r.unchanged_error["itl_p50_s"] < 0.8 and r.changed_error["itl_p50_s"] < 0.8
+
+
+def test_a_roofline_prior_shapes_the_fit_where_the_history_shows_one_batch_size(shared_032):
+    from doctor.capacity.presets import custom_gpu, get_gpu, get_model
+    from doctor.whatif.prior import physical_prior
+
+    _, snaps = _window(shared_032, "batch_cap", 65, 95)  # held at the cap: batches of 4 only
+    roofline = physical_prior(get_model("Qwen3-8B"), get_gpu("H100"), 144 * 1024)
+    assert roofline is not None and roofline.c0 > 50 * roofline.c_decode  # a GPU decode step is weight-bound
+    assert physical_prior(get_model("Qwen3-8B"), custom_gpu(80), 1024.0) is None  # no data sheet, no prior
+    plain = fit_step_model(snaps, 2048)
+    shaped = fit_step_model(snaps, 2048, roofline)
+    assert shaped.source == "fit+prior(roofline)" and plain.source == "fit+prior(shared per-token cost)"
+    assert any("roofline Qwen3-8B on H100-80GB" in n for n in shaped.notes)
+    assert shaped.c_kv > 0 and plain.c_kv == 0
+    ratio = roofline.c_decode / roofline.c0
+    assert abs(shaped.c_decode / shaped.c0 - ratio) < abs(plain.c_decode / plain.c0 - ratio)
+    for x, y, _ in history_rows(snaps, 2048):  # still the target's own step times
+        assert abs(shaped.duration(x[1], x[2], x[3]) - y) / y < 0.6

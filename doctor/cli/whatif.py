@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from doctor.capacity.presets import get_gpu
+from doctor.capacity.presets import get_gpu, get_model
 from doctor.cli.common import build_pipeline, load_config_or_exit
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.ingest.parse import ParseError, parse
@@ -57,7 +57,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--max-num-batched-tokens", type=int, help="the server's --max-num-batched-tokens, if known"
     )
-    p.add_argument("--gpu", help="GPU preset (for gpu_memory_utilization), e.g. H100")
+    p.add_argument("--gpu", help="GPU preset, e.g. H100: sizes gpu_memory_utilization and, with --model, gives "
+                   "the step-time fit a roofline prior")  # fmt: skip
+    p.add_argument("--model", help="model preset, e.g. Qwen3-8B (with --gpu: the roofline prior)")
     p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
     p.set_defaults(run=run)
 
@@ -68,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         changes = dict(parse_knob(c) for c in args.changes)
         if not changes:
             raise KnobError("--set: give at least one change, e.g. --set max_num_seqs=16")
-        gpu_bytes = float(get_gpu(args.gpu).memory_bytes) if args.gpu else None
+        gpu = get_gpu(args.gpu) if args.gpu else None
+        model = get_model(args.model) if args.model else None
+        gpu_bytes = float(gpu.memory_bytes) if gpu else None
         snaps, measured_class, where = _load(args)
         if args.window and not _is_recording(args):
             raise WindowError("--window applies to a recording; a live or Prometheus source uses --duration")
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         cls = measured_class(lo, hi) if measured_class else None
         pred = predict(history, window, changes, max_num_seqs=args.max_num_seqs,
                        max_num_batched_tokens=args.max_num_batched_tokens, gpu_memory_bytes=gpu_bytes,
-                       measured_bottleneck=cls, seed=args.seed)  # fmt: skip
+                       measured_bottleneck=cls, seed=args.seed, model=model, gpu=gpu)  # fmt: skip
     except (
         KnobError,
         WindowError,

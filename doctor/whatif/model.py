@@ -55,7 +55,7 @@ class StepModel:
     points: int = 0  # distinct operating points (running levels) the fit saw
     notes: tuple[str, ...] = ()
 
-    def duration(self, decoding: int, prefill_tokens: int, context_tokens: float) -> float:
+    def duration(self, decoding: float, prefill_tokens: float, context_tokens: float) -> float:
         """Seconds one step takes."""
         return (
             self.c0 + self.c_decode * decoding + self.c_prefill * prefill_tokens + self.c_kv * context_tokens

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from doctor.capacity.arch import ModelSpec
+from doctor.capacity.presets import GpuSpec
 from doctor.promql.quantile import bucket_quantile
 from doctor.whatif import histo, knobs
 from doctor.whatif.model import (
@@ -17,6 +19,7 @@ from doctor.whatif.model import (
     StepModel,
     Workload,
 )
+from doctor.whatif.prior import physical_prior
 from doctor.whatif.sim import Simulator
 from doctor.whatif.stepfit import fit_step_model
 from doctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
@@ -94,14 +97,23 @@ def predict(
     gpu_memory_bytes: float | None = None,
     measured_bottleneck: str | None = None,
     seed: int = 0,
+    model: ModelSpec | None = None,
+    gpu: GpuSpec | None = None,
 ) -> Prediction:
     """Learn workload and engine from the window, step times from the history; simulate before and after."""
     if len(window) < 5:
         raise WindowError(f"{len(window)} scrapes in the window; the what-if needs at least 5")
     workload = infer_workload(window)
     engine, notes = infer_engine(window, max_num_seqs, max_num_batched_tokens)
+    physical = None
+    if model is not None and gpu is not None:
+        physical = physical_prior(model, gpu, _kv_bytes_per_token(window[-1].info))
+        if physical is None:
+            notes.append(
+                f"no roofline prior: the {gpu.name} preset has no bandwidth/FLOP/s or the model no size"
+            )
     try:
-        step = fit_step_model(history, engine.max_num_batched_tokens)
+        step = fit_step_model(history, engine.max_num_batched_tokens, physical)
     except ValueError as exc:
         raise WindowError(str(exc)) from None
     replicas = max(1, window[-1].engines)
@@ -131,6 +143,13 @@ def predict(
     assumptions.append(f"simulated {duration:.0f} s after a {WARMUP_S:.0f} s warm-up, seed {seed}")
     assumptions.append(f"step-to-step jitter ±{sigma:.0%} (lognormal), fitted to the window's ITL histogram")
     return Prediction(measured, unchanged, predicted, workload, step, engine, after, changes, assumptions)
+
+
+def _kv_bytes_per_token(info: dict[str, str]) -> float:
+    try:
+        return float(info["kv_cache_memory_bytes"]) / float(info["kv_cache_size_tokens"])
+    except (KeyError, ValueError, ZeroDivisionError):
+        return 0.0
 
 
 def _bounds(snap: Snap) -> dict[str, tuple[float, ...]]:

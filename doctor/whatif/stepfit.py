@@ -83,35 +83,50 @@ def _context(a: Snap, b: Snap) -> float:
     return (p if math.isfinite(p) else 0.0) + (g / 2 if math.isfinite(g) else 0.0)
 
 
-def fit_step_model(snaps: list[Snap], prefill_budget: int) -> StepModel:
-    """t = c0 + c_decode·decoding + c_prefill·prefill tokens, from the history; raises ValueError without data."""
+def fit_step_model(snaps: list[Snap], prefill_budget: int, physical: StepModel | None = None) -> StepModel:
+    """t = c0 + c_decode·decoding + c_prefill·prefill tokens (+ c_kv·context from a physical prior), fitted."""
     rows = history_rows(snaps, prefill_budget)
     if len(rows) < 2:
         raise ValueError("fewer than 2 busy intervals in the history: nothing to fit step times to")
     levels = {round(r[0][1] * 2) / 2 for r in rows if r[2] > 0}
-    # stage 1: one per-token cost for decode and prefill tokens (the compute-bound shape)
-    shared = [([x[0], x[1] + x[2]], y, w) for x, y, w in rows]
-    c0, c_tok = _solve(shared, [0.0, 0.0], [0.0, 0.0])
     notes = []
-    if c0 <= 0:
-        c0 = min(y for _, y, _ in rows) * 0.5
-        notes.append("fixed step overhead not identifiable; taken as half the shortest step seen")
-    prior = [c0, c_tok, c_tok]
+    c_kv = 0.0
+    if physical is not None:
+        # the roofline shape, scaled to this target's own step times; its KV-read term is kept as scaled
+        num = sum(w * physical.duration(x[1], x[2], x[3]) / y for x, y, w in rows)
+        den = sum(w * (physical.duration(x[1], x[2], x[3]) / y) ** 2 for x, y, w in rows)
+        shape = physical.scaled(num / den if den else 1.0)
+        c_kv = shape.c_kv
+        prior = [shape.c0, shape.c_decode, shape.c_prefill]
+        rows = [(x, max(y - c_kv * x[3], 1e-9), w) for x, y, w in rows]
+        notes.append(
+            f"physical prior: {physical.source}, scaled ×{num / den if den else 1.0:.2g} to the history"
+        )
+        shape_name = "roofline"
+    else:
+        # one per-token cost for decode and prefill tokens (the compute-bound, CPU-like shape)
+        shared = [([x[0], x[1] + x[2]], y, w) for x, y, w in rows]
+        c0, c_tok = _solve(shared, [0.0, 0.0], [0.0, 0.0])
+        if c0 <= 0:
+            c0 = min(y for _, y, _ in rows) * 0.5
+            notes.append("fixed step overhead not identifiable; taken as half the shortest step seen")
+        prior = [c0, c_tok, c_tok]
+        notes.append("KV reads not separated from per-request cost (context tokens folded into c_decode)")
+        shape_name = "shared per-token cost"
     spread = _spread([r[0][1] for r in rows])
     strength = PRIOR_WEIGHT * (1.0 if spread < 1.5 else 0.05)
     c = _solve([(x[:3], y, w) for x, y, w in rows], prior, [strength] * 3)
     c = [max(v, 0.0) for v in c]
     if c[0] <= 0:
-        c[0] = c0
-    model = StepModel(c[0], c[1], c[2], 0.0, points=len(levels))
-    resid = _residual(model, rows)
+        c[0] = prior[0]
+    model = StepModel(c[0], c[1], c[2], c_kv, points=len(levels))
+    resid = _residual(model, [(x, y + c_kv * x[3], w) for x, y, w in rows])
     if spread < 1.5:
         notes.append(
             f"the history shows decoding batches of {min(levels):g}-{max(levels):g} only: the per-request "
-            "cost leans on the shared per-token shape (compute-bound, CPU-like), uncertain beyond that range"
+            f"cost leans on the {shape_name} shape, uncertain beyond that range"
         )
-    notes.append("KV reads not separated from per-request cost (context tokens folded into c_decode)")
-    source = "fit" if spread >= 1.5 else "fit+prior(shared per-token cost)"
+    source = "fit" if spread >= 1.5 else f"fit+prior({shape_name})"
     return replace(model, source=source, residual_ratio=resid, notes=tuple(notes))
 
 
@@ -123,7 +138,7 @@ def _spread(values: list[float]) -> float:
 def _residual(m: StepModel, rows: list[Row]) -> float:
     num = den = 0.0
     for x, y, w in rows:
-        pred = m.c0 + m.c_decode * x[1] + m.c_prefill * x[2]
+        pred = m.duration(x[1], x[2], x[3])
         num += w * ((pred - y) / y) ** 2
         den += w
     return math.sqrt(num / den) if den else math.nan
