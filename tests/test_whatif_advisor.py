@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from doctor.replay import replay
 from doctor.rules.loader import default_rule_files, load_files
 from doctor.web import WebServer
 from doctor.whatif.advisor import Advisor
+from tests.test_web_page import CHROMIUM, chromium
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 
@@ -106,3 +108,22 @@ def test_restart_with_a_changed_flag_is_compared_with_its_prediction():
 def test_no_limit_no_prediction(shared_032, name):
     cycles = _replay(shared_032 / f"{name}.jsonl.gz", Advisor())
     assert not [a for c in cycles for d in c.diagnoses for a in d.advice if a.effect]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+def test_status_page_shows_predictions_and_the_follow_up(shared_032, tmp_path):
+    capped = _replay(shared_032 / "batch_cap.jsonl.gz", Advisor())[-1]
+    restarted = _replay(PAIRS / "batchcap_restart.jsonl.gz", Advisor())[-1]
+    state = DaemonState()
+    state.publish([*capped.diagnoses, *restarted.diagnoses], time.time(), 0.01, 0)
+    server = WebServer(state, make_registry(state), listen="127.0.0.1:0")
+    server.start()
+    try:
+        run = chromium(tmp_path, "--dump-dom", server.url)
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stderr[-2000:]
+    text = re.sub(r"\s+", " ", run.stdout)
+    assert "predicted: TTFT p95" in text
+    assert "after the restart with max_num_seqs 12: TTFT p50 predicted" in text
