@@ -67,7 +67,10 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         computed = mean_of(a, b, "vllm:request_prefill_kv_computed_tokens")
         if not math.isfinite(computed):
             computed = mean_of(a, b, "vllm:request_prompt_tokens")
-        if n_pre >= 2 and math.isfinite(computed) and computed <= prefill_budget:
+        # a request preempted mid-prefill counts its wait in its prefill time: only clean intervals say how long
+        # a prefill takes
+        clean = delta(a, b, "vllm:num_preemptions_total") == 0
+        if clean and n_pre >= 2 and math.isfinite(computed) and computed <= prefill_budget:
             y_pre = mean_of(a, b, "vllm:request_prefill_time_seconds")
             pre_rows.append(([1.0, decoding, max(computed, prefill), ctx], y_pre, n_pre))
     # prefill times are few (one per request) beside ITLs (one per token): weigh them as much in total, or the
