@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from doctor import render
-from doctor.daemon.exposition import make_registry
-from doctor.daemon.state import DaemonState
+from doctor import terminal
 from doctor.pipeline import Cycle, Pipeline
 from doctor.replay import replay
 from doctor.rules.loader import default_rule_files, load_files
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
 from doctor.web import WebServer
 from doctor.whatif.advisor import Advisor
 from tests.test_web_page import CHROMIUM, chromium
@@ -43,7 +43,7 @@ def test_batch_cap_advice_carries_its_predicted_effect(shared_032):
     assert e.after["generation_tokens_per_s"] > e.now["generation_tokens_per_s"]
     assert "TTFT p95" in e.text and "→ ≈" in e.text
     d = next(d for c in cycles for d in c.diagnoses if d.bottleneck == "batch_cap" and d.advice[0].effect)
-    assert "predicted: TTFT p95" in render.report(d)
+    assert "predicted: TTFT p95" in terminal.report(d)
 
 
 def test_kv_bound_fp8_advice_predicts_fewer_preemptions_and_shorter_ttft(shared_032):

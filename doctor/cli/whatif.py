@@ -13,11 +13,11 @@ from typing import Any
 
 from doctor.capacity.presets import get_gpu, get_model
 from doctor.cli.common import build_pipeline, load_config_or_exit
+from doctor.config.durations import duration_seconds
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.ingest.parse import ParseError, parse
 from doctor.ingest.recording import RecordingError
 from doctor.replay import replay
-from doctor.rules.loader import duration_seconds
 from doctor.sources.client import PromClient, SourceError
 from doctor.whatif.knobs import KnobError, parse_knob
 from doctor.whatif.predict import Prediction, predict

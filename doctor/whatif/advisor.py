@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
 
-from doctor.diagnosis.model import Advice, Diagnosis, Effect
 from doctor.samples import Sample
+from doctor.verdicts import Advice, Diagnosis, Effect
 from doctor.whatif.followup import FollowUp, follow_up
 from doctor.whatif.predict import predict
 from doctor.whatif.sources import default_window

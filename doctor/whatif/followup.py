@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from doctor.diagnosis.model import Finding
+from doctor.verdicts import Finding
 from doctor.whatif.compare import COMPARED, errors
 from doctor.whatif.model import Workload
 from doctor.whatif.predict import predict
