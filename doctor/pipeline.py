@@ -156,8 +156,6 @@ class Pipeline:
                 missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
                 self.set_inventory(name, missing, live_capacity(scrape.samples))
         diagnoses = self.classify(t, collect(series), evaluation)
-        if self.advisor is not None:
-            diagnoses = self.advisor.annotate(diagnoses, t)
         return Cycle(t, diagnoses, evaluation)
 
     def classify(
@@ -165,6 +163,8 @@ class Pipeline:
     ) -> list[Diagnosis]:
         """The diagnoses at t from signals and the rules' outcome, for every target; runbook links made absolute."""
         diagnoses = self.classifier.classify(t, signals, evaluation.alerts, self.targets)
+        if self.advisor is not None:  # predicted effects on the advice, follow-ups as findings
+            diagnoses = self.advisor.annotate(diagnoses, t)
         for d in diagnoses:
             for f in d.findings:
                 f.runbook = runbook_link(self.runbook_url, f.runbook, f.name)
