@@ -127,3 +127,11 @@ def test_status_page_shows_predictions_and_the_follow_up(shared_032, tmp_path):
     text = re.sub(r"\s+", " ", run.stdout)
     assert "predicted: TTFT p95" in text
     assert "after the restart with max_num_seqs 12: TTFT p50 predicted" in text
+
+
+def test_a_restart_with_the_same_flags_is_not_called_a_change():
+    field = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-field/kv_restart.jsonl.gz"
+    if not field.exists():
+        pytest.skip("field fixture not present")
+    cycles = _replay(field, Advisor())
+    assert not [f for c in cycles for d in c.diagnoses for f in d.findings if f.name == "prediction_check"]
