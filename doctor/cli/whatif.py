@@ -82,11 +82,15 @@ def run(args: argparse.Namespace) -> int:
             lo, hi = snaps[0].t, snaps[-1].t  # a live server: all it sampled
         else:
             lo, hi = default_window(snaps)
-        history, window = history_before(snaps, lo, hi)
-        cls = measured_class(lo, hi) if measured_class else None
-        pred = predict(history, window, changes, max_num_seqs=args.max_num_seqs,
-                       max_num_batched_tokens=args.max_num_batched_tokens, gpu_memory_bytes=gpu_bytes,
-                       measured_bottleneck=cls, seed=args.seed, model=model, gpu=gpu)  # fmt: skip
+        where_w = f"window {lo - snaps[0].t:.0f}-{hi - snaps[0].t:.0f} s"
+        try:
+            history, window = history_before(snaps, lo, hi)
+            cls = measured_class(lo, hi) if measured_class else None
+            pred = predict(history, window, changes, max_num_seqs=args.max_num_seqs,
+                           max_num_batched_tokens=args.max_num_batched_tokens, gpu_memory_bytes=gpu_bytes,
+                           measured_bottleneck=cls, seed=args.seed, model=model, gpu=gpu)  # fmt: skip
+        except WindowError as exc:
+            raise WindowError(f"{where_w}: {exc}") from None
     except (
         KnobError,
         WindowError,
