@@ -9,7 +9,7 @@ from typing import Any
 
 from doctor.config import ConfigError
 from doctor.config.durations import parse_duration
-from doctor.config.schema import PrometheusSource, TargetSpec, check_url
+from doctor.config.schema import PrometheusSource, check_url
 from doctor.daemon.logs import setup_logging
 from doctor.daemon.runner import Daemon, load_everything
 from doctor.ingest.fetch import HttpOptions
@@ -138,7 +138,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "external_url": _url(args.external_url, "--external-url"), "runbook_url": _url(args.runbook_url, "--runbook-url"),
     }  # fmt: skip
     if args.target:
-        out["targets"] = [TargetSpec(url=u if "://" in u else f"http://{u}/metrics") for u in args.target]
+        out["targets"] = [u if "://" in u else f"http://{u}/metrics" for u in args.target]
     out["prometheus"] = prometheus_source(args)
     out["source"] = args.source or ("prometheus" if out["prometheus"] else None)
     return out

@@ -11,6 +11,7 @@ import promql_parser as pp
 import yaml
 
 from doctor.config.durations import parse_duration
+from doctor.config.yamlpos import yaml_error
 from doctor.promql.check import ExprError, check_expr
 from doctor.rules.templates import TemplateError, check_template
 
@@ -75,9 +76,7 @@ def load_files(paths: list[Path]) -> list[RuleGroup]:
             errors.append(f"{path}: cannot read: {exc}")
             continue
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else str(path)
-            errors.append(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}")
+            errors.append(yaml_error(str(path), exc))
             continue
         groups += _load_root(path, root, errors, seen_groups)
     if errors:
