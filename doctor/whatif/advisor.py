@@ -27,6 +27,7 @@ EFFECT_KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "queue_time_p95_s", "gen
 RETRY_S = 30.0  # a prediction that had too little traffic to learn from is tried again this soon
 FOLLOWUP_EVERY_S = 30.0  # a follow-up is recomputed as the new configuration shows more
 WINDOW_S = 120.0  # at most this much of the recent steady load is what a prediction learns its workload from
+MIN_STEADY_S = 30.0  # no prediction from a shorter steady stretch
 STEADY_S = 60.0  # a prediction from a shorter steady stretch is redone RETRY_S later
 Key = tuple[str, tuple[tuple[str, float | str], ...]]
 
@@ -159,6 +160,10 @@ class Advisor:
                 raise WindowError("too little history")
             lo, hi = default_window(history)  # the load as it has held lately, not the ramp into it
             lo = max(lo, hi - WINDOW_S)
+            if (
+                hi - lo < MIN_STEADY_S
+            ):  # a limit that just appeared: its queue has not shown what it costs yet
+                raise WindowError("the load has not held long enough")
             young = hi - lo < STEADY_S
             p = predict(history, [s for s in history if lo <= s.t <= hi], dict(change))
             eff = Effect(dict(change), _q(p.unchanged), _q(p.predicted), p.predicted.bottleneck, t)
