@@ -115,6 +115,12 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("max_model_len", "max_model_len", "tokens", short="--max-model-len"),
     Signal("request_p99_tokens", "Request length p99", "tokens", short="request p99"),
     Signal("requests_observed", "Requests observed", "count", short="requests seen"),
+    # the what-if follow-up (doctor/whatif/followup.py): |predicted − measured| / measured after a restart
+    Signal("prediction_error_ttft_p50_s", "TTFT p50 prediction error", "pct", short="TTFT p50 error"),
+    Signal("prediction_error_itl_p50_s", "ITL p50 prediction error", "pct", short="ITL p50 error"),
+    Signal("prediction_error_generation_tokens_per_s", "Throughput prediction error", "pct",
+           short="throughput error"),
+    Signal("prediction_error_ttft_p95_s", "TTFT p95 prediction error", "pct", short="TTFT p95 error"),
 )  # fmt: skip
 
 FINDINGS: dict[str, FindingKind] = {
@@ -142,6 +148,16 @@ FINDINGS: dict[str, FindingKind] = {
             "be told apart."),
             advice="Scrape vLLM's own /metrics (not a proxy or a Ray-prefixed export); "
                    "check --disable-log-stats is off and the version is ≥ 0.8"),
+        FindingKind("prediction_check", ("prediction_error_ttft_p50_s", "prediction_error_itl_p50_s",
+                                         "prediction_error_generation_tokens_per_s", "prediction_error_ttft_p95_s"),
+                    "Prediction check", severity="info", meaning=(
+            "The engine restarted with another configuration (a new num_gpu_blocks in vllm:cache_config_info, or "
+            "a new batch-cap plateau) under a comparable load: kvdoctor's what-if prediction for that change, made "
+            "from the metrics before the restart, set against what the target measured since (error ratios, also "
+            "as kvdoctor_prediction_error_ratio)."),
+            advice="Nothing to change: it tells how far to trust the predicted effects next to the advice on this "
+                   "server. Errors well above 0.3 mean the step-time model or the workload inference missed "
+                   "something here; `kvdoctor whatif` prints the assumptions it made."),
         FindingKind("max_model_len_oversized", ("max_model_len", "request_p99_tokens", "requests_observed"),
                     severity="info", meaning=(
             "`--max-model-len` (from vllm:cache_config_info, or bounded by the token histograms' buckets) is at "

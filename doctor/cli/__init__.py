@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "config": "doctor.cli.config",
     "rules": "doctor.cli.rules",
     "report": "doctor.cli.report",
+    "whatif": "doctor.cli.whatif",
 }
 
 

@@ -32,6 +32,7 @@ from doctor.status.state import DaemonState
 from doctor.targets import target_facts
 from doctor.verdicts import Diagnosis
 from doctor.web.server import WebServer
+from doctor.whatif.advisor import Advisor
 
 __all__ = ["Daemon", "load_everything"]
 log = logging.getLogger("kvdoctor")
@@ -45,7 +46,10 @@ class Daemon:
                  clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
-        self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+        # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation
+        self.pipeline = Pipeline(
+            groups, retention_s=cfg.retention_s, job=cfg.job, advisor=Advisor(background=True)
+        )
         self.pipeline.runbook_url = cfg.runbook_page()
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
         self.scraper = Scraper(cfg.scrape_max_connections, clock)

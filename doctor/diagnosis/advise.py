@@ -57,8 +57,9 @@ def batch_cap(ev: dict[str, float]) -> list[Advice]:
     waiting = ev.get("waiting_avg_1m")
     if waiting:
         text += f"; {waiting:.0f} requests are waiting now"
+    change: dict[str, float | str] = {"max_num_seqs": target if kv is not None and kv > 0 else cap * 2}
     return [
-        Advice("--max-num-seqs", text + "; watch inter-token latency as the batch grows", "signals"),
+        Advice("--max-num-seqs", text + "; watch inter-token latency as the batch grows", "signals", change),
         Advice(
             "--max-num-batched-tokens",
             "keep `--max-num-batched-tokens` ≥ the new batch so prefills still fit",
@@ -89,6 +90,7 @@ def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
             "replicas",
             f"{why}: add replicas or GPUs (`--tensor-parallel-size`) to spread the work",
             "signals",
+            {"replicas": 2},
         ),
         Advice("--quantization", quant),
         Advice(

@@ -108,6 +108,12 @@ class PromClient:
             raise SourceError(f"{self.base}: query {_short(expr, 80)!r}: expected a matrix")
         return _matrix(self.base, expr, data)
 
+    def query_raw(
+        self, selector: str, lookback_s: float, t: float
+    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """The raw samples of selector over the lookback_s before t, with their own timestamps, per series."""
+        return self.query_range_samples(f"{selector}[{max(1, round(lookback_s))}s]", t)
+
     def _post(self, path: str, form: dict[str, str], expr: str) -> dict[str, Any]:
         what = f"{self.base}: query {_short(expr, 80)!r}"
         h = self.http
