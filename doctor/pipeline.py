@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from doctor.capacity.live import live_capacity
 from doctor.diagnosis.classify import Classifier, TargetState
 from doctor.diagnosis.model import Diagnosis
-from doctor.diagnosis.signals import INSTANCE_SIGNALS, SIGNALS, collect
+from doctor.diagnosis.signals import ENGINE_SIGNALS, INSTANCE_SIGNALS, SIGNALS, collect
 from doctor.ingest.parse import ParseError, Parser
 from doctor.rules.evaluate import Evaluation, RuleEngine
 from doctor.rules.loader import Group
@@ -28,7 +28,7 @@ EXPECTED = {
     ),
 }
 # Every recorded series the classifier reads, for either source.
-SIGNAL_NAMES = set(SIGNALS.values()) | set(INSTANCE_SIGNALS.values())
+SIGNAL_NAMES = set(SIGNALS.values()) | set(INSTANCE_SIGNALS.values()) | set(ENGINE_SIGNALS.values())
 
 
 @dataclass

@@ -19,11 +19,11 @@ LIMITS = {"kv_cache", "batch_cap", "compute"}
 
 def _classes(path, entry, interval_s: float, scrape_every_s: float) -> list[str]:
     pipeline = Pipeline(load_files(default_rule_files()))
-    # Rates need two scrapes: right after the recording starts, or after the server was down, a verdict
-    # cannot exist yet (kvdoctor says `unknown`); those evaluations are not judged.
+    # A verdict needs a window (two scrapes at least 15 s apart): right after the recording starts, or after the
+    # server was down, kvdoctor says `unknown`; those evaluations are not judged (test_no_verdict_from_one_scrape).
     frames = load_frames(path)
-    warm = 2 * max(scrape_every_s, 1.0) + 0.5
-    restarts = [frames[0].t] + [f.t for f in frames if f.text is None]
+    warm = max(2 * scrape_every_s, 15.0 + max(scrape_every_s, 1.0)) + 0.5
+    restarts = [frames[0].t] + [f.t for f in frames if f.text is None] + _gauges_appear(frames)
     got = []
     for cycle in replay(pipeline, [path], interval_s=interval_s, scrape_every_s=scrape_every_s):
         if any(0 <= cycle.t - r < warm for r in restarts):
@@ -31,6 +31,17 @@ def _classes(path, entry, interval_s: float, scrape_every_s: float) -> list[str]
         if entry["steady_from"] - 0.5 <= cycle.t <= entry["steady_to"] + 0.5:
             got += [d.bottleneck for d in cycle.diagnoses if d.model_name]
     return got
+
+
+def _gauges_appear(frames) -> list[float]:
+    # V0 (0.8.5) exports its scheduler gauges only from its first stats log on: the window starts there
+    out, seen = [], False
+    for f in frames:
+        has = f.text is not None and "vllm:num_requests_running{" in f.text
+        if has and not seen:
+            out.append(f.t)
+        seen = has
+    return out
 
 
 @pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])

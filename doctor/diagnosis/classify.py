@@ -9,9 +9,11 @@ from typing import Any
 from doctor.capacity.advice import max_model_len_finding_text
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
-from doctor.diagnosis import advise
+from doctor.diagnosis import advise, engines, stall
+from doctor.diagnosis.engines import Engines
 from doctor.diagnosis.model import LIMITS, Advice, Diagnosis, Finding
 from doctor.diagnosis.signals import EVIDENCE_FOR, Key
+from doctor.diagnosis.signals import engines as split_engines
 from doctor.rules.evaluate import Alert
 
 PRIORITY = ("kv_cache", "batch_cap", "compute")  # when several limits hold, the first explains the others
@@ -78,10 +80,10 @@ class Classifier:
     def _one(
         self, t: float, key: Key, target: TargetState, ev: dict[str, float], alerts: list[Alert]
     ) -> Diagnosis:
-        ev = {k: v for k, v in ev.items() if not math.isnan(v)}
+        ev, per_engine = split_engines({k: v for k, v in ev.items() if not math.isnan(v)})
         if target.live and target.live.kv_cache_tokens:
             ev["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
-        findings = [self._finding(a, ev, target) for a in alerts if a.labels.get("finding")]
+        findings = [self._finding(a, ev, target, per_engine) for a in alerts if a.labels.get("finding")]
         if target.up is False:  # kvdoctor's own scrape verdict replaces the rule pack's slower one
             findings = [f for f in findings if f.name != "target_down"]
         findings.sort(
@@ -94,16 +96,22 @@ class Classifier:
         if target.up is False:
             bottleneck = "unknown"
             findings.insert(0, _down(target))
+        elif any(f.name == "stalled" for f in findings):
+            bottleneck = "unknown"  # no token moves: no limit can be measured; the stalled finding says why
+        elif "quiet" in ev:
+            bottleneck = "idle"  # nothing running or waiting, counters flat: a limit still kept firing ends here
+            findings = [f for f in findings if f.bottleneck not in LIMITS]
         elif limits:
             bottleneck = min(limits, key=PRIORITY.index)
         elif "running_avg_1m" not in ev:
             bottleneck = "unknown"
         elif _idle(ev):
             bottleneck = "idle"
-        elif "generation_tokens_per_s" not in ev:
-            bottleneck = "unknown"  # busy, but fewer than two scrapes so far: no rates yet
+        elif "generation_tokens_per_s" not in ev or "window_scrapes_1m" not in ev:
+            bottleneck = "unknown"  # busy, but no 30 s of scrapes yet: no verdict without a window
         else:
             bottleneck = "healthy"
+        ev.update(engines.explain(bottleneck, per_engine) or engines.summary(per_engine))
         if target.up:
             findings += _python_findings(target, key[1], ev)
         findings = list({f.name: f for f in reversed(findings)}.values())[::-1]  # one of each, first wins
@@ -113,18 +121,31 @@ class Classifier:
         advice = next((f.advice for f in findings if f.bottleneck == bottleneck), [])
         return Diagnosis(key[0], key[1], t, bottleneck, since, findings, _round(ev), advice)
 
-    def _finding(self, a: Alert, ev: dict[str, float], target: TargetState) -> Finding:
+    def _finding(self, a: Alert, ev: dict[str, float], target: TargetState, per_engine: Engines) -> Finding:
         name = a.labels["finding"]
         bottleneck = a.labels.get("bottleneck", "")
-        evidence = {k: ev[k] for k in EVIDENCE_FOR.get(name, ()) if k in ev}
+        evidence: dict[str, float | str] = {k: ev[k] for k in EVIDENCE_FOR.get(name, ()) if k in ev}
+        evidence.update(engines.explain(bottleneck, per_engine) if bottleneck else {})
         if bottleneck == "kv_cache":
             advice = advise.kv_cache(target.live, target.estimate, ev)
             if target.live and target.live.kv_cache_tokens:
                 evidence["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
         elif bottleneck == "batch_cap":
-            advice = advise.batch_cap(ev)
+            cap = a.value if a.value > 0 else None  # the engines' plateau: max_num_seqs is per engine, never a sum
+            advice = advise.batch_cap(ev, cap, len(per_engine))
+            if len(per_engine) > 1 and cap:
+                evidence.pop("running_max_1m", None)
+                evidence["batch_cap_per_engine"] = cap
         elif bottleneck == "compute":
             advice = advise.compute(ev, target.gpu_fp8)
+        elif name == "engine_imbalance":
+            evidence.update(engines.imbalance_evidence(per_engine))
+            advice = engines.imbalance_advice(per_engine)
+        elif name == "stalled":
+            evidence.update(stall.evidence(ev, per_engine, target.live))
+            if a.labels.get("engine"):
+                evidence["engine"] = a.labels["engine"]
+            advice = stall.advice(ev, per_engine, target.live)
         else:
             advice = [Advice("", a.annotations["advice"])] if a.annotations.get("advice") else []
         return Finding(
