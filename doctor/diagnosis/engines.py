@@ -56,7 +56,7 @@ def imbalance_advice(engines: Engines) -> list[Advice]:
     return [
         Advice(
             "--data-parallel-size",
-            f"engine {queuing} queues while engine {room} has room: check vLLM's data-parallel load balancing "
+            f"engine {queuing} queues while engine(s) {room} have room: check vLLM's data-parallel load balancing "
             "(`--data-parallel-size` with its internal balancer, or `--data-parallel-hybrid-lb`/external LB modes)",
             "signals",
         ),
