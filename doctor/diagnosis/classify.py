@@ -169,8 +169,9 @@ class Classifier:
 
 
 def _idle(ev: dict[str, float]) -> bool:
+    # two scrapes at least (a token rate exists): never a verdict from one scrape
     quiet = ev.get("running_max_1m", 0) == 0 and ev.get("waiting_avg_1m", 0) == 0
-    return quiet and not ev.get("generation_tokens_per_s")
+    return quiet and ev.get("generation_tokens_per_s", 1.0) == 0
 
 
 def _down(target: TargetState) -> Finding:
