@@ -29,14 +29,19 @@ def _bursts(shared_032, tmp_path):
     offsets = compose.counters(frames[-1][1])  # type: ignore[arg-type]
     second = [(t + shift, compose.continue_counters(x, offsets)) for t, x in frames]  # type: ignore[arg-type]
     tail = [(second[-1][0] + i, second[-1][1]) for i in range(1, IDLE_S + 1)]
-    loads = [(client["load_start"], client["load_end"]), (client["load_start"] + shift, client["load_end"] + shift)]
+    loads = [
+        (client["load_start"], client["load_end"]),
+        (client["load_start"] + shift, client["load_end"] + shift),
+    ]
     return compose.write(tmp_path / "bursts.jsonl", [*frames, *idle, *second, *tail]), loads
 
 
 @pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
 def test_each_burst_is_one_incident_begun_and_ended_within_a_minute(shared_032, tmp_path, cadence):
     path, loads = _bursts(shared_032, tmp_path)
-    tl = timeline(replay(Pipeline(load_files(default_rule_files())), [path], interval_s=5.0, scrape_every_s=cadence))
+    tl = timeline(
+        replay(Pipeline(load_files(default_rule_files())), [path], interval_s=5.0, scrape_every_s=cadence)
+    )
     for i, (start, end) in enumerate(loads):
         until = loads[i + 1][0] if i + 1 < len(loads) else None
         on, off = onset_s(tl, "kv_cache", start), resolution_s(tl, "kv_cache", end, until)

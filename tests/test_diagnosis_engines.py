@@ -22,9 +22,7 @@ def _server(shared_032, tmp_path, queuing: set[int], engines: int = 8):
     healthy = compose.frames(shared_032 / "healthy.jsonl.gz")
     out = []
     for i, (t, text) in enumerate(capped):
-        texts = [
-            text if k in queuing else healthy[HEALTHY_FROM + (i + 7 * k) % N][1] for k in range(engines)
-        ]
+        texts = [text if k in queuing else healthy[HEALTHY_FROM + (i + 7 * k) % N][1] for k in range(engines)]
         out.append((t, compose.data_parallel(texts)))  # type: ignore[arg-type]
     return compose.write(tmp_path / "dp.jsonl", out)
 
@@ -37,7 +35,9 @@ def _judged(path, cadence: float):
 
 
 @pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
-def test_one_engine_queuing_while_seven_have_room_is_an_imbalance_not_a_batch_cap(shared_032, tmp_path, cadence):
+def test_one_engine_queuing_while_seven_have_room_is_an_imbalance_not_a_batch_cap(
+    shared_032, tmp_path, cadence
+):
     got = _judged(_server(shared_032, tmp_path, queuing={3}), cadence)
     assert got
     assert not [d for d in got if d.bottleneck == "batch_cap"], [d.evidence for d in got][:1]

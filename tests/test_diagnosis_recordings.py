@@ -22,7 +22,9 @@ from tests.support.timeline import LIMITS, WITHIN_S, Timeline, onset_s, resoluti
 WINDOWS = labelled_windows()
 CADENCES = pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
 EXCLUSIVE = ("stalled", "engine_imbalance")  # findings that must fire only where a label says so
-WINDOW_S = 15.0  # a verdict needs two scrapes at least this far apart (rules/kvdoctor.yml, kvdoctor:window:ready)
+WINDOW_S = (
+    15.0  # a verdict needs two scrapes at least this far apart (rules/kvdoctor.yml, kvdoctor:window:ready)
+)
 IDS = [f"{w['dir']}/{w['file']}:{w['expected']}@{w['steady_from']:.0f}" for w in WINDOWS]
 
 
@@ -113,10 +115,16 @@ def test_class_begins_and_ends_within_a_minute_of_the_load(entry, cadence):
     if "load_start" in entry:
         on = onset_s(tl, entry["expected"], entry["load_start"])
         assert on is not None and on <= WITHIN_S, f"{entry['expected']} began {on} s after the load"
-    later = [w["load_start"] for w in WINDOWS if w["path"] == entry["path"] and "load_start" in w and w is not entry]
+    later = [
+        w["load_start"]
+        for w in WINDOWS
+        if w["path"] == entry["path"] and "load_start" in w and w is not entry
+    ]
     later = [t for t in later if t >= entry.get("load_end", 0) - 1]
     until = min(later, default=None)
-    chained = until is not None and until - entry.get("load_end", 0) < WITHIN_S  # the next phase's onset decides
+    chained = (
+        until is not None and until - entry.get("load_end", 0) < WITHIN_S
+    )  # the next phase's onset decides
     if "load_end" in entry and entry["expected"] != "idle" and not chained:
         off = resolution_s(tl, entry["expected"], entry["load_end"], until)
         horizon = (until or tl[-1][0]) - entry["load_end"]

@@ -32,7 +32,9 @@ def _frozen(shared_032, tmp_path, waiting: float | None = None):
 def _run(path, cadence):
     pipeline = Pipeline(load_files(default_rule_files()))
     return [
-        (c.t, d) for c in replay(pipeline, [path], interval_s=5.0, scrape_every_s=cadence) for d in c.diagnoses
+        (c.t, d)
+        for c in replay(pipeline, [path], interval_s=5.0, scrape_every_s=cadence)
+        for d in c.diagnoses
     ]
 
 
@@ -56,7 +58,7 @@ def test_frozen_engine_is_stalled_within_a_minute_and_no_limit_is_read_off_it(sh
 
 
 def test_a_request_the_cache_cannot_hold_is_the_first_cause_named(shared_032, tmp_path):
-    path, t_freeze = _frozen(shared_032, tmp_path, waiting=1.0)
+    path, _ = _frozen(shared_032, tmp_path, waiting=1.0)
     got = _run(path, 0.0)
     d = got[-1][1]
     f = next(f for f in d.findings if f.name == "stalled")

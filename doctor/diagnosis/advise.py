@@ -70,7 +70,9 @@ def batch_cap(ev: dict[str, float], plateau: float | None = None, engines: int =
     ]
 
 
-PREFILL_HEAVY = 8.0  # prompt tokens computed per generated token (rules/kvdoctor.yml, kvdoctor:prefill_decode:ratio1m)
+PREFILL_HEAVY = (
+    8.0  # prompt tokens computed per generated token (rules/kvdoctor.yml, kvdoctor:prefill_decode:ratio1m)
+)
 
 
 def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
@@ -126,9 +128,13 @@ def _prefill(ev: dict[str, float], why: str, ratio: float, quant: str) -> list[A
             "keep it byte-stable and first so `--enable-prefix-caching` skips its prefill"
         )
     elif hit is not None:
-        prefix = f"the prefix cache already serves {hit:.0%} of prompt tokens; longer shared prefixes save more"
+        prefix = (
+            f"the prefix cache already serves {hit:.0%} of prompt tokens; longer shared prefixes save more"
+        )
     else:
-        prefix = "where prompts share a prefix, `--enable-prefix-caching` skips its prefill (keep it byte-stable)"
+        prefix = (
+            "where prompts share a prefix, `--enable-prefix-caching` skips its prefill (keep it byte-stable)"
+        )
     return [
         Advice(
             "prefill",

@@ -99,7 +99,9 @@ class Classifier:
         elif any(f.name == "stalled" for f in findings):
             bottleneck = "unknown"  # no token moves: no limit can be measured; the stalled finding says why
         elif "quiet" in ev:
-            bottleneck = "idle"  # nothing running or waiting, counters flat: a limit still kept firing ends here
+            bottleneck = (
+                "idle"  # nothing running or waiting, counters flat: a limit still kept firing ends here
+            )
             findings = [f for f in findings if f.bottleneck not in LIMITS]
         elif limits:
             bottleneck = min(limits, key=PRIORITY.index)
@@ -108,10 +110,11 @@ class Classifier:
         elif _idle(ev):
             bottleneck = "idle"
         elif "generation_tokens_per_s" not in ev or "window_scrapes_1m" not in ev:
-            bottleneck = "unknown"  # busy, but no 30 s of scrapes yet: no verdict without a window
+            bottleneck = "unknown"  # busy, but no 15 s of scrapes yet: no verdict without a window
         else:
             bottleneck = "healthy"
-        ev.update(engines.explain(bottleneck, per_engine) or engines.summary(per_engine))
+        evidence: dict[str, float | str] = dict(ev)
+        evidence.update(engines.explain(bottleneck, per_engine) or engines.summary(per_engine))
         if target.up:
             findings += _python_findings(target, key[1], ev)
         findings = list({f.name: f for f in reversed(findings)}.values())[::-1]  # one of each, first wins
@@ -119,7 +122,7 @@ class Classifier:
         since = prev[1] if prev and prev[0] == bottleneck else t
         self.since[key] = (bottleneck, since)
         advice = next((f.advice for f in findings if f.bottleneck == bottleneck), [])
-        return Diagnosis(key[0], key[1], t, bottleneck, since, findings, _round(ev), advice)
+        return Diagnosis(key[0], key[1], t, bottleneck, since, findings, _round(evidence), advice)
 
     def _finding(self, a: Alert, ev: dict[str, float], target: TargetState, per_engine: Engines) -> Finding:
         name = a.labels["finding"]
@@ -131,7 +134,9 @@ class Classifier:
             if target.live and target.live.kv_cache_tokens:
                 evidence["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
         elif bottleneck == "batch_cap":
-            cap = a.value if a.value > 0 else None  # the engines' plateau: max_num_seqs is per engine, never a sum
+            cap = (
+                a.value if a.value > 0 else None
+            )  # the engines' plateau: max_num_seqs is per engine, never a sum
             advice = advise.batch_cap(ev, cap, len(per_engine))
             if len(per_engine) > 1 and cap:
                 evidence.pop("running_max_1m", None)

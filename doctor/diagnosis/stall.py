@@ -9,7 +9,9 @@ from doctor.diagnosis.model import Advice
 
 def evidence(ev: dict[str, float], engines: Engines, live: LiveCapacity | None) -> dict[str, float | str]:
     """The numbers that tell the causes apart: stalled engines, frozen gauges, KV tokens vs request lengths."""
-    out: dict[str, float | str] = {k: ev[k] for k in ("running", "waiting", "waiting_deferred", "kv_usage") if k in ev}
+    out: dict[str, float | str] = {
+        k: ev[k] for k in ("running", "waiting", "waiting_deferred", "kv_usage") if k in ev
+    }
     stalled = [e for e, sig in engines.items() if "stalled_requests" in sig]
     if stalled and len(engines) > 1:
         out["engines_stalled"] = ", ".join(stalled)
@@ -32,7 +34,7 @@ def advice(ev: dict[str, float], engines: Engines, live: LiveCapacity | None) ->
     tokens = live.kv_cache_tokens if live else None
     longest = max((x for x in (live.max_len, live.prompt_p99) if x), default=None) if live else None
     too_long = bool(tokens and longest and longest > tokens)
-    if waiting >= 1 and running == 0 or too_long:
+    if (waiting >= 1 and running == 0) or too_long:
         if tokens and longest:
             what = f"requests may reach {longest:,.0f} tokens (--max-model-len / observed prompts) against a KV cache of {tokens:,} tokens"
         else:
@@ -61,9 +63,13 @@ def advice(ev: dict[str, float], engines: Engines, live: LiveCapacity | None) ->
                 "with disaggregated serving, a KV transfer that never completes leaves requests waiting",
             )
         )
-    frozen = [e for e, sig in engines.items() if "stalled_requests" in sig and sig.get("gauge_changes_30s") == 0]
+    frozen = [
+        e for e, sig in engines.items() if "stalled_requests" in sig and sig.get("gauge_changes_30s") == 0
+    ]
     text = "a wedged engine process: `py-spy dump` the engine core, check GPU health (Xid errors) and NCCL timeouts"
     if frozen and running >= 1:
         text = "the gauges have not moved for 30 s while requests run: " + text
-    out.insert(0 if frozen and running >= 1 else len(out), Advice("engine", text, "signals" if frozen else ""))
+    out.insert(
+        0 if frozen and running >= 1 else len(out), Advice("engine", text, "signals" if frozen else "")
+    )
     return out

@@ -7,7 +7,9 @@ from collections.abc import Iterable
 LIMITS = {"kv_cache", "batch_cap", "compute"}
 WITHIN_S = 60.0
 
-Timeline = list[tuple[float, str, set[str]]]  # (t, class, finding names) per evaluation of one (target, model)
+Timeline = list[
+    tuple[float, str, set[str]]
+]  # (t, class, finding names) per evaluation of one (target, model)
 
 
 def timeline(cycles: Iterable, model: str | None = None) -> Timeline:
