@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from doctor.daemon.exposition import make_registry
-from doctor.daemon.state import DaemonState
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
 from doctor.web import WebServer
 from doctor.web.server import parse_listen
 from tests.web_support import DOWN, DOWN_ERROR, RECORDINGS, build_state

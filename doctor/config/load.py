@@ -9,19 +9,20 @@ from typing import Any
 
 import yaml
 
-from doctor.config.schema import Config, FileSD, PrometheusSource
+from doctor.config.durations import duration_seconds
+from doctor.config.schema import Config, FileSD, PrometheusSource, check_url
 from doctor.config.targets import http_options, parse_target
 from doctor.config.yamlpos import Located, locate
-from doctor.rules.loader import duration_seconds
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
-    "source", "prometheus", "web_config", "notify",
+    "source", "prometheus", "web_config", "notify", "external_url", "runbook_url",
 }  # fmt: skip
 ENV = {
     "KVDOCTOR_INTERVAL": "interval", "KVDOCTOR_LISTEN": "listen", "KVDOCTOR_JOB": "job",
     "KVDOCTOR_STATE_FILE": "state_file", "KVDOCTOR_WEB_CONFIG": "web_config", "KVDOCTOR_SOURCE": "source",
-    "KVDOCTOR_RETENTION": "retention",
+    "KVDOCTOR_RETENTION": "retention", "KVDOCTOR_EXTERNAL_URL": "external_url",
+    "KVDOCTOR_RUNBOOK_URL": "runbook_url",
 }  # fmt: skip
 
 
@@ -121,6 +122,13 @@ def _scalars(cfg: Config, data: dict[str, Any], doc: Located, errors: list[str])
         if data.get(key) is not None:
             if not isinstance(data[key], str):
                 errors.append(f"{doc.where(key)}: {key}: must be a string")
+            else:
+                setattr(cfg, key, data[key])
+    for key in ("external_url", "runbook_url"):
+        if data.get(key) is not None:
+            problem = check_url(data[key], key)
+            if problem:
+                errors.append(f"{doc.where(key)}: {problem}")
             else:
                 setattr(cfg, key, data[key])
     if ":" not in cfg.listen:

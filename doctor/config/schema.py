@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from doctor.ingest.fetch import HttpOptions
+from doctor.verdicts import RUNBOOK_PATH
 
 DEFAULT_LISTEN = "127.0.0.1:9860"
 
@@ -77,5 +79,48 @@ class Config:
     source: str = "scrape"  # or "prometheus"
     prometheus: PrometheusSource | None = None
     web_config: str | None = None
+    external_url: str | None = None  # how users reach kvdoctor (a proxy's URL); default: from `listen`
+    runbook_url: str | None = None  # the runbook page links point to; default: <external URL>/runbook
     notify: dict[str, Any] | None = None
     path: str | None = None
+
+    def runbook_page(self, bound: str | None = None, tls: bool = False) -> str:
+        """The runbook page findings link to: runbook_url, else <external URL>/runbook.
+
+        bound is the HOST:PORT the web server actually listens on (port 0 resolved), else `listen` is used.
+        """
+        if self.runbook_url:
+            return runbook_page(self.runbook_url)
+        base = self.external_url or default_external_url(bound or self.listen, tls)
+        return base.rstrip("/") + RUNBOOK_PATH
+
+
+def default_external_url(listen: str, tls: bool = False) -> str:
+    """http(s)://HOST:PORT from a listen address; every-interface binds use this machine's name, as Prometheus does."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if tls else 'http'}://{host}:{port}"
+
+
+def runbook_page(url: str) -> str:
+    """A configured runbook URL as the page links append #<finding> to; a bare server URL gets /runbook."""
+    u = urlsplit(url)
+    if u.path in ("", "/"):
+        return urlunsplit(u._replace(path=RUNBOOK_PATH))
+    return url
+
+
+def check_url(url: object, what: str) -> str | None:
+    """Why url cannot be a base for links kvdoctor sends (None when it can)."""
+    if not isinstance(url, str):
+        return f"{what}: must be a string"
+    u = urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.netloc:
+        return f"{what}: expected an absolute http(s) URL, got {url!r}"
+    if u.fragment or u.query:
+        return f"{what}: no ?query or #fragment allowed (kvdoctor appends #<finding>), got {url!r}"
+    return None

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from doctor.config.durations import duration_seconds
 from doctor.config.schema import TargetSpec
 from doctor.config.yamlpos import Located
 from doctor.ingest.fetch import HttpOptions
-from doctor.rules.loader import duration_seconds
 
 TARGET_KEYS = {
     "url", "name", "max_num_seqs", "slo", "model", "model_config", "gpu", "tensor_parallel", "labels",

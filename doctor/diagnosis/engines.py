@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from doctor.diagnosis.model import Advice
+from doctor.verdicts import Advice
 
 Engines = dict[str, dict[str, float]]  # engine ("0", "1", … or "" without the label) -> signal key -> value
 

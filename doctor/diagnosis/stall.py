@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from doctor.capacity.live import LiveCapacity
 from doctor.diagnosis.engines import Engines
-from doctor.diagnosis.model import Advice
+from doctor.verdicts import Advice
 
 
 def evidence(ev: dict[str, float], engines: Engines, live: LiveCapacity | None) -> dict[str, float | str]:

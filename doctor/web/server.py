@@ -16,8 +16,8 @@ from prometheus_client.exposition import gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
-from doctor.web.app import TEXT, App, Reload, Response, api_error, text
+from doctor.status.state import DaemonState
+from doctor.web.app import TEXT, App, Reload, Response, Rules, api_error, text
 from doctor.web.webconfig import WebConfig, WebConfigWatcher
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,9 @@ class WebServer:
         web_config: str | None = None,
         reload: Reload | None = None,
         extra_status: Callable[[], dict[str, Any]] | None = None,
+        rules: Rules | None = None,
     ) -> None:
-        self.app = App(state, registry, reload, extra_status)
+        self.app = App(state, registry, reload, extra_status, rules)
         self.listen = parse_listen(listen)
         self.watcher = WebConfigWatcher(web_config) if web_config else None
         self._httpd: _Server | None = None

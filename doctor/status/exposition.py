@@ -9,31 +9,18 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
-from doctor.diagnosis.model import BOTTLENECKS
+from doctor.signals import SIGNALS
+from doctor.status.state import DaemonState
+from doctor.verdicts import VERDICTS
 
-# evidence key -> (metric name, help)
-GAUGES: dict[str, tuple[str, str]] = {
-    "kv_usage": ("kvdoctor_kv_cache_usage_ratio", "KV-cache usage 0-1 (rule kvdoctor:kv_usage:ratio from vllm:kv_cache_usage_perc)."),
-    "kv_usage_max_1m": ("kvdoctor_kv_cache_usage_max_1m_ratio", "Peak KV-cache usage over 1m (rule kvdoctor:kv_usage:max1m)."),
-    "running": ("kvdoctor_requests_running", "Requests in the batch (vllm:num_requests_running, summed over engines)."),
-    "waiting": ("kvdoctor_requests_waiting", "Requests waiting (vllm:num_requests_waiting, summed over engines)."),
-    "batch_cap_inferred": ("kvdoctor_batch_cap_inferred_requests", "Running plateau while requests waited: the inferred --max-num-seqs (rule kvdoctor:batch_cap:inferred)."),
-    "batch_cap_configured": ("kvdoctor_batch_cap_configured_requests", "--max-num-seqs configured for the target in kvdoctor's config."),
-    "preemptions_per_s": ("kvdoctor_preemptions_per_second", "Preemptions per second over 1m (rate of vllm:num_preemptions_total)."),
-    "ttft_p95_s": ("kvdoctor_ttft_p95_seconds", "Time to first token p95 over 1m (vllm:time_to_first_token_seconds)."),
-    "itl_p50_s": ("kvdoctor_itl_p50_seconds", "Inter-token latency p50 over 1m (vllm:inter_token_latency_seconds)."),
-    "itl_p95_s": ("kvdoctor_itl_p95_seconds", "Inter-token latency p95 over 1m (vllm:inter_token_latency_seconds)."),
-    "itl_baseline_s": ("kvdoctor_itl_baseline_seconds", "Learned light-load inter-token latency (rule kvdoctor:itl_seconds:baseline)."),
-    "queue_time_p95_s": ("kvdoctor_queue_time_p95_seconds", "Queue time p95 over 1m (vllm:request_queue_time_seconds)."),
-    "prefix_cache_hit_ratio": ("kvdoctor_prefix_cache_hit_ratio", "Prefix-cache hit ratio over 5m (vllm:prefix_cache_hits_total / queries_total)."),
-    "spec_decode_acceptance": ("kvdoctor_spec_decode_acceptance_ratio", "Speculative-decoding draft acceptance over 5m."),
-    "generation_tokens_per_s": ("kvdoctor_generation_tokens_per_second", "Generated tokens per second over 1m."),
-    "prompt_tokens_per_s": ("kvdoctor_prompt_tokens_per_second", "Prompt tokens per second over 1m."),
-    "kv_cache_tokens": ("kvdoctor_kv_cache_capacity_tokens", "Tokens the engine's KV cache holds (vllm:cache_config_info)."),
-}  # fmt: skip
+
+def gauges() -> dict[str, tuple[str, str]]:
+    """Evidence key -> (kvdoctor_* gauge name, help), for the signals doctor.signals exposes."""
+    return {s.key: (s.metric, s.help) for s in SIGNALS.values() if s.metric}
+
+
 CODE_HELP = "Current bottleneck as a number for state timelines: " + ", ".join(
-    f"{i} {b}" for i, b in enumerate(BOTTLENECKS)
+    f"{i} {b}" for i, b in enumerate(VERDICTS)
 )
 
 
@@ -53,22 +40,22 @@ class DiagnosisCollector:
                                   labels=["target", "model_name"])  # fmt: skip
         finding = GaugeMetricFamily("kvdoctor_finding", "Findings that hold now (1).",
                                     labels=["target", "model_name", "finding", "severity"])  # fmt: skip
-        gauges = {k: GaugeMetricFamily(n, h, labels=["target", "model_name"]) for k, (n, h) in GAUGES.items()}
+        fams = {k: GaugeMetricFamily(n, h, labels=["target", "model_name"]) for k, (n, h) in gauges().items()}
         for d in snap["diagnoses"]:
-            for b in BOTTLENECKS:
-                one_hot.add_metric([d.target, d.model_name, b], 1.0 if d.bottleneck == b else 0.0)
-            code.add_metric([d.target, d.model_name], float(BOTTLENECKS.index(d.bottleneck)))
+            for b in VERDICTS:
+                one_hot.add_metric([d.target, d.model_name, b], 1.0 if d.verdict == b else 0.0)
+            code.add_metric([d.target, d.model_name], float(VERDICTS.index(d.verdict)))
             since.add_metric([d.target, d.model_name], d.since)
             for f in d.findings:
                 finding.add_metric([d.target, d.model_name, f.name, f.severity], 1.0)
             evidence = dict(d.evidence)
             for f in d.findings:
                 evidence.update({k: v for k, v in f.evidence.items() if k not in evidence})
-            for key, fam in gauges.items():
+            for key, fam in fams.items():
                 v = evidence.get(key)
                 if isinstance(v, int | float):
                     fam.add_metric([d.target, d.model_name], float(v))
-        yield from (one_hot, code, since, finding, *gauges.values())
+        yield from (one_hot, code, since, finding, *fams.values())
         yield from self._targets(snap)
         yield from self._self(snap)
 

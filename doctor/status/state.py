@@ -4,39 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from doctor.diagnosis.model import Diagnosis
-
-# Evidence keys kept per evaluation for the status page's charts.
-CHART_KEYS = (
-    "kv_usage",
-    "running",
-    "waiting",
-    "batch_cap_inferred",
-    "batch_cap_configured",
-    "ttft_p95_s",
-    "itl_p50_s",
-)
-
-
-@dataclass
-class TargetStats:
-    """Scrape health of one target."""
-
-    name: str
-    url: str  # without credentials
-    up: bool | None = None
-    last_scrape_duration_s: float | None = None
-    last_success_ts: float | None = None
-    last_error: str = ""
-    errors_total: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return dict(self.__dict__)
+from doctor.diagnosis.target import Target
+from doctor.signals import SIGNALS
+from doctor.verdicts import Diagnosis
 
 
 class DaemonState:
@@ -45,7 +18,7 @@ class DaemonState:
     def __init__(self, history_points: int = 240) -> None:
         self._lock = threading.Lock()
         self.diagnoses: list[Diagnosis] = []
-        self.targets: dict[str, TargetStats] = {}
+        self.targets: dict[str, Target] = {}
         self.evaluation_ts: float | None = None
         self.evaluation_duration_s: float | None = None
         self.rule_failures_total = 0
@@ -64,6 +37,7 @@ class DaemonState:
             self.diagnoses = list(diagnoses)
             self.evaluation_ts, self.evaluation_duration_s = t, duration_s
             self.rule_failures_total += rule_failures
+            charted = {k for k, s in SIGNALS.items() if s.history}
             for d in diagnoses:
                 ring = self._history.setdefault((d.target, d.model_name), deque(maxlen=self._points))
                 point: dict[str, float] = {"t": t}
@@ -71,16 +45,16 @@ class DaemonState:
                     {
                         k: float(v)
                         for k, v in d.evidence.items()
-                        if k in CHART_KEYS and isinstance(v, int | float)
+                        if k in charted and isinstance(v, int | float)
                     }
                 )
                 ring.append(point)
             self.ready = True
 
-    def set_target(self, stats: TargetStats) -> None:
-        """Replace one target's scrape stats."""
+    def set_target(self, target: Target) -> None:
+        """Publish a copy of one target (its facts and scrape health)."""
         with self._lock:
-            self.targets[stats.name] = stats
+            self.targets[target.name] = replace(target)
 
     def drop_target(self, name: str) -> None:
         """Forget a removed target and its history."""
