@@ -19,7 +19,11 @@ def kv_cache(live: LiveCapacity | None, est: CapacityEstimate | None, ev: dict[s
     if out:
         return out
     return [
-        Advice("--max-model-len", "shorten `--max-model-len` to the longest request you must serve"),
+        Advice(
+            "--max-model-len",
+            "a shorter `--max-model-len` frees KV only when long requests are what fills the cache: V1 allocates "
+            "blocks as tokens arrive, so a large limit alone reserves nothing; it caps how much one request can hold",
+        ),
         Advice(
             "--kv-cache-dtype",
             "`--kv-cache-dtype fp8` halves KV bytes per token, doubling the cache in tokens",
