@@ -8,7 +8,10 @@
 #           (same seeds, so the same requests), e.g. a light then a heavy phase;
 #   AFTER_FLAGS  serve flags for the second start (default: the same flags): a restart with a changed flag;
 #   STOP_AT S    SIGINT S seconds after the first phase began, while the load keeps going (no repeat: the phases
-#           run once and their workers retry through the downtime) — a restart under load.
+#           run once and their workers retry through the downtime) — a restart under load. vLLM's HTTP server
+#           waits for open streams to close after SIGINT (it stops generating, /metrics refuses connections, the
+#           streams hang until their clients give up; a second SIGINT or a SIGTERM did not end it), so GRACE seconds
+#           (10) after the SIGINT a SIGKILL ends the API server, as an orchestrator's after its grace period would.
 set -euo pipefail
 venv=$1 model=$2 out=$3; shift 3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,7 +44,10 @@ else
   sleep 5                                 # a few idle scrapes before the stop
 fi
 date +%s.%N >"$out/$scen.sigint_at"
-kill -INT "$server"; wait "$server" || true
+kill -INT "$server"
+for _ in $(seq "${GRACE:-10}"); do kill -0 "$server" 2>/dev/null || break; sleep 1; done
+if kill -0 "$server" 2>/dev/null; then date +%s.%N >"$out/$scen.sigkill_at"; kill -KILL "$server"; fi
+wait "$server" || true
 date +%s.%N >"$out/$scen.exited_at"
 start_server "${after[@]}"
 date +%s.%N >"$out/$scen.up_at"           # /health answers again
