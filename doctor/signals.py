@@ -22,7 +22,9 @@ class Signal:
     unit: str  # one of UNITS
     rule: str = ""  # recording rule of the pack ("" when kvdoctor computes it, e.g. from cache_config_info)
     per_instance: bool = False  # the rule has no model_name label (facts about the server)
-    per_engine: bool = False  # the rule keeps the data-parallel `engine` label (read per engine, not per target)
+    per_engine: bool = (
+        False  # the rule keeps the data-parallel `engine` label (read per engine, not per target)
+    )
     short: str = ""  # the status page's compact label (default: label)
     metric: str = ""  # kvdoctor_* gauge on /metrics ("" = not exposed)
     help: str = ""  # its HELP text
@@ -120,7 +122,7 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("prefill_decode_ratio", "Prompt tokens computed per generated token", "plain",
            "kvdoctor:prefill_decode:ratio1m", short="prefill/decode"),
     Signal("window_scrapes_1m", "Scrapes in the 1m window", "count", "kvdoctor:window:ready", short="window"),
-    Signal("requests_max_20s", "Requests seen in 20s", "count", "kvdoctor:requests:max20s", short="requests 20s"),
+    Signal("requests_max_10s", "Requests seen in 10s", "count", "kvdoctor:requests:max10s", short="requests 10s"),
     Signal("quiet", "Quiet (nothing running or waiting)", "plain", "kvdoctor:quiet", short="quiet"),
     Signal("waiting_p25_1m", "Waiting, 1m p25", "count", "kvdoctor:waiting:p25_1m", short="waiting p25 1m"),
     Signal("waiting_deferred", "Waiting (deferred)", "count", "kvdoctor:waiting_deferred", short="deferred"),

@@ -84,13 +84,16 @@ class Classifier:
             )
         )
         limits = [f.bottleneck for f in findings if f.bottleneck in LIMITS]
+        prev_verdict = self.since.get(key, ("", t))[0]
         if target.up is False:
             verdict = "unknown"
             findings.insert(0, _down(target))
         elif any(f.name == "stalled" for f in findings):
             verdict = "unknown"  # no token moves: no limit can be measured; the stalled finding says why
-        elif "quiet" in ev:
-            verdict = "idle"  # nothing running or waiting, counters flat: a limit still kept firing ends here
+        elif "quiet" in ev or (ev.get("requests_max_10s") == 0 and prev_verdict in (*LIMITS, "idle")):
+            # nothing running or waiting with counters flat, or right after a limit (a limited server never drains
+            # to zero by itself): a limit still kept firing ends here
+            verdict = "idle"
             findings = [f for f in findings if f.bottleneck not in LIMITS]
         elif limits:
             verdict = min(limits, key=PRIORITY.index)
@@ -119,12 +122,14 @@ class Classifier:
         evidence: dict[str, float | str] = {k: ev[k] for k in evidence_for(name) if k in ev}
         evidence.update(engines.explain(bottleneck, per_engine) if bottleneck else {})
         if bottleneck == "kv_cache":
-            advice = advise.kv_cache(target.live, target.facts.estimate, ev)
+            advice = engines.balance_first(per_engine) + advise.kv_cache(
+                target.live, target.facts.estimate, ev
+            )
             if target.live and target.live.kv_cache_tokens:
                 evidence["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
         elif bottleneck == "batch_cap":
             cap = a.value if a.value > 0 else None  # the engines' plateau: max_num_seqs is per engine
-            advice = advise.batch_cap(ev, cap, len(per_engine))
+            advice = engines.balance_first(per_engine) + advise.batch_cap(ev, cap, len(per_engine))
             if len(per_engine) > 1 and cap:
                 evidence.pop("running_max_1m", None)
                 evidence["batch_cap_per_engine"] = cap

@@ -71,3 +71,19 @@ def imbalance_advice(engines: Engines) -> list[Advice]:
             "one rank; relax it when one engine queues",
         ),
     ]
+
+
+def balance_first(engines: Engines) -> list[Advice]:
+    """Before a bigger cap or cache: when the limited engine queues while others have room, spread the load."""
+    room = _names(engines, "room")
+    queuing = _names(engines, "pressed")
+    if len(engines) <= 1 or not room or not queuing:
+        return []
+    return [
+        Advice(
+            "router",
+            f"engine {_label(queuing)} hits the limit while engine(s) {_label(room)} have room: spread the load "
+            "first (see engine_imbalance); the numbers below are per engine",
+            "signals",
+        )
+    ]
