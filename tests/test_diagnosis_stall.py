@@ -46,7 +46,7 @@ def test_frozen_engine_is_stalled_within_a_minute_and_no_limit_is_read_off_it(sh
     assert stalled, "stall never reported"
     first = stalled[0][0]
     # no token for ≥ 30 s (at a 15 s interval: across a whole interval, all two scrapes can show), within a minute
-    flat = 30 if not cadence else cadence
+    flat = cadence or 30
     assert flat - 1 <= first - t_freeze <= 60, first - t_freeze
     assert not [t for t, _ in stalled if t < t_freeze + flat - 1]
     after = [d for t, d in got if t >= first]

@@ -106,6 +106,12 @@ def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
         quant = "W8A8 INT8 quantization speeds up the matmuls (this GPU has no FP8 compute)"
     ratio = ev.get("prefill_decode_ratio", 0.0)
     if ratio >= PREFILL_HEAVY:
+        mean, mean_base = ev.get("itl_mean_30s"), ev.get("itl_mean_baseline_s")
+        if mean and mean_base and not (slo or slo_ttft):
+            why = (
+                f"mean inter-token latency {mean * 1000:.0f} ms is {mean / mean_base:.1f}× its light-load "
+                f"{mean_base * 1000:.1f} ms: prefill chunks stall decoding"
+            )
         return _prefill(ev, why, ratio, quant)
     return [
         Advice(
