@@ -100,28 +100,30 @@ class Pipeline:
         self,
         target: str,
         t: float,
-        text: str | None,
+        text: str | Scrape | None,
         error: str | None = None,
         duration_s: float | None = None,
+        limit: str | None = None,
     ) -> str | None:
-        """Feed one scrape (text) or failure (error) of a target at t; returns the error, if any."""
+        """Feed one scrape (text, or samples parsed already) or failure (error; limit: the limit a refused
+        scrape went over) of a target at t; returns the error, if any."""
         state = self.add_target(target)
         t_ms = round(t * 1000)
         extra = (("instance", target), ("job", self.job))
-        scrape = None
-        if text is not None:
+        scrape = text if isinstance(text, Scrape) else None
+        if isinstance(text, str):
             try:
                 scrape = self._parsers.setdefault(target, Parser()).parse(text)
             except ParseError as exc:
                 error = f"{target}: bad exposition: {exc}"
         if scrape is None:
-            state.record(t, False, error or "scrape failed", duration_s)
+            state.record(t, False, error or "scrape failed", duration_s, samples=0, limit=limit)
             self.store.mark_down(target, t_ms)
             self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 0.0)], extra)
             return state.last_error
         self.store.ingest(target, t_ms, scrape.samples, extra)
         self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 1.0)], extra)
-        state.record(t, True, duration_s=duration_s)
+        state.record(t, True, duration_s=duration_s, samples=len(scrape.samples))
         self._last[target] = scrape
         return None
 

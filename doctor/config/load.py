@@ -10,14 +10,23 @@ from typing import Any
 import yaml
 
 from doctor.config.durations import duration_seconds
-from doctor.config.schema import Config, FileSD, PrometheusSource, check_url
-from doctor.config.targets import http_options, parse_target
-from doctor.config.yamlpos import Located, locate
+from doctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefaults, check_url
+from doctor.config.targets import count, http_options, limits, parse_target
+from doctor.config.yamlpos import Located, locate, yaml_error
+from doctor.errors import ValidationError
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
     "source", "prometheus", "web_config", "notify", "external_url", "runbook_url",
 }  # fmt: skip
+SCRAPE_KEYS = {
+    "timeout",
+    "max_bytes",
+    "max_connections",
+    "sample_limit",
+    "label_limit",
+    "label_value_length_limit",
+}
 ENV = {
     "KVDOCTOR_INTERVAL": "interval", "KVDOCTOR_LISTEN": "listen", "KVDOCTOR_JOB": "job",
     "KVDOCTOR_STATE_FILE": "state_file", "KVDOCTOR_WEB_CONFIG": "web_config", "KVDOCTOR_SOURCE": "source",
@@ -26,16 +35,20 @@ ENV = {
 }  # fmt: skip
 
 
-class ConfigError(ValueError):
+class ConfigError(ValidationError):
     """Every problem in a config, one per line."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("\n".join(errors))
-        self.errors = errors
 
 
 def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Config:
     """Load path (None: defaults only), apply KVDOCTOR_* overrides, validate; raises ConfigError."""
+    cfg, errors = check_config(path, env)
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tuple[Config, list[str]]:
+    """The config as far as it is valid, and every error in it (file:line first); never raises."""
     env = os.environ if env is None else env
     errors: list[str] = []
     doc = Located({}, {}, path or "<defaults>")
@@ -43,13 +56,11 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
         try:
             doc = locate(Path(path).read_text(encoding="utf-8"), path)
         except OSError as exc:
-            raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+            return Config(path=path), [f"{path}: cannot read: {exc.strerror or exc}"]
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else path
-            raise ConfigError([f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+            return Config(path=path), [yaml_error(path, exc)]
         if not isinstance(doc.value, dict):
-            raise ConfigError([f"{path}:1: the config must be a mapping"])
+            return Config(path=path), [f"{path}:1: the config must be a mapping"]
     data: dict[str, Any] = dict(doc.value)
     for var, key in ENV.items():
         if env.get(var):
@@ -66,7 +77,7 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
             errors.append(f"{doc.where(key)}: unknown key {key!r}")
     _scalars(cfg, data, doc, errors)
     for i, item in enumerate(data.get("targets") or []):
-        t = parse_target(item, doc, ("targets", i), errors)
+        t = parse_target(item, doc, ("targets", i), errors, cfg.scrape)
         if t is not None:
             cfg.targets.append(t)
     names = [t.name for t in cfg.targets]
@@ -95,9 +106,7 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
     if notify is not None and not isinstance(notify, dict):
         errors.append(f"{doc.where('notify')}: `notify` must be a mapping")
     cfg.notify = notify if isinstance(notify, dict) else None
-    if errors:
-        raise ConfigError(errors)
-    return cfg
+    return cfg, errors
 
 
 def _dur(d: dict[str, Any], key: str, default: float, doc: Located, path: tuple, errors: list[str]) -> float:  # type: ignore[type-arg]
@@ -154,11 +163,15 @@ def _scalars(cfg: Config, data: dict[str, Any], doc: Located, errors: list[str])
     if not isinstance(scrape, dict):
         errors.append(f"{doc.where('scrape')}: scrape: must be a mapping")
         scrape = {}
-    cfg.scrape_timeout_s = _dur(scrape, "timeout", cfg.scrape_timeout_s, doc, ("scrape",), errors)
-    for key, attr in (("max_bytes", "scrape_max_bytes"), ("workers", "scrape_workers")):
-        v = scrape.get(key)
-        if v is not None:
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                errors.append(f"{doc.where('scrape', key)}: scrape.{key}: a positive integer")
-            else:
-                setattr(cfg, attr, v)
+    for key in scrape:
+        if key not in SCRAPE_KEYS:
+            errors.append(f"{doc.where('scrape', key)}: unknown key scrape.{key}")
+    base = ScrapeDefaults()
+    cfg.scrape = ScrapeDefaults(
+        timeout_s=_dur(scrape, "timeout", base.timeout_s, doc, ("scrape",), errors),
+        max_bytes=count(scrape, "max_bytes", base.max_bytes, doc.where("scrape", "max_bytes"), errors),
+        limits=limits(scrape, doc, ("scrape",), errors, base.limits),
+    )
+    cfg.scrape_max_connections = count(
+        scrape, "max_connections", cfg.scrape_max_connections, doc.where("scrape", "max_connections"), errors
+    )

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from doctor.ingest.fetch import HttpOptions
+from doctor.ingest.parse import ScrapeLimits
 from doctor.verdicts import RUNBOOK_PATH
 
 DEFAULT_LISTEN = "127.0.0.1:9860"
@@ -28,6 +29,7 @@ class TargetSpec:
     tensor_parallel: int = 1
     labels: dict[str, str] = field(default_factory=dict)
     http: HttpOptions = field(default_factory=HttpOptions)
+    limits: ScrapeLimits = field(default_factory=ScrapeLimits)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -41,6 +43,15 @@ class TargetSpec:
 
     def __repr__(self) -> str:
         return f"TargetSpec(name={self.name!r}, url={self.safe_url!r})"
+
+
+@dataclass(frozen=True)
+class ScrapeDefaults:
+    """The `scrape:` section: what every target gets unless its own entry says otherwise."""
+
+    timeout_s: float = 10.0
+    max_bytes: int = 16 * 1024 * 1024
+    limits: ScrapeLimits = field(default_factory=ScrapeLimits)
 
 
 @dataclass
@@ -71,9 +82,8 @@ class Config:
     state_file: str | None = None
     log_format: str = "text"
     log_level: str = "info"
-    scrape_timeout_s: float = 10.0
-    scrape_max_bytes: int = 16 * 1024 * 1024
-    scrape_workers: int = 16
+    scrape: ScrapeDefaults = field(default_factory=ScrapeDefaults)
+    scrape_max_connections: int = 1024  # the connection pool shared by every scrape
     targets: list[TargetSpec] = field(default_factory=list)
     file_sd: list[FileSD] = field(default_factory=list)
     source: str = "scrape"  # or "prometheus"

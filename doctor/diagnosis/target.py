@@ -33,6 +33,8 @@ class Target:
     errors_total: int = 0
     last_success_ts: float | None = None
     last_scrape_duration_s: float | None = None
+    samples: int | None = None  # in the last scrape (0 when it failed or was refused)
+    limit_exceeded_total: dict[str, int] = field(default_factory=dict)  # limit name -> scrapes refused for it
     missing: list[str] = field(default_factory=list)  # expected vLLM families absent from the last scrape
     live: LiveCapacity | None = None
 
@@ -46,8 +48,11 @@ class Target:
         """The labels the operator (or Prometheus' job) gave it."""
         return self.facts.labels
 
-    def record(self, t: float, up: bool, error: str = "", duration_s: float | None = None) -> None:
-        """Count one look at the target at t: a success, or a failure and why."""
+    def record(
+        self, t: float, up: bool, error: str = "", duration_s: float | None = None,
+        samples: int | None = None, limit: str | None = None,
+    ) -> None:  # fmt: skip
+        """Count one look at the target at t: a success, or a failure and why (limit: the one it went over)."""
         self.up, self.last_error = up, "" if up else (error or "scrape failed")
         if up:
             self.last_success_ts = t
@@ -55,6 +60,13 @@ class Target:
             self.errors_total += 1
         if duration_s is not None:
             self.last_scrape_duration_s = duration_s
+        if samples is not None:
+            self.samples = samples
+        if limit is not None:
+            self.limit_exceeded_total = {
+                **self.limit_exceeded_total,
+                limit: self.limit_exceeded_total.get(limit, 0) + 1,
+            }
 
     def to_dict(self) -> dict[str, Any]:
         """Its scrape health as /api/v1/targets shows it, JSON-ready."""
@@ -66,5 +78,7 @@ class Target:
             "last_success_ts": self.last_success_ts,
             "last_error": self.last_error,
             "errors_total": self.errors_total,
+            "samples": self.samples,
+            "limit_exceeded_total": dict(self.limit_exceeded_total),
             "labels": dict(self.labels),
         }

@@ -11,6 +11,8 @@ import promql_parser as pp
 import yaml
 
 from doctor.config.durations import parse_duration
+from doctor.config.yamlpos import yaml_error
+from doctor.errors import ValidationError
 from doctor.promql.check import ExprError, check_expr
 from doctor.rules.templates import TemplateError, check_template
 
@@ -46,12 +48,8 @@ class RuleGroup:
     rules: list[Rule]
 
 
-class RuleLoadError(ValueError):
+class RuleLoadError(ValidationError):
     """Every problem found in the rule files, one per line."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("\n".join(errors))
-        self.errors = errors
 
 
 def _line(node: yaml.Node | None) -> int:
@@ -75,9 +73,7 @@ def load_files(paths: list[Path]) -> list[RuleGroup]:
             errors.append(f"{path}: cannot read: {exc}")
             continue
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else str(path)
-            errors.append(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}")
+            errors.append(yaml_error(str(path), exc))
             continue
         groups += _load_root(path, root, errors, seen_groups)
     if errors:

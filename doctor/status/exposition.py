@@ -73,7 +73,16 @@ class DiagnosisCollector:
         )
         info = GaugeMetricFamily("kvdoctor_target_info", "Target facts: its URL (no credentials) and configured labels.",
                                  labels=["target", "url"])  # fmt: skip
+        samples = GaugeMetricFamily("kvdoctor_target_scrape_samples",
+                                    "Samples in the last scrape (0 when it failed or was refused).", labels=["target"])  # fmt: skip
+        refused = CounterMetricFamily("kvdoctor_target_scrape_limit_exceeded",
+                                      "Scrapes refused whole for going over a limit (sample_limit, label_limit, "
+                                      "label_value_length_limit).", labels=["target", "limit"])  # fmt: skip
         for name, t in sorted(snap["targets"].items()):
+            if t.samples is not None:
+                samples.add_metric([name], float(t.samples))
+            for limit, n in sorted(t.limit_exceeded_total.items()):
+                refused.add_metric([name, limit], float(n))
             up.add_metric([name], 1.0 if t.up else 0.0)
             if t.last_scrape_duration_s is not None:
                 dur.add_metric([name], t.last_scrape_duration_s)
@@ -81,7 +90,7 @@ class DiagnosisCollector:
                 last.add_metric([name], t.last_success_ts)
             errs.add_metric([name], float(t.errors_total))
             info.add_metric([name, t.url], 1.0)
-        yield from (up, dur, last, errs, info)
+        yield from (up, dur, last, errs, info, samples, refused)
 
     def _self(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
         ev = GaugeMetricFamily(
@@ -94,6 +103,15 @@ class DiagnosisCollector:
         )
         if snap["evaluation_duration_s"] is not None:
             evd.add_metric([], snap["evaluation_duration_s"])
+        cycle = GaugeMetricFamily(
+            "kvdoctor_cycle_duration_seconds",
+            "Duration of the last cycle (ingest, rules, classification, sinks); it must stay under the interval.",
+        )
+        if snap["cycle_duration_s"] is not None:
+            cycle.add_metric([], snap["cycle_duration_s"])
+        interval = GaugeMetricFamily("kvdoctor_cycle_interval_seconds", "The interval cycles run at.")
+        if snap["interval_s"] is not None:
+            interval.add_metric([], snap["interval_s"])
         fails = CounterMetricFamily("kvdoctor_rule_evaluation_failures", "Rule evaluations that failed.")
         fails.add_metric([], float(snap["rule_failures_total"]))
         reload_ok = GaugeMetricFamily(
@@ -103,16 +121,25 @@ class DiagnosisCollector:
         reload_ts = GaugeMetricFamily(
             "kvdoctor_config_last_reload_success_timestamp_seconds", "Last successful reload."
         )
-        if snap["reload_ts"] is not None:
-            reload_ts.add_metric([], snap["reload_ts"])
+        if snap["reload_success_ts"] is not None:
+            reload_ts.add_metric([], snap["reload_success_ts"])
+        reloads = CounterMetricFamily(
+            "kvdoctor_config_reloads", "Reload attempts (SIGHUP, /-/reload) by outcome.", labels=["outcome"]
+        )
+        for outcome in ("success", "failure"):
+            reloads.add_metric([outcome], float(snap["reloads_total"].get(outcome, 0)))
         build = GaugeMetricFamily(
             "kvdoctor_build_info", "kvdoctor build information.", labels=["version", "python_version"]
         )
         build.add_metric([__version__, platform.python_version()], 1.0)
-        sched = CounterMetricFamily("kvdoctor_scheduler_events", "APScheduler job events.", labels=["event"])
-        for event in ("error", "missed", "max_instances"):
+        sched = CounterMetricFamily(
+            "kvdoctor_scheduler_events",
+            "Cycle events: missed (interval slots an overlong cycle ate), error (a cycle that failed).",
+            labels=["event"],
+        )
+        for event in ("error", "missed"):
             sched.add_metric([event], float(snap["scheduler_events"].get(event, 0)))
-        yield from (ev, evd, fails, reload_ok, reload_ts, build, sched)
+        yield from (ev, evd, cycle, interval, fails, reload_ok, reload_ts, reloads, build, sched)
 
 
 def make_registry(state: DaemonState) -> CollectorRegistry:

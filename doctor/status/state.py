@@ -11,6 +11,8 @@ from doctor.diagnosis.target import Target
 from doctor.signals import SIGNALS
 from doctor.verdicts import Diagnosis
 
+RELOADS_KEPT = 20  # reload attempts shown in /api/v1/status
+
 
 class DaemonState:
     """A lock-protected snapshot; writers replace whole values, readers copy."""
@@ -23,8 +25,13 @@ class DaemonState:
         self.evaluation_duration_s: float | None = None
         self.rule_failures_total = 0
         self.reload_ok = True
-        self.reload_ts: float | None = None
+        self.reload_ts: float | None = None  # the last attempt, whatever its outcome
+        self.reload_success_ts: float | None = None
         self.reload_error = ""
+        self.reloads: deque[dict[str, Any]] = deque(maxlen=RELOADS_KEPT)
+        self.reloads_total: Counter[str] = Counter()
+        self.cycle_duration_s: float | None = None
+        self.interval_s: float | None = None
         self.scheduler_events: Counter[str] = Counter()
         self.started_ts: float | None = None
         self.ready = False
@@ -32,7 +39,7 @@ class DaemonState:
         self._points = history_points
 
     def publish(self, diagnoses: list[Diagnosis], t: float, duration_s: float, rule_failures: int) -> None:
-        """Record one evaluation."""
+        """Record one evaluation (duration_s: of the rule evaluation and classification)."""
         with self._lock:
             self.diagnoses = list(diagnoses)
             self.evaluation_ts, self.evaluation_duration_s = t, duration_s
@@ -56,6 +63,12 @@ class DaemonState:
         with self._lock:
             self.targets[target.name] = replace(target)
 
+    def target(self, name: str) -> Target | None:
+        """A copy of one target (facts and scrape health)."""
+        with self._lock:
+            t = self.targets.get(name)
+            return replace(t) if t is not None else None
+
     def drop_target(self, name: str) -> None:
         """Forget a removed target and its history."""
         with self._lock:
@@ -75,7 +88,12 @@ class DaemonState:
                 "rule_failures_total": self.rule_failures_total,
                 "reload_ok": self.reload_ok,
                 "reload_ts": self.reload_ts,
+                "reload_success_ts": self.reload_success_ts,
                 "reload_error": self.reload_error,
+                "reloads": list(self.reloads),
+                "reloads_total": dict(self.reloads_total),
+                "cycle_duration_s": self.cycle_duration_s,
+                "interval_s": self.interval_s,
                 "scheduler_events": dict(self.scheduler_events),
                 "ready": self.ready,
             }
@@ -85,14 +103,21 @@ class DaemonState:
         with self._lock:
             return list(self._history.get((target, model_name), ()))
 
-    def note_reload(self, ok: bool, t: float, error: str = "") -> None:
-        """Record a config/rules reload outcome."""
+    def note_reload(self, ok: bool, t: float, error: str = "", message: str = "") -> None:
+        """Record a config/rules reload attempt: when, whether it applied, and what it said."""
         with self._lock:
-            self.reload_ok, self.reload_error = ok, error
+            self.reload_ok, self.reload_error, self.reload_ts = ok, error, t
             if ok:
-                self.reload_ts = t
+                self.reload_success_ts = t
+            self.reloads.append({"ts": t, "ok": ok, "message": message or error or "reloaded"})
+            self.reloads_total["success" if ok else "failure"] += 1
 
-    def count_event(self, event: str) -> None:
-        """Count a scheduler event (error, missed, max_instances)."""
+    def note_cycle(self, duration_s: float, interval_s: float) -> None:
+        """Record how long one cycle took against the interval it has to fit in."""
         with self._lock:
-            self.scheduler_events[event] += 1
+            self.cycle_duration_s, self.interval_s = duration_s, interval_s
+
+    def count_event(self, event: str, n: int = 1) -> None:
+        """Count a scheduling event: `missed` (slots an overlong cycle ate), `error` (a cycle that raised)."""
+        with self._lock:
+            self.scheduler_events[event] += n

@@ -204,7 +204,14 @@ class App:
                 "duration_s": snap["evaluation_duration_s"],
                 "rule_failures_total": snap["rule_failures_total"],
             },
-            "reload": {"ok": snap["reload_ok"], "ts": snap["reload_ts"], "error": snap["reload_error"]},
+            "reload": {
+                "ok": snap["reload_ok"],
+                "ts": snap["reload_ts"],
+                "last_success_ts": snap["reload_success_ts"],
+                "error": snap["reload_error"],
+                "attempts": snap["reloads"],
+            },
+            "cycle": {"duration_s": snap["cycle_duration_s"], "interval_s": snap["interval_s"]},
             "scheduler_events": snap["scheduler_events"],
             "targets": {"total": len(targets), "up": sum(1 for t in targets if t.up)},
         }
