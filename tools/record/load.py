@@ -11,7 +11,8 @@ List-valued options take '/'-separated values (commas separate phase keys): --mo
 served model names (LoRA adapters), --dp-ranks 0/0/0/1 sends an X-data-parallel-rank header (worker i, or request i
 in open loop, gets entry i mod len). --unique-head N puts N random words, unique per request, before the shared
 prefix (a request ID or timestamp in a system prompt: defeats prefix caching). A failed request (server down) is
-retried after 0.5 s, so a closed loop keeps going across a restart without spinning.
+retried after 0.5 s, so a closed loop keeps going across a restart without spinning. --warmup sends one short
+request and waits for it before the first scrape (0.16 took 18-45 s to serve its very first request).
 """
 
 import argparse
@@ -208,6 +209,10 @@ async def main(a):
     phases = [phase_args(a, s) for s in (a.phase or [""])]
     cpu_log, results = [], []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        if a.warmup:
+            t0 = time.time()
+            await one_request(session, a, words(random.Random(0), 16), 4, [])
+            print(f"warm-up request took {time.time() - t0:.1f} s", flush=True)
         stop_evt = asyncio.Event()
         with open(f"{a.out}/{a.scenario}.jsonl", "w") as fh:
             st = asyncio.create_task(scraper(session, a.base, fh, stop_evt, cpu_log))
@@ -259,5 +264,6 @@ if __name__ == "__main__":
     ap.add_argument("--unique-head", type=int, default=0, help="N random words unique to each request, first")
     ap.add_argument("--models", default="", help="served model names to spread requests over, a/b/c")
     ap.add_argument("--dp-ranks", default="", help="X-data-parallel-rank per worker (or request), 0/0/1")
+    ap.add_argument("--warmup", action="store_true", help="one short request before the first scrape")
     ap.add_argument("--phase", action="append", help="key=value,... overriding options (repeatable)")
     asyncio.run(main(ap.parse_args()))

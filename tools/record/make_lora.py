@@ -32,7 +32,9 @@ def make(model_dir, out, rank, seed):
             tensors[f"{key}.lora_A.weight"] = torch.randn(rank, d_in, generator=g) * 0.01
             tensors[f"{key}.lora_B.weight"] = torch.randn(d_out, rank, generator=g) * 0.01
     os.makedirs(out, exist_ok=True)
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, f"{out}/adapter_model.safetensors")
+    save_file(
+        {k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, f"{out}/adapter_model.safetensors"
+    )
     conf = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
