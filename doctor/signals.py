@@ -120,6 +120,8 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("itl_mean_30s", "ITL mean, 30s", "seconds", "kvdoctor:itl_seconds:mean30s", short="ITL mean 30s"),
     Signal("itl_mean_baseline_s", "ITL mean, light load", "seconds", "kvdoctor:itl_seconds:mean_baseline",
            short="ITL mean baseline"),
+    Signal("prefix_cache_hit_ratio_30s", "Prefix-cache hit rate, 30s", "pct", "kvdoctor:prefix_cache_hit:ratio30s",
+           short="prefix cache hits 30s"),
     Signal("prefill_tokens_per_s", "Prefill throughput", "tok/s", "kvdoctor:prefill_tokens:rate1m",
            short="prefill"),
     Signal("prefill_decode_ratio", "Prompt tokens computed per generated token", "plain",
@@ -128,7 +130,7 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("requests_max_10s", "Requests seen in 10s", "count", "kvdoctor:requests:max10s", short="requests 10s"),
     Signal("quiet", "Quiet (nothing running or waiting)", "plain", "kvdoctor:quiet", short="quiet"),
     Signal("waiting_p25_1m", "Waiting, 1m p25", "count", "kvdoctor:waiting:p25_1m", short="waiting p25 1m"),
-    Signal("waiting_deferred", "Waiting (deferred)", "count", "kvdoctor:waiting_deferred", short="deferred"),
+    Signal("waiting_deferred", "Waiting (deferred), 30s peak", "count", "kvdoctor:waiting_deferred", short="deferred"),
     Signal("imbalance_pressed_running", "Running on the queuing engine", "count",
            "kvdoctor:engine_imbalance:pressed_running", short="queuing engine running"),
     # per engine (label `engine`); split off by doctor.diagnosis.evidence as {engine: {key without engine_: value}}
@@ -175,7 +177,7 @@ FINDINGS: dict[str, FindingKind] = {
         FindingKind("stalled", ("running", "waiting", "waiting_deferred", "kv_usage", "prompt_tokens_p99"),
                     "Engine stalled"),
         FindingKind("preemption_storm", ("preemptions_per_s", "requests_per_s", "kv_usage_max_1m")),
-        FindingKind("prefix_cache_low_hit_rate", ("prefix_cache_hit_ratio", "prompt_tokens_p50")),
+        FindingKind("prefix_cache_low_hit_rate", ("prefix_cache_hit_ratio", "prefix_cache_hit_ratio_30s", "prompt_tokens_p50")),
         FindingKind("spec_decode_low_acceptance", ("spec_decode_acceptance",)),
         FindingKind("spec_decode_high_load", ("running_avg_1m", "itl_p50_s", "itl_baseline_s")),
         FindingKind("target_down", severity="critical", meaning=(

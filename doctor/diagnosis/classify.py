@@ -97,6 +97,10 @@ class Classifier:
             findings = [f for f in findings if f.bottleneck not in LIMITS]
         elif limits:
             verdict = min(limits, key=PRIORITY.index)
+        elif ev.get("waiting_deferred", 0) >= 1:
+            verdict = (
+                "unknown"  # requests held by a LoRA budget or a KV transfer: a limit kvdoctor does not name
+            )
         elif "running_avg_1m" not in ev:
             verdict = "unknown"
         elif _idle(ev):
