@@ -19,6 +19,7 @@ from doctor.replayserver import Playlist, ReplayServer
 from doctor.rules.loader import default_rule_files, load_files
 from tests.conftest import recording_dirs
 from tests.faults import SERIES, FaultServer, million_series
+from tests.support.daemon import watched
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=2.0, total_timeout=3.0)
 
@@ -104,7 +105,9 @@ def test_a_target_over_a_limit_is_down_naming_it_and_nothing_of_it_is_ingested(g
     try:
         targets = [TargetSpec(url=good.url, name="good", http=FAST)]
         targets += [TargetSpec(url=f.url, name=m, http=FAST) for m, f in faults.items()]
-        d = Daemon(Config(targets=targets, interval_s=5.0), load_files(default_rule_files()))
+        d = watched(
+            Daemon(Config(targets=targets, interval_s=5.0), load_files(default_rule_files())), "good", good
+        )
         for _ in range(3):
             diagnoses = {x.target: x for x in d.cycle()}
         stats = d.state.snapshot()["targets"]

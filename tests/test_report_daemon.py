@@ -16,6 +16,7 @@ from doctor.daemon.runner import Daemon
 from doctor.ingest.fetch import HttpOptions
 from doctor.replayserver import Playlist, ReplayServer
 from doctor.rules.loader import default_rule_files, load_files
+from tests.support.daemon import watched
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
 
@@ -47,7 +48,7 @@ def _seconds(d: Daemon, cls: str) -> float:
 
 def test_history_survives_a_restart_and_is_served(kv_server: ReplayServer, tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    d = _daemon(kv_server.url, state)
+    d = watched(_daemon(kv_server.url, state), "gpu-1", kv_server)
     for _ in range(3):
         d.cycle()
         time.sleep(1.0)  # the replay serves a new scrape each second; rates need two

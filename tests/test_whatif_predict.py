@@ -118,6 +118,10 @@ PAIR_LIST = load_pairs(PAIRS)
 # Known miss, kept visible: on this CPU engine a 512-token prefill budget cost generation throughput (-17 %) that the
 # fitted linear step model does not see (it predicts it flat); TTFT and ITL directions are still right.
 KNOWN_WRONG = {("max_num_batched_tokens_2048_to_512", "generation_tokens_per_s")}
+# Known miss, kept visible: in kv2x_restart's before window most inter-token gaps fall under vLLM's first ITL bucket
+# edge (10 ms), so the measured p50 is interpolated inside [0, 10 ms] (7.8 ms) while the simulated steps (16 ms, the
+# client-side median was 12 ms) land above it; the changed prediction is within 13 %.
+KNOWN_FAR = {("kv_cache_doubled_restart", "unchanged", "itl_p50_s")}
 
 
 @pytest.mark.parametrize("pair", PAIR_LIST, ids=[str(p["name"]) for p in PAIR_LIST])
@@ -132,7 +136,8 @@ def test_recorded_pairs_get_the_directions_right_and_stay_near(pair):
         and r.changed_error["generation_tokens_per_s"] < 0.5
     )
     assert r.unchanged_error["ttft_p95_s"] < 0.6 and r.changed_error["ttft_p95_s"] < 0.6
-    assert r.unchanged_error["itl_p50_s"] < 0.8 and r.changed_error["itl_p50_s"] < 0.8
+    for which, err in (("unchanged", r.unchanged_error), ("changed", r.changed_error)):
+        assert (err["itl_p50_s"] < 0.8) != ((r.name, which, "itl_p50_s") in KNOWN_FAR), (r.name, which)
 
 
 def test_a_roofline_prior_shapes_the_fit_where_the_history_shows_one_batch_size(shared_032):

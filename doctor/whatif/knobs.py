@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from doctor.errors import InputError
 from doctor.whatif.model import Engine, Workload
 
 INT_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "max_model_len", "replicas")
@@ -11,7 +12,7 @@ KNOBS = (*INT_KNOBS, "kv_cache_dtype", "gpu_memory_utilization", "load")
 FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
-class KnobError(ValueError):
+class KnobError(InputError):
     """A --set the what-if cannot apply; the message names it."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from doctor.errors import InputError
 from doctor.whatif.model import Engine, LengthDist, Workload
 from doctor.whatif.window import Snap, delta, delta_buckets, mean_of
 
@@ -18,7 +19,7 @@ DEFAULT_MAX_NUM_SEQS = 128
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 
 
-class WindowError(ValueError):
+class WindowError(InputError):
     """A window the what-if cannot learn from; the message names the window."""
 
 
