@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from doctor.capacity.live import live_capacity
+from doctor.capacity.live import B125, CACHE_INFO, live_capacity
 from doctor.diagnosis.classify import Classifier, TargetState
 from doctor.diagnosis.model import Diagnosis
 from doctor.diagnosis.signals import INSTANCE_SIGNALS, SIGNALS, collect
 from doctor.ingest.parse import ParseError, Parser
 from doctor.rules.evaluate import Evaluation, RuleEngine
 from doctor.rules.loader import Group
-from doctor.samples import Sample, Scrape
+from doctor.samples import Sample
 from doctor.store import Store
 
 # Families a diagnosis needs, each with the names it may carry across vLLM versions.
@@ -29,6 +29,7 @@ EXPECTED = {
 }
 # Every recorded series the classifier reads, for either source.
 SIGNAL_NAMES = set(SIGNALS.values()) | set(INSTANCE_SIGNALS.values())
+_CAPACITY_NAMES = {CACHE_INFO, *B125}  # the samples live_capacity reads
 
 
 @dataclass
@@ -61,7 +62,6 @@ class Pipeline:
         self.targets: dict[str, TargetState] = {}
         self.config: dict[str, TargetConfig] = {}
         self._parsers: dict[str, Parser] = {}
-        self._last: dict[str, Scrape] = {}
 
     def set_rules(self, groups: list[Group]) -> None:
         """Swap in a new rule pack, keeping the alert state of rules that still exist."""
@@ -78,7 +78,7 @@ class Pipeline:
         """Forget a target: its series go stale and age out."""
         self.store.mark_down(name, round(self.store.newest_ms))
         self.store.forget_source(name)
-        for d in (self.targets, self.config, self._parsers, self._last):
+        for d in (self.targets, self.config, self._parsers):
             d.pop(name, None)  # type: ignore[attr-defined]
 
     def observe(self, target: str, t: float, text: str | None, error: str | None = None) -> str | None:
@@ -101,7 +101,10 @@ class Pipeline:
         self.store.ingest(target, t_ms, scrape.samples, extra)
         self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 1.0)], extra)
         state.up, state.error = True, ""
-        self._last[target] = scrape
+        # read what the diagnosis needs from the scrape now, so its samples do not outlive the ingest
+        names = {s.name for s in scrape.samples}
+        state.missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
+        state.live = live_capacity([s for s in scrape.samples if s.name in _CAPACITY_NAMES])
         return None
 
     def evaluate(self, t: float) -> Cycle:
@@ -115,12 +118,6 @@ class Pipeline:
                 v = s.at(t_ms, self.store.lookback_ms)
                 if v is not None and not math.isnan(v):
                     series.append((s.labels, v))
-        for name, st in self.targets.items():
-            scrape = self._last.get(name)
-            if scrape is not None and st.up:
-                names = {s.name for s in scrape.samples}
-                st.missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
-                st.live = live_capacity(scrape.samples)
         diagnoses = self.classifier.classify(t, collect(series), evaluation.alerts, self.targets)
         return Cycle(t, diagnoses, evaluation)
 
