@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import promql_parser as pp
@@ -41,13 +43,57 @@ class Engine(Calls):
         self.lookback_ms = store.lookback_ms
         self.subquery_step_ms = subquery_step_ms
         self._regex: dict[str, re.Pattern[str]] = {}
+        # id(node) -> (node, its text, the metric names it reads); the node is kept so its id stays unique
+        self._nodes: dict[int, tuple[Any, str, frozenset[str] | None]] = {}
+        self._memo: dict[tuple[str, int], tuple[Value, frozenset[str] | None]] | None = None
+        # selector text -> (the name's series list it was matched against, the matches)
+        self._selected: dict[str, tuple[list[Series], list[Series]]] = {}
+        self.computed = 0  # subexpressions evaluated (not served from the memo), for tests and benchmarks
 
     def instant(self, expr: pp.Expr, t_ms: int) -> Value:
         """The value of expr at t_ms."""
         return self._eval(expr, t_ms)
 
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """Within the block, an expression met again at the same instant (in any rule) is not evaluated again."""
+        self._memo = {}
+        try:
+            yield
+        finally:
+            self._memo = None
+
+    def written(self, name: str) -> None:
+        """Series named `name` just changed (a recording rule wrote them): forget shared results that read them."""
+        memo = self._memo
+        if memo:
+            for key in [k for k, (_, names) in memo.items() if names is None or name in names]:
+                del memo[key]
+
+    def _node(self, node: Any) -> tuple[Any, str, frozenset[str] | None]:
+        known = self._nodes.get(id(node))
+        if known is None:
+            if len(self._nodes) > 100_000:  # ad-hoc queries each bring new nodes
+                self._nodes.clear()
+                self._selected.clear()
+            known = self._nodes[id(node)] = (node, str(node), _names_read(node))
+        return known
+
     # -- dispatch ---------------------------------------------------------------------------------------
     def _eval(self, node: Any, t: int) -> Value:
+        memo = self._memo
+        if memo is None or isinstance(node, pp.NumberLiteral | pp.StringLiteral):
+            return self._compute(node, t)
+        _, text, names = self._node(node)
+        hit = memo.get((text, t))
+        if hit is not None:
+            return hit[0]
+        value = self._compute(node, t)
+        memo[(text, t)] = (value, names)
+        return value
+
+    def _compute(self, node: Any, t: int) -> Value:
+        self.computed += 1
         if isinstance(node, pp.NumberLiteral):
             return Scalar(float(node.val))
         if isinstance(node, pp.StringLiteral):
@@ -78,12 +124,20 @@ class Engine(Calls):
         return t - ms(node.offset)
 
     def _matching(self, node: pp.VectorSelector) -> list[Series]:
-        out = [
-            s
-            for s in self.store.select(node.name)
-            if all(self._match(m, s.labels) for m in node.matchers.matchers)
-        ]
-        out.sort(key=lambda s: s.labels)  # Prometheus returns series in label order; topk ties depend on it
+        """The selector's series in label order (Prometheus' order; topk ties depend on it), from the name index.
+
+        The matches are kept until a series of that name comes or goes (the store then hands out a new list).
+        """
+        base = self.store.sorted_series(node.name)
+        matchers = node.matchers.matchers
+        if not matchers:
+            return base
+        text = self._node(node)[1]
+        hit = self._selected.get(text)
+        if hit is not None and hit[0] is base:
+            return hit[1]
+        out = [s for s in base if all(self._match(m, s.labels) for m in matchers)]
+        self._selected[text] = (base, out)
         return out
 
     def _match(self, m: Any, labels: Labels) -> bool:
@@ -105,9 +159,10 @@ class Engine(Calls):
 
     def _vector(self, node: pp.VectorSelector, t: int) -> Vector:
         ref = self._ref_time(node, t)
+        lookback = self.lookback_ms
         out: Vector = []
         for s in self._matching(node):
-            v = s.at(ref, self.lookback_ms)
+            v = s.at(ref, lookback)
             if v is not None:
                 out.append(Elem(s.labels, v))
         return out
@@ -179,6 +234,30 @@ class Engine(Calls):
         by = mod is None or mod.type == pp.AggModifierType.By
         labels = list(mod.labels) if mod is not None else []
         return aggregate.aggregate(op, as_vector(self._eval(node.expr, t)), by, labels, param)
+
+
+def _names_read(node: Any) -> frozenset[str] | None:
+    """The metric names an expression selects (None: it may read any series)."""
+    if isinstance(node, pp.VectorSelector):
+        return frozenset([node.name]) if node.name else None
+    children: list[Any] = []
+    if isinstance(node, pp.MatrixSelector):
+        children = [node.vector_selector]
+    elif isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
+        children = [node.expr]
+    elif isinstance(node, pp.BinaryExpr):
+        children = [node.lhs, node.rhs]
+    elif isinstance(node, pp.AggregateExpr):
+        children = [node.expr] + ([node.param] if node.param is not None else [])
+    elif isinstance(node, pp.Call):
+        children = list(node.args)
+    names: set[str] = set()
+    for child in children:
+        sub = _names_read(child)
+        if sub is None:
+            return None
+        names |= sub
+    return frozenset(names)
 
 
 def _matching_of(mod: Any, op: str) -> binary.Matching:
