@@ -45,7 +45,8 @@ class Engine(Calls):
         self._regex: dict[str, re.Pattern[str]] = {}
         # id(node) -> (node, its text, the metric names it reads); the node is kept so its id stays unique
         self._nodes: dict[int, tuple[Any, str, frozenset[str] | None]] = {}
-        self._memo: dict[tuple[str, int], tuple[Value, frozenset[str] | None]] | None = None
+        self._memo: dict[tuple[str, int], Value] | None = None
+        self._readers: dict[str | None, list[tuple[str, int]]] = {}  # name (None: any) -> memo keys reading it
         # selector text -> (the name's series list it was matched against, the matches)
         self._selected: dict[str, tuple[list[Series], list[Series]]] = {}
         self.computed = 0  # subexpressions evaluated (not served from the memo), for tests and benchmarks
@@ -57,18 +58,18 @@ class Engine(Calls):
     @contextmanager
     def shared(self) -> Iterator[None]:
         """Within the block, an expression met again at the same instant (in any rule) is not evaluated again."""
-        self._memo = {}
+        self._memo, self._readers = {}, {}
         try:
             yield
         finally:
-            self._memo = None
+            self._memo, self._readers = None, {}
 
     def written(self, name: str) -> None:
         """Series named `name` just changed (a recording rule wrote them): forget shared results that read them."""
         memo = self._memo
         if memo:
-            for key in [k for k, (_, names) in memo.items() if names is None or name in names]:
-                del memo[key]
+            for key in (*self._readers.pop(name, ()), *self._readers.pop(None, ())):
+                memo.pop(key, None)
 
     def _node(self, node: Any) -> tuple[Any, str, frozenset[str] | None]:
         known = self._nodes.get(id(node))
@@ -85,11 +86,14 @@ class Engine(Calls):
         if memo is None or isinstance(node, pp.NumberLiteral | pp.StringLiteral):
             return self._compute(node, t)
         _, text, names = self._node(node)
-        hit = memo.get((text, t))
+        key = (text, t)
+        hit = memo.get(key)
         if hit is not None:
-            return hit[0]
+            return hit
         value = self._compute(node, t)
-        memo[(text, t)] = (value, names)
+        memo[key] = value
+        for name in names if names is not None else (None,):
+            self._readers.setdefault(name, []).append(key)
         return value
 
     def _compute(self, node: Any, t: int) -> Value:

@@ -2,115 +2,22 @@
 
 from __future__ import annotations
 
-import math
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 
 from doctor.samples import Labels, Sample
+from doctor.store.series import LOOKBACK_MS, NAN, STALE, Series
 
-LOOKBACK_MS = 300_000  # Prometheus' default 5-minute lookback for instant selectors
-STALE = None  # staleness marker as ingest and the `vs` view spell it (stored as NaN plus its timestamp)
-_NAN = math.nan
-
-
-class Series:
-    """One series: canonical labels, timestamps (ms) and values in typed arrays; stale markers noted by time."""
-
-    __slots__ = ("_stale", "_t", "_v", "labels", "name")
-
-    def __init__(self, labels: Labels) -> None:
-        self.labels = labels
-        self.name = dict(labels).get("__name__", "")
-        self._t = array("q")
-        self._v = array("d")
-        self._stale: list[int] | None = None  # timestamps of stale markers, ascending
-
-    @property
-    def ts(self) -> list[int]:
-        """Sample timestamps (ms), stale markers included."""
-        return self._t.tolist()
-
-    @property
-    def vs(self) -> list[float | None]:
-        """Sample values, None where a stale marker is."""
-        vs: list[float | None] = self._v.tolist()  # type: ignore[assignment]
-        if self._stale:
-            stale = set(self._stale)
-            vs = [None if t in stale else v for t, v in zip(self._t, vs, strict=True)]
-        return vs
-
-    def append(self, t: int, v: float | None) -> None:
-        """Append a sample; out-of-order or duplicate timestamps are dropped, as Prometheus does."""
-        ts = self._t
-        if ts and t <= ts[-1]:
-            return
-        ts.append(t)
-        if v is None:
-            self._v.append(_NAN)
-            if self._stale is None:
-                self._stale = []
-            self._stale.append(t)
-        else:
-            self._v.append(v)
-
-    def _is_stale(self, t: int) -> bool:
-        stale = self._stale
-        if not stale:
-            return False
-        i = bisect_left(stale, t)
-        return i < len(stale) and stale[i] == t
-
-    def at(self, t: int, lookback_ms: int = LOOKBACK_MS) -> float | None:
-        """The value an instant selector sees at t: newest sample in [t - lookback, t] (Prometheus 2.x), unless stale."""
-        ts = self._t
-        n = len(ts)
-        i = n if n and ts[n - 1] <= t else bisect_right(ts, t)
-        if i == 0:
-            return None
-        last = ts[i - 1]
-        if last < t - lookback_ms:
-            return None
-        v = self._v[i - 1]
-        if v != v and self._is_stale(last):
-            return None
-        return v
-
-    def window(self, start: int, end: int) -> tuple[list[int], list[float]]:
-        """Samples with start <= t <= end, staleness markers removed (Prometheus 2.x range selection)."""
-        ts = self._t
-        i = bisect_left(ts, start)
-        j = bisect_right(ts, end)
-        tl, vl = ts[i:j].tolist(), self._v[i:j].tolist()
-        stale = self._stale
-        if stale:
-            k = bisect_left(stale, start)
-            if k < len(stale) and stale[k] <= end:
-                gone = set(stale[k : bisect_right(stale, end)])
-                pairs = [(t, v) for t, v in zip(tl, vl, strict=True) if t not in gone]
-                return [t for t, _ in pairs], [v for _, v in pairs]
-        return tl, vl
-
-    def trim(self, before: int) -> None:
-        """Forget samples older than `before`."""
-        ts = self._t
-        if not ts or ts[0] >= before:
-            return
-        i = bisect_left(ts, before)
-        del ts[:i]
-        del self._v[:i]
-        if self._stale:
-            del self._stale[: bisect_left(self._stale, before)]
-
-    def only_stale(self) -> bool:
-        """True when nothing but stale markers (or nothing at all) is left."""
-        return len(self._t) == len(self._stale or ())
+__all__ = ["LOOKBACK_MS", "STALE", "Series", "Store"]
+_LABELS, _NAME = attrgetter("labels"), attrgetter("name")
 
 
 class _Source:
     """What one source (a scrape target, a rule) last wrote, to append the next write without lookups."""
 
-    __slots__ = ("cache", "epoch", "labels", "names", "ndups", "seq", "trimmed_ms")
+    __slots__ = ("cache", "epoch", "labels", "names", "ndups", "seq", "trimmed_ms", "ts")
 
     def __init__(self) -> None:
         self.cache: dict[tuple[str, Labels], Series] = {}  # (name, labels as written) -> series
@@ -120,6 +27,7 @@ class _Source:
         self.ndups = 0
         self.epoch = -1  # the store's removal epoch when seq was built
         self.trimmed_ms = 0
+        self.ts: array[int] = array("q")  # the timestamps its lockstep series share
 
 
 class Store:
@@ -130,10 +38,12 @@ class Store:
         self.lookback_ms = lookback_ms
         self._series: dict[Labels, Series] = {}
         self._by_name: dict[str, dict[Labels, Series]] = {}
-        self._sorted: dict[str | None, list[Series]] = {}  # name -> its series in label order, until one changes
+        # name -> its series in label order, until one of them comes or goes
+        self._sorted: dict[str | None, list[Series]] = {}
         self._sources: dict[str, _Source] = {}
         self._retired: dict[str, _Source] = {}  # forgotten sources whose series still age out
         self._epoch = 0  # bumped whenever a series leaves the store
+        self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
         self._swept_ms = 0
         self.newest_ms = 0
 
@@ -146,7 +56,7 @@ class Store:
         """
         src = self._sources.get(source)
         if src is None:
-            src = self._sources[source] = self._retired.pop(source, None) or _Source()
+            src = self._sources[source] = self._retired.pop(source, _Source())
         batch = samples if isinstance(samples, list) else list(samples)
         if not (src.epoch == self._epoch and self._append_same(src, t_ms, batch)):
             self._append_changed(src, t_ms, batch, extra, staleness)
@@ -157,56 +67,92 @@ class Store:
         return src.ndups
 
     def _append_same(self, src: _Source, t_ms: int, batch: list[Sample]) -> bool:
-        """The common case: the same series in the same order as last time; False (nothing lost) otherwise."""
-        labels, names, seq = src.labels, src.names, src.seq
-        if len(batch) != len(labels):
+        """The common case: the same series in the same order as last time; False (nothing written) otherwise."""
+        if len(batch) != len(src.labels) or list(map(_LABELS, batch)) != src.labels:
+            return False  # cheap when equal: the parser hands out the same label tuples
+        if list(map(_NAME, batch)) != src.names:
             return False
-        for i, s in enumerate(batch):
-            if s.labels != labels[i] or s.name != names[i]:  # cheap: the parser hands out the same tuples
-                return False  # appends done so far are repeated as no-ops (same timestamp) by the slow path
-            ser = seq[i]
-            if ser is not None:
+        shared = src.ts
+        grow = not shared or t_ms > shared[-1]
+        for s, ser in zip(batch, src.seq, strict=True):
+            if ser is None:
+                continue
+            if ser._t is shared:
+                if grow:
+                    ser._v.append(s.value)
+            else:
                 ts = ser._t
                 if not ts or t_ms > ts[-1]:
                     ts.append(t_ms)
                     ser._v.append(s.value)
+        if grow:
+            shared.append(t_ms)
         return True
 
     def _append_changed(
         self, src: _Source, t_ms: int, batch: list[Sample], extra: Labels, staleness: bool
     ) -> None:
-        cache, index = src.cache, self._series
+        cache, index, shared = src.cache, self._series, src.ts
         seen: set[Series] = set()
         seq: list[Series | None] = []
         for s in batch:
             ck = (s.name, s.labels)
             ser = cache.get(ck)
             if ser is None or index.get(ser.labels) is not ser:
-                merged = dict(s.labels)
-                merged.update(extra)
-                merged["__name__"] = s.name
-                ser = cache[ck] = self._get(tuple(sorted(merged.items())))
-            if ser in seen:
-                seq.append(None)
-                continue
+                ser = cache[ck] = self._get(self._key(s, extra), None if shared else shared)
+            seq.append(None if ser in seen else ser)
             seen.add(ser)
-            seq.append(ser)
-            ser.append(t_ms, s.value)
+        grow = not shared or t_ms > shared[-1]
+        if grow and shared:
+            for ser in cache.values():  # series not written now leave the lockstep before it moves on
+                if ser._t is shared and ser not in seen:
+                    ser._detach()
         if staleness:
             for old in src.seq:
                 if old is not None and old not in seen and index.get(old.labels) is old:
                     old.append(t_ms, STALE)
-        src.labels = [s.labels for s in batch]
-        src.names = [s.name for s in batch]
+        for s, ser in zip(batch, seq, strict=True):
+            if ser is not None:
+                if ser._t is shared:
+                    if grow:
+                        ser._v.append(s.value)
+                else:
+                    ser.append(t_ms, s.value)
+        if grow:
+            shared.append(t_ms)
+        src.labels, src.names = list(map(_LABELS, batch)), list(map(_NAME, batch))
         src.seq, src.ndups, src.epoch = seq, len(batch) - len(seen), self._epoch
+
+    def _key(self, s: Sample, extra: Labels) -> Labels:
+        merged = dict(s.labels)
+        merged.update(extra)
+        merged["__name__"] = s.name
+        pairs = self._pairs  # one tuple per distinct label pair, shared by every series that has it
+        if len(pairs) > 1_000_000:
+            pairs.clear()
+        return tuple(pairs.setdefault(p, p) for p in sorted(merged.items()))
 
     def mark_down(self, source: str, t_ms: int) -> None:
         """A failed scrape: every series of the source goes stale, as in Prometheus."""
         src = self._sources.get(source)
         if src is not None:
+            shared = src.ts
+            grow = not shared or t_ms > shared[-1]
             for ser in src.seq:
                 if ser is not None and self._series.get(ser.labels) is ser:
-                    ser.append(t_ms, STALE)
+                    if ser._t is not shared:
+                        ser.append(t_ms, STALE)
+                    elif grow:
+                        ser._v.append(NAN)
+                        if ser._stale is None:
+                            ser._stale = []
+                        ser._stale.append(t_ms)
+            if grow and shared:
+                written = set(src.seq)
+                for ser in src.cache.values():  # (series of earlier writes, not in this one)
+                    if ser._t is shared and ser not in written:
+                        ser._detach()
+                shared.append(t_ms)
             src.labels, src.names, src.seq, src.ndups = [], [], [], 0
         self._tick(t_ms)
 
@@ -243,10 +189,10 @@ class Store:
     def __len__(self) -> int:
         return len(self._series)
 
-    def _get(self, key: Labels) -> Series:
+    def _get(self, key: Labels, ts: array[int] | None = None) -> Series:
         s = self._series.get(key)
         if s is None:
-            s = Series(key)
+            s = Series(key, ts)
             self._series[key] = s
             self._by_name.setdefault(s.name, {})[key] = s
             self._sorted.pop(s.name, None)
@@ -265,10 +211,18 @@ class Store:
     def _trim_source(self, src: _Source) -> None:
         """Trim the series a source wrote; drop those left empty or stale-only that it no longer writes."""
         cutoff = self.newest_ms - self.retention_ms
+        shared = src.ts
+        cut = bisect_left(shared, cutoff) if shared and shared[0] < cutoff else 0
+        del shared[:cut]
         current = {id(s) for s in src.seq}
         dead = []
         for ck, s in src.cache.items():
-            s.trim(cutoff)
+            if s._t is not shared:
+                s.trim(cutoff)
+            elif cut:
+                del s._v[:cut]
+                if s._stale:
+                    del s._stale[: bisect_left(s._stale, cutoff)]
             if s.only_stale() and id(s) not in current:
                 dead.append(ck)
         for ck in dead:
