@@ -46,7 +46,9 @@ class Engine(Calls):
         # id(node) -> (node, its text, the metric names it reads); the node is kept so its id stays unique
         self._nodes: dict[int, tuple[Any, str, frozenset[str] | None]] = {}
         self._memo: dict[tuple[str, int], Value] | None = None
-        self._readers: dict[str | None, list[tuple[str, int]]] = {}  # name (None: any) -> memo keys reading it
+        self._readers: dict[
+            str | None, list[tuple[str, int]]
+        ] = {}  # name (None: any) -> memo keys reading it
         # selector text -> (the name's series list it was matched against, the matches)
         self._selected: dict[str, tuple[list[Series], list[Series]]] = {}
         self.computed = 0  # subexpressions evaluated (not served from the memo), for tests and benchmarks
