@@ -135,37 +135,33 @@ def bench_prometheus(url: str, t: float, cycles: int, n: int) -> tuple[float, in
 
 def bench_scrape(
     targets: list[tuple[str, int, float]], templates: list[Template], t0: float, cycles: int
-) -> tuple[float, float, Counter[str]]:
-    """Median seconds of the last `cycles` scrape-source cycles (ingest N expositions + evaluate) and of their
-    evaluation part; the classes of the last cycle."""
-    groups = load_files(default_rule_files())
-    pipeline = Pipeline(groups)
+) -> tuple[float, float, float, Counter[str]]:
+    """Medians over the last `cycles` scrape-source cycles (ingest N expositions + evaluate): wall seconds, CPU
+    seconds, CPU seconds of the evaluation part; and the classes of the last cycle."""
+    pipeline = Pipeline(load_files(default_rule_files()))
     for instance, _, _ in targets:
         pipeline.add_target(instance)
     frames = min(len(t.offsets) for t in templates)
-    times, evals, last = [], [], None
+    walls, cpus, evals, last = [], [], [], None
     for k in range(frames):
         if k == frames - cycles - 3:
             # The windows are filled: collect once so the cycles measured are the steady state, not the
             # collections Python's GC runs while the heap grows from nothing during the first frames.
             gc.collect()
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         for instance, ti, phase in targets:
             pipeline.observe(instance, t0 + templates[ti].offsets[k] + phase, templates[ti].texts[k])
         # Early frames only fill the windows; the last ones run the whole cycle, with a few unmeasured
         # first so `for` clauses and rates have settled.
         if k >= frames - cycles - 3:
-            mid = time.perf_counter()
+            mid = time.process_time()
             last = pipeline.evaluate(t0 + templates[0].offsets[k] + 1.0)
-            end = time.perf_counter()
-            times.append(end - start)
-            evals.append(end - mid)
+            walls.append(time.perf_counter() - wall)
+            cpus.append(time.process_time() - cpu)
+            evals.append(time.process_time() - mid)
     assert last is not None
-    return (
-        statistics.median(times[-cycles:]),
-        statistics.median(evals[-cycles:]),
-        Counter(d.bottleneck for d in last.diagnoses),
-    )
+    med = [statistics.median(x[-cycles:]) for x in (walls, cpus, evals)]
+    return med[0], med[1], med[2], Counter(d.bottleneck for d in last.diagnoses)
 
 
 def bench_rss(n: int, pre_parsed: bool) -> dict[str, float]:
@@ -236,38 +232,39 @@ def main() -> int:
     try:
         for n in sizes:
             prom = bench_prometheus_fleet(n, templates, t0, end, args, base) if n in prom_sizes else None
-            s_s, e_s, s_classes = bench_scrape(fleet(n), templates, t0, args.cycles)
+            s_s, c_s, e_s, s_classes = bench_scrape(fleet(n), templates, t0, args.cycles)
             rss = bench_rss(n, n >= args.pre_parsed_from) if n in rss_sizes else None
-            rows.append((n, prom, s_s, e_s, s_classes, rss))
-            print(f"  {n} targets: scrape source {s_s:.3f}s per cycle", flush=True)
+            rows.append((n, prom, s_s, c_s, e_s, s_classes, rss))
+            print(f"  {n} targets: scrape source {s_s:.3f}s per cycle ({c_s:.3f}s CPU)", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     print(f"\n{'targets':>8} | {'prometheus source':>17} | {'queries':>7} | {'scrape source':>13} | {'per target':>10} "
           f"| {'of which':>8} | {'ratio':>11} | {'RSS per target':>14}")  # fmt: skip
-    print(f"{'':>8} | {'s per cycle':>17} | {'/cycle':>7} | {'s per cycle':>13} | {'ms/cycle':>10} "
+    print(f"{'':>8} | {'s per cycle':>17} | {'/cycle':>7} | {'s per cycle':>13} | {'CPU ms':>10} "
           f"| {'eval ms':>8} | {'scrape/prom':>11} | {'MB at 30m/15s':>14}")  # fmt: skip
-    for n, prom, s_s, e_s, _, rss in rows:
+    for n, prom, s_s, c_s, e_s, _, rss in rows:
         p_s, p_q = (f"{prom[0]:.3f}", str(prom[1])) if prom else ("-", "-")
         ratio = f"{s_s / prom[0]:.1f}×" if prom else "-"
         mb = (
-            f"{(rss['rss_after'] - rss['rss_before']) / n / 2**20:.2f}{'*' if rss['pre_parsed'] else ''}"
+            f"{(rss['rss_after'] - rss['rss_before']) / n / 2**20:.2f}{'*' * rss['pre_parsed']}"
             if rss
             else "-"
         )
-        print(f"{n:>8} | {p_s:>17} | {p_q:>7} | {s_s:>13.3f} | {s_s / n * 1e3:>10.3f} | {e_s / n * 1e3:>8.3f} "
+        print(f"{n:>8} | {p_s:>17} | {p_q:>7} | {s_s:>13.3f} | {c_s / n * 1e3:>10.3f} | {e_s / n * 1e3:>8.3f} "
               f"| {ratio:>11} | {mb:>14}")  # fmt: skip
-    if any(r[5] and r[5]["pre_parsed"] for r in rows):
+    if any(r[6] and r[6]["pre_parsed"] for r in rows):
         print("* scrapes pre-parsed once per frame and shared by the targets (parser caches not counted)")
-    print()
-    for n, prom, _, _, sc, _ in rows:
+    print(
+        "(seconds per cycle are wall time; per target is CPU time of the cycle: the machine may be shared)\n"
+    )
+    for n, prom, *_, sc, _ in rows:
         pc = dict(sorted(prom[2].items())) if prom else "-"
         print(f"classes at {n}: prometheus source {pc}; scrape source {dict(sorted(sc.items()))}")
-    per_target = [r[2] / r[0] for r in rows]
+    per_target = [r[3] / r[0] for r in rows]
     spread = max(per_target) / min(per_target)
-    print(
-        f"\nscrape source per target: {min(per_target) * 1e3:.3f}-{max(per_target) * 1e3:.3f} ms, max/min {spread:.2f}"
-    )
+    print(f"\nscrape source CPU per target: {min(per_target) * 1e3:.3f}-{max(per_target) * 1e3:.3f} ms, "
+          f"max/min {spread:.2f}")  # fmt: skip
     queries = {r[1][1] for r in rows if r[1]}
     constant = len(queries) <= 1
     print(f"queries per cycle constant over {prom_sizes}: {'yes' if constant else 'NO'}")
