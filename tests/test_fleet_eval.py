@@ -90,3 +90,16 @@ def test_a_shared_result_is_recomputed_once_a_rule_rewrites_what_it_read(tmp_pat
     pipeline.evaluate(100.0)
     got = {s.name: s.at(100_000) for s in pipeline.store.select(None) if s.name in ("before", "after")}
     assert got == {"before": 0.0, "after": 1.0}
+
+
+def test_expressions_that_print_alike_are_not_shared() -> None:
+    store = Store()
+    store.ingest(
+        "t", 1_000, [Sample("x", (("a", "p"), ("b", "q")), 1.0), Sample("x", (("a", 'p",b="q'),), 2.0)]
+    )
+    one, other = pp.parse('x{a="p",b="q"}'), pp.parse(r'x{a="p\",b=\"q"}')
+    assert str(one) == str(other)  # promql-parser prints label values unescaped
+    engine = Engine(store)
+    with engine.shared():
+        assert [e.v for e in engine.instant(one, 1_000)] == [1.0]
+        assert [e.v for e in engine.instant(other, 1_000)] == [2.0]

@@ -79,7 +79,10 @@ class Engine(Calls):
             if len(self._nodes) > 100_000:  # ad-hoc queries each bring new nodes
                 self._nodes.clear()
                 self._selected.clear()
-            known = self._nodes[id(node)] = (node, str(node), _names_read(node))
+            text = str(node)
+            if _quoted(node):  # str() prints strings unescaped: two different expressions could print alike
+                text = f"{text}\x00{id(node)}"
+            known = self._nodes[id(node)] = (node, text, _names_read(node))
         return known
 
     # -- dispatch ---------------------------------------------------------------------------------------
@@ -242,28 +245,40 @@ class Engine(Calls):
         return aggregate.aggregate(op, as_vector(self._eval(node.expr, t)), by, labels, param)
 
 
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, pp.MatrixSelector):
+        return [node.vector_selector]
+    if isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
+        return [node.expr]
+    if isinstance(node, pp.BinaryExpr):
+        return [node.lhs, node.rhs]
+    if isinstance(node, pp.AggregateExpr):
+        return [node.expr] + ([node.param] if node.param is not None else [])
+    if isinstance(node, pp.Call):
+        return list(node.args)
+    return []
+
+
 def _names_read(node: Any) -> frozenset[str] | None:
     """The metric names an expression selects (None: it may read any series)."""
     if isinstance(node, pp.VectorSelector):
         return frozenset([node.name]) if node.name else None
-    children: list[Any] = []
-    if isinstance(node, pp.MatrixSelector):
-        children = [node.vector_selector]
-    elif isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
-        children = [node.expr]
-    elif isinstance(node, pp.BinaryExpr):
-        children = [node.lhs, node.rhs]
-    elif isinstance(node, pp.AggregateExpr):
-        children = [node.expr] + ([node.param] if node.param is not None else [])
-    elif isinstance(node, pp.Call):
-        children = list(node.args)
     names: set[str] = set()
-    for child in children:
+    for child in _children(node):
         sub = _names_read(child)
         if sub is None:
             return None
         names |= sub
     return frozenset(names)
+
+
+def _quoted(node: Any) -> bool:
+    """True when a string in the expression holds a quote or a backslash."""
+    if isinstance(node, pp.VectorSelector):
+        return any('"' in m.value or "\\" in m.value for m in node.matchers.matchers)
+    if isinstance(node, pp.StringLiteral):
+        return '"' in node.val or "\\" in node.val
+    return any(_quoted(c) for c in _children(node))
 
 
 def _matching_of(mod: Any, op: str) -> binary.Matching:
