@@ -1,59 +1,25 @@
-"""Numbers for humans (93 %, 0.4/s, 1.2 s, 7m 30s) and labels for the diagnosis evidence keys."""
+"""Numbers for humans (93 %, 0.4/s, 1.2 s, 7m 30s, 339k tokens, 15.3 GiB); evidence values by their unit in doctor.signals."""
 
 from __future__ import annotations
 
 import math
+import re
 import time
 
-# Evidence keys the diagnosis layer may emit → (label, kind). Unknown keys are guessed from their suffix.
-KNOWN: dict[str, tuple[str, str]] = {
-    "kv_usage": ("KV cache usage", "pct"),
-    "kv_usage_max_30s": ("KV usage, 30s peak", "pct"),
-    "kv_usage_max_1m": ("KV usage, 1m peak", "pct"),
-    "kv_usage_avg_1m": ("KV usage, 1m avg", "pct"),
-    "running": ("Running", "count"),
-    "running_max_1m": ("Running, 1m peak", "count"),
-    "running_avg_1m": ("Running, 1m avg", "count"),
-    "batch_cap_configured": ("Batch cap (max_num_seqs)", "count"),
-    "batch_cap_inferred": ("Batch cap (inferred)", "count"),
-    "waiting": ("Waiting", "count"),
-    "waiting_avg_1m": ("Waiting, 1m avg", "count"),
-    "preemptions_per_s": ("Preemptions", "rate"),
-    "ttft_p95_s": ("TTFT p95", "seconds"),
-    "itl_p50_s": ("ITL p50", "seconds"),
-    "itl_p95_s": ("ITL p95", "seconds"),
-    "itl_baseline_s": ("ITL light-load baseline", "seconds"),
-    "slo_itl_p95_s": ("ITL p95 SLO", "seconds"),
-    "slo_ttft_p95_s": ("TTFT p95 SLO", "seconds"),
-    "queue_time_p95_s": ("Queue time p95", "seconds"),
-    "prefix_cache_hit_ratio": ("Prefix-cache hit rate", "pct"),
-    "spec_decode_acceptance": ("Spec-decode acceptance", "pct"),
-    "generation_tokens_per_s": ("Generation throughput", "tok/s"),
-    "prompt_tokens_per_s": ("Prompt throughput", "tok/s"),
-    "requests_per_s": ("Finished requests", "rate"),
-    "prompt_tokens_p50": ("Prompt length p50", "tokens"),
-    "prompt_tokens_p99": ("Prompt length p99", "tokens"),
-    "generation_tokens_p99": ("Generation length p99", "tokens"),
-    "kv_cache_tokens": ("KV cache capacity", "tokens"),
-    "max_model_len": ("max_model_len", "tokens"),
-    "request_p99_tokens": ("Request length p99", "tokens"),
-    "requests_observed": ("Requests observed", "count"),
-}
-# Preferred order in Slack fields; the rest follow alphabetically.
-ORDER = list(KNOWN)
+from doctor.signals import SIGNALS
 
 
 def label_of(key: str) -> str:
     """Human label for an evidence key."""
-    if key in KNOWN:
-        return KNOWN[key][0]
+    if key in SIGNALS:
+        return SIGNALS[key].label
     return key.replace("_", " ").strip().capitalize()
 
 
 def kind_of(key: str) -> str:
     """How to format an evidence value: pct, rate, seconds, tok/s, tokens, count or plain."""
-    if key in KNOWN:
-        return KNOWN[key][1]
+    if key in SIGNALS:
+        return SIGNALS[key].unit
     if key.endswith(("_perc", "_ratio", "_hit_rate", "_usage", "_fraction", "_pct")):
         return "pct"
     if key.endswith(("_per_s", "_per_second", "_rate")):
@@ -132,3 +98,46 @@ def clock(t: float) -> str:
 def is_fraction_key(key: str) -> bool:
     """True when the key's value is a 0–1 fraction (compare absolute, not relative, changes)."""
     return kind_of(key) == "pct"
+
+
+def tokens(n: float) -> str:
+    """Token counts the way operators say them: 4,096 / 339k / 1.2M."""
+    if n >= 1e6:
+        return f"{n / 1e6:.1f}M"
+    if n >= 1e4:
+        return f"{n / 1e3:.0f}k"
+    return f"{n:,.0f}"
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB (MiB below 1 GiB)."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def gb(n: float) -> str:
+    """Bytes as decimal GB, the unit of model weight sizes."""
+    return f"{n / 1e9:.1f} GB"
+
+
+def times(x: float) -> str:
+    """A concurrency figure: 0.5, 4.0, 12, 340."""
+    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}  # fmt: skip
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size as operators write it: `50GB` (decimal), `50GiB` (binary), `5e10` or `50000000000`."""
+    m = _SIZE.fullmatch(text)
+    unit = (m.group(2) or "").lower().removesuffix("b") if m else ""
+    if m is None or unit not in _UNITS:
+        raise ValueError(
+            f"not a size: {text!r} (bytes, or a number with B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+        )
+    value = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(value):
+        raise ValueError(f"not a size: {text!r}")
+    return round(value)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
-from doctor.capacity.live import B125, CACHE_INFO, live_capacity
-from doctor.diagnosis.classify import Classifier, TargetState
-from doctor.diagnosis.model import Diagnosis
-from doctor.diagnosis.signals import INSTANCE_SIGNALS, SIGNALS, collect
+from doctor.capacity.live import B125, CACHE_INFO, LiveCapacity, live_capacity
+from doctor.diagnosis.classify import Classifier
+from doctor.diagnosis.evidence import Key, collect
+from doctor.diagnosis.target import Target, TargetFacts
 from doctor.ingest.parse import ParseError, Parser
 from doctor.rules.evaluate import Evaluation, RuleEngine
-from doctor.rules.loader import Group
-from doctor.samples import Sample
+from doctor.rules.loader import RuleGroup
+from doctor.samples import Sample, Scrape
+from doctor.signals import recorded
 from doctor.store import Store
+from doctor.verdicts import DEFAULT_RUNBOOK_PAGE, Diagnosis, runbook_link
 
 # Families a diagnosis needs, each with the names it may carry across vLLM versions.
 EXPECTED = {
@@ -27,19 +31,7 @@ EXPECTED = {
         "vllm:time_per_output_token_seconds_bucket",
     ),
 }
-# Every recorded series the classifier reads, for either source.
-SIGNAL_NAMES = set(SIGNALS.values()) | set(INSTANCE_SIGNALS.values())
 _CAPACITY_NAMES = {CACHE_INFO, *B125}  # the samples live_capacity reads
-
-
-@dataclass
-class TargetConfig:
-    """Per-target facts the operator told kvdoctor."""
-
-    max_num_seqs: int | None = None
-    slo_itl_p95_s: float | None = None
-    slo_ttft_p95_s: float | None = None
-    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,57 +46,92 @@ class Cycle:
 class Pipeline:
     """Holds the store, the rule engine and the classifier for a set of targets."""
 
-    def __init__(self, groups: list[Group], *, retention_s: float = 1800.0, job: str = "vllm") -> None:
+    def __init__(self, groups: list[RuleGroup], *, retention_s: float = 1800.0, job: str = "vllm") -> None:
         self.store = Store(retention_s=retention_s)
         self.rules = RuleEngine(groups, self.store)
         self.classifier = Classifier()
         self.job = job
-        self.targets: dict[str, TargetState] = {}
-        self.config: dict[str, TargetConfig] = {}
+        self._targets: dict[str, Target] = {}
+        self.runbook_url = (
+            DEFAULT_RUNBOOK_PAGE  # where findings' runbook links point (the daemon sets its own)
+        )
         self._parsers: dict[str, Parser] = {}
 
-    def set_rules(self, groups: list[Group]) -> None:
+    def set_rules(self, groups: list[RuleGroup]) -> None:
         """Swap in a new rule pack, keeping the alert state of rules that still exist."""
         state = self.rules.to_state()
         self.rules = RuleEngine(groups, self.store)
         self.rules.restore(state)
 
-    def add_target(self, name: str, config: TargetConfig | None = None) -> None:
-        """Declare a target (before its first scrape)."""
-        self.targets.setdefault(name, TargetState(name))
-        self.config[name] = config or TargetConfig()
+    @property
+    def targets(self) -> Mapping[str, Target]:
+        """The declared and observed targets by name (read-only: change them through the methods)."""
+        return MappingProxyType(self._targets)
+
+    def add_target(self, name: str, facts: TargetFacts | None = None) -> Target:
+        """Declare a target, or give a known one new facts (what it last showed is kept)."""
+        target = self._targets.get(name)
+        if target is None:
+            target = self._targets[name] = Target(name)
+        if facts is not None:
+            target.facts = facts
+        return target
 
     def remove_target(self, name: str) -> None:
         """Forget a target: its series go stale and age out."""
         self.store.mark_down(name, round(self.store.newest_ms))
         self.store.forget_source(name)
-        for d in (self.targets, self.config, self._parsers):
+        self.classifier.forget(name)
+        for d in (self._targets, self._parsers):
             d.pop(name, None)  # type: ignore[attr-defined]
 
-    def observe(self, target: str, t: float, text: str | None, error: str | None = None) -> str | None:
-        """Feed one scrape (text) or failure (error) of a target at t; returns the error, if any."""
-        state = self.targets.setdefault(target, TargetState(target))
-        self.config.setdefault(target, TargetConfig())
+    def set_health(
+        self, name: str, t: float, up: bool, error: str = "", duration_s: float | None = None
+    ) -> None:
+        """Record whether a target answered at t, when something other than observe() looked (Prometheus)."""
+        self.add_target(name).record(t, up, error, duration_s)
+
+    def set_inventory(self, name: str, missing: list[str], live: LiveCapacity | None) -> None:
+        """Record which expected families a target lacks and its live capacity, as seen by its last look."""
+        target = self.add_target(name)
+        target.missing, target.live = list(missing), live
+
+    def observe(
+        self,
+        target: str,
+        t: float,
+        text: str | Scrape | None,
+        error: str | None = None,
+        duration_s: float | None = None,
+        limit: str | None = None,
+    ) -> str | None:
+        """Feed one scrape (text, or samples parsed already) or failure (error; limit: the limit a refused
+        scrape went over) of a target at t; returns the error, if any."""
+        state = self.add_target(target)
         t_ms = round(t * 1000)
         extra = (("instance", target), ("job", self.job))
-        scrape = None
-        if text is not None:
+        scrape = text if isinstance(text, Scrape) else None
+        if isinstance(text, str):
             try:
                 scrape = self._parsers.setdefault(target, Parser()).parse(text)
             except ParseError as exc:
                 error = f"{target}: bad exposition: {exc}"
         if scrape is None:
-            state.up, state.error = False, error or "scrape failed"
+            state.record(t, False, error or "scrape failed", duration_s, samples=0, limit=limit)
             self.store.mark_down(target, t_ms)
             self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 0.0)], extra)
-            return state.error
+            return state.last_error
         self.store.ingest(target, t_ms, scrape.samples, extra)
         self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 1.0)], extra)
-        state.up, state.error = True, ""
+        state.record(t, True, duration_s=duration_s, samples=len(scrape.samples))
         # read what the diagnosis needs from the scrape now, so its samples do not outlive the ingest
         names = {s.name for s in scrape.samples}
-        state.missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
-        state.live = live_capacity([s for s in scrape.samples if s.name in _CAPACITY_NAMES])
+        missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
+        self.set_inventory(
+            name=target,
+            missing=missing,
+            live=live_capacity([s for s in scrape.samples if s.name in _CAPACITY_NAMES]),
+        )
         return None
 
     def evaluate(self, t: float) -> Cycle:
@@ -113,17 +140,28 @@ class Pipeline:
         evaluation = self.rules.evaluate(t)
         t_ms = round(t * 1000)
         series = []
-        for name in SIGNAL_NAMES:
+        for name in recorded().values():
             for s in self.store.select(name):
                 v = s.at(t_ms, self.store.lookback_ms)
                 if v is not None and not math.isnan(v):
                     series.append((s.labels, v))
-        diagnoses = self.classifier.classify(t, collect(series), evaluation.alerts, self.targets)
+        diagnoses = self.classify(t, collect(series), evaluation)
         return Cycle(t, diagnoses, evaluation)
+
+    def classify(
+        self, t: float, signals: dict[Key, dict[str, float]], evaluation: Evaluation
+    ) -> list[Diagnosis]:
+        """The diagnoses at t from signals and the rules' outcome, for every target; runbook links made absolute."""
+        diagnoses = self.classifier.classify(t, signals, evaluation.alerts, self.targets)
+        for d in diagnoses:
+            for f in d.findings:
+                f.runbook = runbook_link(self.runbook_url, f.runbook, f.name)
+        return diagnoses
 
     def _inject_config(self, t: float) -> None:
         samples = []
-        for name, cfg in self.config.items():
+        for name, target in self._targets.items():
+            cfg = target.facts
             tl = (("target", name),)
             if cfg.max_num_seqs:
                 samples.append(Sample("kvdoctor_target_max_num_seqs", tl, float(cfg.max_num_seqs)))

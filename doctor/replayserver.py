@@ -47,6 +47,13 @@ class Playlist:
         return self.frames[max(0, i - 1)]
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = (
+        1024  # many scrapers at once (a fleet replayed from one server) must not see SYN drops
+    )
+
+
 class ReplayServer:
     """A tiny HTTP server answering GET /metrics from a Playlist on the wall clock (times speed)."""
 
@@ -79,8 +86,7 @@ class ReplayServer:
             def log_message(self, *args: object) -> None:
                 return
 
-        self.httpd = ThreadingHTTPServer((host or "127.0.0.1", int(port or 0)), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _HTTPServer((host or "127.0.0.1", int(port or 0)), Handler)
         self._thread: threading.Thread | None = None
 
     @property

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One command from a fresh clone: install what the tests need, then lint, type-check and test.
-# Installs Debian's prometheus, prometheus-alertmanager and chromium when running as root and they are missing.
+# Installs Debian's prometheus, prometheus-alertmanager, chromium and nodejs/npm (for Grafana's dashboard schema)
+# when running as root and they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
 command -v promtool >/dev/null || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null || need+=(chromium)
+command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
 lean=()
 command -v docker-compose >/dev/null || lean+=(docker-compose)  # only to validate docker-compose.yml offline
 if [ $((${#need[@]} + ${#lean[@]})) -gt 0 ]; then
@@ -23,7 +25,12 @@ python3 -m venv .venv
 quiet() { grep -v "^WARNING: Location 'file://" || true; }  # this image's pip config lists local indexes that may be absent
 .venv/bin/pip install -q --upgrade pip 2>&1 | quiet
 .venv/bin/pip install -q -e ".[test]" 2>&1 | quiet
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  # @grafana/schema and typescript, pinned by the lock file, for tests/test_dashboards_schema.py
+  (cd tests/grafana_schema && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
 .venv/bin/ruff check doctor tests benchmarks tools
 .venv/bin/ruff format --check doctor tests benchmarks tools
 .venv/bin/mypy doctor
+.venv/bin/lint-imports --no-cache  # imports only go down the pipeline (pyproject [tool.importlinter])
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -40,6 +40,42 @@ def test_json_has_the_documented_fields(capsys):
     assert any("339k to 678k" in a["text"] for a in doc["advice"])
 
 
+def test_no_gpu_prints_what_the_model_alone_decides(capsys):
+    code, out, err = kvdoctor(capsys, "--model", "Qwen3-8B")
+    assert code == 0 and err == ""
+    rows = dict(line.split("  ", 1) for line in out.splitlines() if "  " in line and not line.startswith(" "))
+    assert (
+        rows["KV bytes per token"].strip() == "147,456 B (144.0 KiB)"
+    )  # 36 layers × 8 KV heads × 128 × 2 × 2 B
+    assert rows["weights per GPU"].strip() == "16.4 GB (bf16, 16,380,000,000 B)"
+    assert rows["max-model-len"].strip() == "40,960"  # the model's default: max_position_embeddings
+    assert rows["one max-len request"].strip() == f"5.6 GiB ({40_960 * 147_456:,} B)"
+    assert "KV cache tokens" not in rows and "max-len requests at once" not in rows
+    assert "give --gpu NAME, --gpu-memory GiB or --kv-cache-bytes SIZE" in out
+
+
+def test_no_gpu_json_has_no_cache_figures(capsys):
+    code, out, _ = kvdoctor(capsys, "--model", "Qwen3-8B", "--max-model-len", "32768", "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["kv_bytes_per_token"] == 147_456 and doc["weights_bytes"] == 16_380_000_000
+    assert doc["max_model_len"] == 32_768 and doc["max_model_len_request_bytes"] == 32_768 * 147_456
+    assert doc["kv_cache_bytes"] is doc["kv_cache_tokens"] is doc["max_concurrency"] is doc["fits"] is None
+    assert doc["gpu"] is None and doc["advice"] == []
+
+
+@pytest.mark.parametrize(
+    ("size", "cache_bytes"),
+    [("50GB", 50 * 10**9), ("50GiB", 50 * 2**30), ("50000000000", 50 * 10**9), ("50 gib", 50 * 2**30)],
+)
+def test_kv_cache_bytes_takes_units(capsys, size, cache_bytes):
+    code, out, _ = kvdoctor(capsys, "--model", "Qwen3-8B", "--kv-cache-bytes", size, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["kv_cache_bytes"] == cache_bytes
+    assert doc["kv_cache_tokens"] == cache_bytes // 147_456
+    assert doc["max_concurrency"] == pytest.approx(cache_bytes / (40_960 * 147_456), abs=1e-3)
+
+
 def test_human_table_on_a_gpu_with_tensor_parallel(capsys):
     code, out, _ = kvdoctor(
         capsys,
@@ -169,7 +205,6 @@ def test_url_scrapes_metrics_once(capsys, shared_032):
         ((), "give --model, --config, --url or --recording"),
         (("--model", "Llama-9", "--gpu", "H100"), "unknown model 'Llama-9'"),
         (("--model", "Qwen3-8B", "--gpu", "V100"), "unknown GPU 'V100'"),
-        (("--model", "Qwen3-8B"), "give --gpu NAME, --gpu-memory GiB or --kv-cache-bytes"),
         (("--config", "/nonexistent/config.json", "--gpu", "L4"), "cannot read"),
         (("--recording", "/nonexistent.jsonl.gz"), "cannot read recording"),
         (("--url", "127.0.0.1:9"), "cannot scrape"),
@@ -201,9 +236,26 @@ def test_missing_config_field_is_named(capsys, tmp_path):
         ("--model", "Qwen3-8B", "--tensor-parallel", "0"),
         ("--model", "Qwen3-8B", "--kv-cache-dtype", "int8"),
         ("--model", "Qwen3-8B", "--gpu", "L4", "--gpu-memory", "24"),
+        ("--model", "Qwen3-8B", "--kv-cache-bytes", "50XB"),
+        ("--model", "Qwen3-8B", "--kv-cache-bytes", "0GB"),
     ],
 )
 def test_usage_errors_exit_2(capsys, argv):
     with pytest.raises(SystemExit) as exc:
         kvdoctor(capsys, *argv)
     assert exc.value.code == 2
+    if "--kv-cache-bytes" in argv:
+        assert "argument --kv-cache-bytes: " in capsys.readouterr().err
+
+
+def test_a_target_with_a_model_and_no_gpu_is_watched_without_an_estimate():
+    from doctor.config.schema import TargetSpec
+    from doctor.targets import target_facts
+
+    warnings: list[str] = []
+    bare = target_facts(TargetSpec(url="http://gpu-1:8000/metrics", model="Qwen3-8B"), warnings.append)
+    assert bare.estimate is None and warnings == []  # the engine's cache_config_info sizes it
+    sized = target_facts(
+        TargetSpec(url="http://gpu-1:8000/metrics", model="Qwen3-8B", gpu="H100"), warnings.append
+    )
+    assert sized.estimate is not None and sized.estimate.kv_bytes_per_token == 147_456

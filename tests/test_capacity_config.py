@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from doctor.capacity.arch import kv_bytes_per_token, request_kv_bytes, state_bytes_per_sequence
-from doctor.capacity.config import load_config, spec_from_config
-from doctor.capacity.fields import ConfigError
+from doctor.capacity.config import load_model_config, spec_from_config
+from doctor.capacity.fields import ModelConfigError
 from doctor.capacity.presets import get_model, model_config, model_names
 
 FIX = Path(__file__).parent / "fixtures" / "capacity"
 
 
 def test_nested_text_config_and_sliding_window_pattern():
-    g = load_config(FIX / "gemma3-4b-it.json")
+    g = load_model_config(FIX / "gemma3-4b-it.json")
     assert g.name == "gemma3-4b-it"
     assert (g.num_layers, g.kv_heads, g.head_dim) == (34, 4, 256)  # head_dim from config, not 2560/8
     assert (g.full_layers, g.sliding_layers, g.sliding_window) == (5, 29, 1024)
@@ -25,7 +25,7 @@ def test_nested_text_config_and_sliding_window_pattern():
 
 
 def test_jamba_attention_period_leaves_mamba_layers_with_state():
-    j = load_config(FIX / "jamba-v0.1.json")
+    j = load_model_config(FIX / "jamba-v0.1.json")
     assert (j.full_layers, j.state_layers) == (4, 28)
     assert kv_bytes_per_token(j) == 2 * 4 * 8 * 128 * 2
     inner = 2 * 4096  # mamba_expand × hidden
@@ -34,7 +34,7 @@ def test_jamba_attention_period_leaves_mamba_layers_with_state():
 
 
 def test_mamba2_layer_types_list():
-    h = load_config(FIX / "granite-hybrid.json")
+    h = load_model_config(FIX / "granite-hybrid.json")
     assert (h.full_layers, h.state_layers, h.sliding_layers) == (8, 32, 0)
     per_layer = 48 * 64 * 128 + (48 * 64 + 2 * 128) * 3
     assert state_bytes_per_sequence(h) == 32 * per_layer * 2
@@ -141,24 +141,24 @@ def test_missing_required_field_names_field_and_file(tmp_path, field):
     del cfg[field]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError) as err:
-        load_config(path)
+    with pytest.raises(ModelConfigError) as err:
+        load_model_config(path)
     assert field in str(err.value) and str(path) in str(err.value)
 
 
 def test_missing_hybrid_and_window_fields_are_named(tmp_path):
     cfg = json.loads((FIX / "jamba-v0.1.json").read_text())
     del cfg["mamba_d_state"]
-    with pytest.raises(ConfigError, match="mamba_d_state"):
+    with pytest.raises(ModelConfigError, match="mamba_d_state"):
         spec_from_config(cfg, "j", "jamba.json")
     layer_types = ["sliding_attention", "full_attention"]
-    with pytest.raises(ConfigError, match="'sliding_window'"):
+    with pytest.raises(ModelConfigError, match="'sliding_window'"):
         spec_from_config(
             {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "layer_types": layer_types},
             "s",
             "s.json",
         )
-    with pytest.raises(ConfigError, match="qk_rope_head_dim"):
+    with pytest.raises(ModelConfigError, match="qk_rope_head_dim"):
         spec_from_config(
             {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "kv_lora_rank": 512},
             "d",
@@ -169,11 +169,11 @@ def test_missing_hybrid_and_window_fields_are_named(tmp_path):
 def test_bad_files_are_reported(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text("{not json")
-    with pytest.raises(ConfigError, match="not valid JSON"):
-        load_config(bad)
-    with pytest.raises(ConfigError, match="cannot read"):
-        load_config(tmp_path / "absent.json")
-    with pytest.raises(ConfigError, match="unknown layer type 'banana'"):
+    with pytest.raises(ModelConfigError, match="not valid JSON"):
+        load_model_config(bad)
+    with pytest.raises(ModelConfigError, match="cannot read"):
+        load_model_config(tmp_path / "absent.json")
+    with pytest.raises(ModelConfigError, match="unknown layer type 'banana'"):
         spec_from_config(
             {"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "layer_types": ["banana"]},
             "b",

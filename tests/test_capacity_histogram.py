@@ -1,4 +1,4 @@
-"""histogram_quantile as Prometheus computes it, and the max_model_len bound from 1-2-5 buckets."""
+"""bucket_quantile as Prometheus computes it, and the max_model_len bound from 1-2-5 buckets."""
 
 from __future__ import annotations
 
@@ -8,36 +8,37 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from doctor.capacity.histogram import histogram_quantile, max_model_len_bound, next_125
+from doctor.capacity.histogram import max_model_len_bound, next_125
+from doctor.promql.quantile import bucket_quantile
 
 INF = math.inf
 BUCKETS = [(100.0, 10.0), (200.0, 30.0), (500.0, 90.0), (INF, 100.0)]
 
 
 def test_interpolates_inside_the_bucket_holding_the_rank():
-    assert histogram_quantile(0.5, BUCKETS) == pytest.approx(200 + 300 * (50 - 30) / 60)
-    assert histogram_quantile(0.05, BUCKETS) == pytest.approx(50.0)  # first bucket starts at 0
-    assert histogram_quantile(0.3, BUCKETS) == pytest.approx(200.0)
+    assert bucket_quantile(0.5, BUCKETS) == pytest.approx(200 + 300 * (50 - 30) / 60)
+    assert bucket_quantile(0.05, BUCKETS) == pytest.approx(50.0)  # first bucket starts at 0
+    assert bucket_quantile(0.3, BUCKETS) == pytest.approx(200.0)
 
 
 def test_rank_in_the_inf_bucket_returns_the_highest_finite_bound():
-    assert histogram_quantile(0.99, BUCKETS) == 500.0
+    assert bucket_quantile(0.99, BUCKETS) == 500.0
 
 
 def test_undefined_cases():
-    assert math.isnan(histogram_quantile(0.5, [(100.0, 0.0), (INF, 0.0)]))
-    assert math.isnan(histogram_quantile(0.5, [(100.0, 3.0), (200.0, 5.0)]))  # no +Inf bucket
-    assert math.isnan(histogram_quantile(0.5, [(INF, 5.0)]))
-    assert math.isnan(histogram_quantile(0.0, [(10.0, 0.0), (INF, 1.0)]))  # 0/0 in Prometheus too
-    assert histogram_quantile(-0.1, BUCKETS) == -INF
-    assert histogram_quantile(1.1, BUCKETS) == INF
+    assert math.isnan(bucket_quantile(0.5, [(100.0, 0.0), (INF, 0.0)]))
+    assert math.isnan(bucket_quantile(0.5, [(100.0, 3.0), (200.0, 5.0)]))  # no +Inf bucket
+    assert math.isnan(bucket_quantile(0.5, [(INF, 5.0)]))
+    assert math.isnan(bucket_quantile(0.0, [(10.0, 0.0), (INF, 1.0)]))  # 0/0 in Prometheus too
+    assert bucket_quantile(-0.1, BUCKETS) == -INF
+    assert bucket_quantile(1.1, BUCKETS) == INF
 
 
 def test_equal_bounds_merge_and_counts_are_made_monotonic():
     split = [(100.0, 5.0), (100.0, 5.0), (200.0, 30.0), (500.0, 90.0), (INF, 100.0)]
-    assert histogram_quantile(0.5, split) == histogram_quantile(0.5, BUCKETS)
+    assert bucket_quantile(0.5, split) == bucket_quantile(0.5, BUCKETS)
     dip = [(100.0, 10.0), (200.0, 8.0), (INF, 10.0)]
-    assert histogram_quantile(0.9, dip) == pytest.approx(90.0)
+    assert bucket_quantile(0.9, dip) == pytest.approx(90.0)
 
 
 @given(
@@ -53,7 +54,7 @@ def test_quantile_is_monotonic_in_q_and_within_bounds(increments, q1, q2):
         counts.append(float(total))
     buckets = list(zip(bounds, counts, strict=True))
     lo, hi = sorted((q1, q2))
-    a, b = histogram_quantile(lo, buckets), histogram_quantile(hi, buckets)
+    a, b = bucket_quantile(lo, buckets), bucket_quantile(hi, buckets)
     if total == 0:
         assert math.isnan(a)
         return

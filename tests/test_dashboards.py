@@ -14,9 +14,10 @@ import promql_parser as pp
 import pytest
 import yaml
 
-from doctor.daemon.exposition import GAUGES, DiagnosisCollector
-from doctor.daemon.state import DaemonState, TargetStats
-from doctor.diagnosis.model import BOTTLENECKS, Diagnosis, Finding
+from doctor.diagnosis.target import Target, TargetFacts
+from doctor.status.exposition import DiagnosisCollector, gauges
+from doctor.status.state import DaemonState
+from doctor.verdicts import VERDICTS, Diagnosis, Finding
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "dashboards"
@@ -97,8 +98,10 @@ def exposed_names() -> set[str]:
     evidence = {"kv_usage": 0.5}
     finding = Finding("kv_cache", "warning", "s", evidence={"kv_cache_tokens": 1.0})
     state.publish([Diagnosis("t", "m", 1.0, "kv_cache", 1.0, [finding], evidence)], 1.0, 0.1, 0)
-    state.set_target(TargetStats("t", "http://t", up=True, last_scrape_duration_s=0.1, last_success_ts=1.0))
-    names = {n for n, _ in GAUGES.values()}
+    state.set_target(
+        Target("t", TargetFacts(url="http://t"), up=True, last_scrape_duration_s=0.1, last_success_ts=1.0)
+    )
+    names = {n for n, _ in gauges().values()}
     for mf in DiagnosisCollector(state).collect():
         names.update(s.name for s in mf.samples)
     return names
@@ -198,8 +201,8 @@ def test_datasources_resolvable(path: Path) -> None:
 def test_variables_defined(path: Path) -> None:
     d = load(path)
     variables = {v["name"]: v for v in d["templating"]["list"]}
-    assert variables["target"]["definition"] == "label_values(kvdoctor_target_up, target)"
-    assert "model_name" in variables["model_name"]["definition"]
+    assert variables["target"]["query"]["query"] == "label_values(kvdoctor_target_up, target)"
+    assert "model_name" in variables["model_name"]["query"]["query"]
     for s in _all_strings(d):
         for m in _VAR.finditer(s):
             name = m.group(1) or m.group(2)
@@ -232,10 +235,10 @@ def test_bottleneck_mappings_match_codes() -> None:
         for p in panels(load(path)):
             for m in p.get("fieldConfig", {}).get("defaults", {}).get("mappings", []):
                 opts = m.get("options", {})
-                if set(opts) == {str(i) for i in range(len(BOTTLENECKS))}:
-                    assert [opts[str(i)]["text"] for i in range(len(BOTTLENECKS))] == list(BOTTLENECKS)
-                    assert [opts[str(i)]["color"] for i in range(len(BOTTLENECKS))] == [
-                        CLASS_COLOURS[b] for b in BOTTLENECKS
+                if set(opts) == {str(i) for i in range(len(VERDICTS))}:
+                    assert [opts[str(i)]["text"] for i in range(len(VERDICTS))] == list(VERDICTS)
+                    assert [opts[str(i)]["color"] for i in range(len(VERDICTS))] == [
+                        CLASS_COLOURS[b] for b in VERDICTS
                     ]
     fleet = load(DASHBOARD_DIR / "kvdoctor-fleet.json")
     timelines = [p for p in panels(fleet) if p["type"] == "state-timeline"]

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from doctor.diagnosis.model import BOTTLENECKS, Diagnosis, Finding
+from doctor.diagnosis.target import TargetFacts
 from doctor.export.openmetrics import export_openmetrics, format_timestamp
-from doctor.pipeline import Cycle, Pipeline, TargetConfig
+from doctor.pipeline import Cycle, Pipeline
 from doctor.query import recording_instance
 from doctor.replay import replay
 from doctor.rules.evaluate import Evaluation
 from doctor.rules.loader import default_rule_files, load_files
+from doctor.verdicts import VERDICTS, Diagnosis, Finding
 from tests.conftest import labelled_windows
 from tests.support.prometheus import PrometheusServer, backfill, binaries
 
@@ -61,7 +62,7 @@ def test_export_shape_and_parse_back() -> None:
         "kvdoctor_target_scrape_errors_total"
     }
     code = [(s.timestamp, s.value) for s in by_name["kvdoctor_bottleneck_code"].samples]
-    assert [v for _, v in code] == [BOTTLENECKS.index(b) for b in ("healthy", "kv_cache", "unknown")]
+    assert [v for _, v in code] == [VERDICTS.index(b) for b in ("healthy", "kv_cache", "unknown")]
     assert [float(t) for t, _ in code] == [1000.0, 1015.0, 1030.0]
     up = [s.value for s in by_name["kvdoctor_target_up"].samples]
     assert up == [1.0, 1.0, 0.0]
@@ -111,7 +112,7 @@ def replay_all(paths: Iterable[Path], interval_s: float = 15.0) -> Iterator[Cycl
     paths = list(paths)
     for path in paths:
         stem = recording_instance(path).split("--")[-1]
-        p.add_target(recording_instance(path), TargetConfig(max_num_seqs=MAX_NUM_SEQS.get(stem)))
+        p.add_target(recording_instance(path), TargetFacts(max_num_seqs=MAX_NUM_SEQS.get(stem)))
     return replay(p, paths, interval_s)
 
 
@@ -142,7 +143,7 @@ def test_backfilled_export_answers_in_prometheus(tmp_path: Path) -> None:
             # early series visible for the 5-minute lookback (they have no staleness markers)
             res = prom.query(f'kvdoctor_bottleneck_code{{target="{target}",model_name!=""}}', t)["result"]
             assert len(res) == 1, (target, res)
-            assert float(res[0]["value"][1]) == BOTTLENECKS.index(w["expected"]), (target, w["expected"], res)
+            assert float(res[0]["value"][1]) == VERDICTS.index(w["expected"]), (target, w["expected"], res)
             one_hot = prom.query(f'kvdoctor_bottleneck{{target="{target}",model_name!=""}} == 1', t)["result"]
             assert [r["metric"]["bottleneck"] for r in one_hot] == [w["expected"]]
             up = prom.query(f'kvdoctor_target_up{{target="{target}"}}', t)["result"]

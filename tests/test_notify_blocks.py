@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from doctor import fmt
-from doctor.notify.blocks import Links, render, render_test
+from doctor.notify.blocks import Links, event_message, probe_message
 from doctor.notify.config import NotifyConfig
 from doctor.notify.lifecycle import Event, Lifecycle
 from tests.notify_support.diagnoses import kv_incident
@@ -28,7 +28,7 @@ def test_human_numbers() -> None:
 
 
 def test_firing_root() -> None:
-    text, blocks = render(events()[0], LINKS)
+    text, blocks = event_message(events()[0], LINKS)
     assert text.startswith("KV cache full on vllm-a:8000 · meta-llama/Llama-3.1-8B-Instruct: KV cache 95 %")
     assert blocks[0]["type"] == "header" and "KV cache full · vllm-a:8000" in blocks[0]["text"]["text"]
     fields = next(b for b in blocks if "fields" in b)["fields"]
@@ -54,9 +54,9 @@ def test_firing_root() -> None:
 def test_update_reply_and_resolved() -> None:
     evs = events()
     upd = next(e for e in evs if e.kind == "update")
-    text, blocks = render(upd, LINKS, root=False)
+    text, blocks = event_message(upd, LINKS, root=False)
     assert blocks[0]["type"] == "section" and "Changed:" in blocks[0]["text"]["text"]
-    text, blocks = render(evs[-1], LINKS)
+    text, blocks = event_message(evs[-1], LINKS)
     assert text == "Resolved: KV cache full on vllm-a:8000 · meta-llama/Llama-3.1-8B-Instruct (lasted 5m 45s)"
     assert blocks[0]["text"]["text"].startswith("✅ Resolved: KV cache full")
     assert "lasted *5m 45s*" in blocks[-1]["elements"][0]["text"]
@@ -71,7 +71,7 @@ def test_limits_hold_for_oversized_input() -> None:
     a["advice"] = [{"flag": f"--flag-{i}", "text": "y" * 400, "source": ""} for i in range(40)]
     a["model_name"] = "m" * 300
     ev.alerts += [dict(a, finding=f"f{i}", bottleneck="", status="firing") for i in range(60)]
-    text, blocks = render(ev, LINKS)  # validated by slack_sdk.models.blocks inside render
+    text, blocks = event_message(ev, LINKS)  # validated by slack_sdk.models.blocks inside event_message
     assert len(blocks) <= 50 and len(blocks[0]["text"]["text"]) <= 150
     assert len(next(b for b in blocks if "fields" in b)["fields"]) == 10
     assert all(len(b.get("text", {}).get("text", "")) <= 3000 for b in blocks if b["type"] == "section")
@@ -79,5 +79,5 @@ def test_limits_hold_for_oversized_input() -> None:
 
 
 def test_test_message() -> None:
-    text, blocks = render_test(LINKS)
+    text, blocks = probe_message(LINKS)
     assert "test notification" in text and blocks[0]["type"] == "header"

@@ -7,9 +7,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from doctor.diagnosis.model import Diagnosis, Finding
 from doctor.notify.config import NotifyConfig, parse_notify_config
 from doctor.notify.lifecycle import Lifecycle
+from doctor.verdicts import Diagnosis, Finding
 from tests.notify_support.diagnoses import MODEL, T0, TARGET, kv_incident, storm
 
 CFG = NotifyConfig()

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from doctor.config.durations import parse_duration
 from doctor.rules.evaluate import RuleEngine
-from doctor.rules.loader import default_rule_files, load_files, parse_duration
+from doctor.rules.loader import default_rule_files, load_files
 from doctor.samples import Sample
 from doctor.store import Store
 

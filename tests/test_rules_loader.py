@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.rules.loader import RuleLoadError, load_files, parse_duration
+from doctor.config.durations import parse_duration
+from doctor.rules.loader import RuleLoadError, load_files
 from doctor.rules.templates import expand
 
 BROKEN = """\

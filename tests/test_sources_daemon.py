@@ -13,9 +13,9 @@ from doctor.cli.serve import overrides
 from doctor.config import Config, ConfigError, TargetSpec
 from doctor.config.schema import PrometheusSource
 from doctor.daemon.runner import Daemon
-from doctor.diagnosis.model import BOTTLENECKS
 from doctor.ingest.fetch import HttpOptions
 from doctor.rules.loader import default_rule_files, load_files
+from doctor.verdicts import VERDICTS
 from tests.test_sources import fake_fixture, fleet_answer  # noqa: F401  (the `fake` fixture)
 
 
@@ -44,7 +44,7 @@ def test_daemon_publishes_diagnoses_targets_and_source_metrics(fake, tmp_path):
     n = d.source.status()["last_cycle_queries"]
     assert f"kvdoctor_source_cycle_queries {float(n)}" in text and "kvdoctor_source_up 1.0" in text
     assert f"kvdoctor_source_queries_total {float(n)}" in text
-    code = float(BOTTLENECKS.index("kv_cache"))
+    code = float(VERDICTS.index("kv_cache"))
     assert f'kvdoctor_bottleneck_code{{model_name="m",target="10.0.0.0:8000"}} {code}' in text
     # config facts go out for Prometheus to read back (kvdoctor:batch_cap:configured, the SLO rules)
     assert 'kvdoctor_target_max_num_seqs{target="10.0.0.0:8000"} 64.0' in text

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from doctor.daemon.exposition import make_registry
-from doctor.daemon.state import DaemonState
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
 from doctor.web import WebServer
 from doctor.web.server import parse_listen
 from tests.web_support import DOWN, DOWN_ERROR, RECORDINGS, build_state
@@ -106,7 +106,14 @@ def test_status_includes_reload_and_extra(empty: tuple[WebServer, DaemonState]) 
         data = requests.get(server.url + "api/v1/status", timeout=5).json()["data"]
     finally:
         server.stop()
-    assert data["reload"] == {"ok": False, "ts": None, "error": "rules.yml:3: bad expr"}
+    # a failed attempt has its time too; the last success is separate
+    assert data["reload"] == {
+        "ok": False,
+        "ts": 100.0,
+        "last_success_ts": None,
+        "error": "rules.yml:3: bad expr",
+        "attempts": [{"ts": 100.0, "ok": False, "message": "rules.yml:3: bad expr"}],
+    }
     assert data["scheduler_events"] == {"missed": 1}
     assert data["notify"] == {"slack": {"ok": True}}
     assert data["ready"] is False and data["evaluation"]["ts"] is None

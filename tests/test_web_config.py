@@ -13,8 +13,8 @@ import bcrypt
 import pytest
 import requests
 
-from doctor.daemon.exposition import make_registry
-from doctor.daemon.state import DaemonState
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
 from doctor.web import WebConfigError, WebServer, load_web_config
 from doctor.web.webconfig import WebConfigWatcher
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from doctor.daemon.exposition import make_registry
-from doctor.daemon.state import DaemonState
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
 from doctor.web import WebServer
 from tests.web_support import DOWN, DOWN_ERROR, RECORDINGS, build_state
 

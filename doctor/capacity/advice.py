@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from doctor.capacity import fmt
+from doctor import fmt
 from doctor.capacity.arch import request_kv_bytes, weights_bytes
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
-from doctor.diagnosis.model import Advice
+from doctor.verdicts import Advice
 
 LIVE, ARITH = "cache_config_info", "model arithmetic"
 TARGET_UTILIZATION = 0.95

@@ -38,6 +38,25 @@ class Deployment:
 
 
 @dataclass(frozen=True)
+class ModelFigures:
+    """What the model costs whatever the GPU: KV bytes per token, weights, one max-model-len request."""
+
+    deployment: Deployment
+    kv_bytes_per_token: int  # whole model
+    kv_bytes_per_token_per_gpu: int
+    weights_bytes: int | None  # whole model; None when the parameter count is unknown
+    weights_bytes_per_gpu: int | None
+    max_model_len: int
+    request_bytes: int  # one max_model_len request on one GPU
+    assumptions: tuple[str, ...]
+
+    @property
+    def weights_dtype(self) -> str:
+        """The weights dtype used."""
+        return self.deployment.weights_dtype or self.deployment.model.weights_dtype
+
+
+@dataclass(frozen=True)
 class CapacityEstimate:
     """What the arithmetic says the engine will hold (bytes per GPU unless named otherwise)."""
 
@@ -65,49 +84,71 @@ class CapacityEstimate:
         return self.max_concurrency >= 1
 
 
-def estimate(dep: Deployment) -> CapacityEstimate:
-    """Estimate KV-cache bytes, tokens and max-model-len concurrency for a deployment."""
+def model_figures(dep: Deployment) -> ModelFigures:
+    """Bytes per token, weights and one max-model-len request's KV bytes: no GPU or cache size needed."""
     m, tp = dep.model, max(1, dep.tensor_parallel)
     notes: list[str] = []
     wdtype = dep.weights_dtype or m.weights_dtype
-    w_total = weights_bytes(m.params, wdtype)
-    w_gpu = math.ceil(w_total / tp)
-    notes.append(
-        f"weights: {m.params / 1e9:.1f}B parameters ({m.params_source}, all experts) × "
-        f"{DTYPE_BYTES[wdtype]:g} B ({wdtype}) = {w_total / 1e9:.1f} GB"
-        + (f", split evenly over {tp} GPUs" if tp > 1 else "")
+    w_total: int | None = None
+    if m.params:
+        w_total = weights_bytes(m.params, wdtype)
+        notes.append(
+            f"weights: {m.params / 1e9:.1f}B parameters ({m.params_source}, all experts) × "
+            f"{DTYPE_BYTES[wdtype]:g} B ({wdtype}) = {w_total / 1e9:.1f} GB"
+            + (f", split evenly over {tp} GPUs" if tp > 1 else "")
+        )
+    else:
+        weights_bytes(0, wdtype)  # still refuse an unknown dtype
+        notes.append(f"weights unknown: parameters {m.params_source}")
+    max_len = dep.max_model_len or m.max_position_embeddings or 8192
+    if dep.max_model_len is None:
+        notes.append(f"max-model-len {max_len}: the model's max_position_embeddings (vLLM's default)")
+    notes.extend(_arch_notes(m, dep, tp))
+    return ModelFigures(
+        deployment=dep,
+        kv_bytes_per_token=kv_bytes_per_token(m, dep.kv_cache_dtype),
+        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(m, dep.kv_cache_dtype, tp),
+        weights_bytes=w_total,
+        weights_bytes_per_gpu=None if w_total is None else math.ceil(w_total / tp),
+        max_model_len=max_len,
+        request_bytes=request_kv_bytes(m, max_len, dep.kv_cache_dtype, tp, dep.block_size),
+        assumptions=tuple(notes),
     )
-    if not m.params and dep.kv_cache_bytes is None:
+
+
+def estimate(dep: Deployment) -> CapacityEstimate:
+    """Estimate KV-cache bytes, tokens and max-model-len concurrency for a deployment."""
+    fig = model_figures(dep)
+    m = dep.model
+    notes = list(fig.assumptions)
+    if fig.weights_bytes is None and dep.kv_cache_bytes is None:
         raise ValueError(f"cannot size the weights of {m.name}: parameters {m.params_source}")
+    w_gpu = fig.weights_bytes_per_gpu or 0
     budget: int | None = None
     if dep.kv_cache_bytes is not None:
         kv_bytes = dep.kv_cache_bytes
-        notes.append(f"KV cache {kv_bytes / GIB:.2f} GiB per GPU as given (replaces the memory estimate)")
+        notes.insert(1, f"KV cache {kv_bytes / GIB:.2f} GiB per GPU as given (replaces the memory estimate)")
     elif dep.gpu is None:
         raise ValueError("need a GPU (or --gpu-memory) or --kv-cache-bytes to size the cache")
     else:
         budget = math.ceil(dep.gpu.memory_bytes * dep.gpu_memory_utilization)
         kv_bytes = max(0, budget - w_gpu - dep.overhead_bytes)
-        notes.append(
+        notes.insert(
+            1,
             f"budget per GPU: {dep.gpu.memory_bytes / GIB:.1f} GiB × {dep.gpu_memory_utilization:g} "
             f"− weights − {dep.overhead_bytes / GIB:g} GiB for activations, CUDA graphs and non-torch memory "
-            "(vLLM measures this by profiling; real overhead varies with --max-num-batched-tokens)"
+            "(vLLM measures this by profiling; real overhead varies with --max-num-batched-tokens)",
         )
-    per_tok = kv_bytes_per_token_per_gpu(m, dep.kv_cache_dtype, tp)
-    max_len = dep.max_model_len or m.max_position_embeddings or 8192
-    if dep.max_model_len is None:
-        notes.append(f"max-model-len {max_len}: the model's max_position_embeddings (vLLM's default)")
-    req = request_kv_bytes(m, max_len, dep.kv_cache_dtype, tp, dep.block_size)
-    notes.extend(_arch_notes(m, dep, tp))
+    per_tok, req = fig.kv_bytes_per_token_per_gpu, fig.request_bytes
     return CapacityEstimate(
         deployment=dep,
-        kv_bytes_per_token=kv_bytes_per_token(m, dep.kv_cache_dtype),
+        kv_bytes_per_token=fig.kv_bytes_per_token,
         kv_bytes_per_token_per_gpu=per_tok,
-        weights_bytes=w_total,
+        weights_bytes=fig.weights_bytes or 0,
         weights_bytes_per_gpu=w_gpu,
         kv_cache_bytes=kv_bytes,
         kv_cache_tokens=kv_bytes // per_tok if per_tok else 0,
-        max_model_len=max_len,
+        max_model_len=fig.max_model_len,
         request_bytes=req,
         max_concurrency=kv_bytes / req if req else 0.0,
         budget_bytes=budget,

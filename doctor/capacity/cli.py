@@ -9,8 +9,16 @@ from typing import Any
 
 from doctor.capacity.advice import kv_cache_advice
 from doctor.capacity.arch import KV_CACHE_DTYPES, WEIGHTS_DTYPES, ModelSpec
-from doctor.capacity.budget import DEFAULT_UTILIZATION, CapacityEstimate, Deployment, estimate
-from doctor.capacity.fields import ConfigError
+from doctor.capacity.budget import (
+    DEFAULT_UTILIZATION,
+    CapacityEstimate,
+    Deployment,
+    ModelFigures,
+    estimate,
+    model_figures,
+)
+from doctor.capacity.config import load_model_config
+from doctor.capacity.fields import ModelConfigError
 from doctor.capacity.live import LiveCapacity, live_capacity
 from doctor.capacity.presets import (
     GpuSpec,
@@ -23,6 +31,7 @@ from doctor.capacity.presets import (
 )
 from doctor.capacity.report import table, to_dict
 from doctor.capacity.scrape import SourceError, fetch_text, recording_text, samples_from_text
+from doctor.fmt import parse_size
 
 
 def _positive_int(text: str) -> int:
@@ -42,6 +51,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def _size(text: str) -> int:
+    try:
+        v = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1 byte, got {text}")
     return v
 
 
@@ -90,10 +109,10 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--kv-cache-bytes",
-        metavar="B",
-        type=_positive_int,
+        metavar="SIZE",
+        type=_size,
         default=None,
-        help="KV cache bytes per GPU (like --kv-cache-memory-bytes); replaces the memory estimate",
+        help="KV cache per GPU (like --kv-cache-memory-bytes): 50GB, 50GiB or bytes; replaces the memory estimate",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -103,9 +122,7 @@ def _model(args: argparse.Namespace) -> ModelSpec | None:
     if args.model:
         return get_model(args.model)
     if args.config:
-        from doctor.capacity.config import load_config
-
-        return load_config(args.config)
+        return load_model_config(args.config)
     return None
 
 
@@ -125,31 +142,31 @@ def _live(args: argparse.Namespace) -> LiveCapacity | None:
     return live_capacity(samples_from_text(text))
 
 
-def _estimate(args: argparse.Namespace, spec: ModelSpec, live: LiveCapacity | None) -> CapacityEstimate:
+def _estimate(
+    args: argparse.Namespace, spec: ModelSpec, live: LiveCapacity | None
+) -> CapacityEstimate | ModelFigures:
+    """The estimate when the cache can be sized (a GPU or a cache size), else the model's own figures."""
     gpu = _gpu(args)
     kv_bytes = args.kv_cache_bytes
     if kv_bytes is None and gpu is None and live is not None and live.kv_cache_memory_bytes:
         kv_bytes = live.kv_cache_memory_bytes
-    if kv_bytes is None and gpu is None:
-        raise ValueError("give --gpu NAME, --gpu-memory GiB or --kv-cache-bytes B to size the cache")
     util = (
         args.gpu_memory_utilization or (live.gpu_memory_utilization if live else None) or DEFAULT_UTILIZATION
     )
     kv_dtype = args.kv_cache_dtype or (
         "fp8" if live and (live.cache_dtype or "").startswith("fp8") else "auto"
     )
-    return estimate(
-        Deployment(
-            model=spec,
-            gpu=gpu,
-            tensor_parallel=args.tensor_parallel,
-            gpu_memory_utilization=util,
-            max_model_len=args.max_model_len or (live.max_model_len if live else None),
-            kv_cache_dtype=kv_dtype,
-            weights_dtype=args.weights_dtype,
-            kv_cache_bytes=kv_bytes,
-        )
+    dep = Deployment(
+        model=spec,
+        gpu=gpu,
+        tensor_parallel=args.tensor_parallel,
+        gpu_memory_utilization=util,
+        max_model_len=args.max_model_len or (live.max_model_len if live else None),
+        kv_cache_dtype=kv_dtype,
+        weights_dtype=args.weights_dtype,
+        kv_cache_bytes=kv_bytes,
     )
+    return model_figures(dep) if kv_bytes is None and gpu is None else estimate(dep)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -161,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         spec = _model(args)
         live = _live(args)
         est = _estimate(args, spec, live) if spec is not None else None
-    except (PresetError, ConfigError, SourceError, ValueError) as e:
+    except (PresetError, ModelConfigError, SourceError, ValueError) as e:
         print(f"kvdoctor capacity: {e}", file=sys.stderr)
         return 2
     if live is not None and not live.engines and est is None:
@@ -170,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    advice = kv_cache_advice(live, est, None)
+    advice = kv_cache_advice(live, est if isinstance(est, CapacityEstimate) else None, None)
     if args.json:
         print(json.dumps(to_dict(est, live, advice), indent=2))
     else:

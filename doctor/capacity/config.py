@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.capacity.arch import ModelSpec
-from doctor.capacity.fields import ConfigError, Fields
+from doctor.capacity.fields import Fields, ModelConfigError
 from doctor.capacity.params import estimate_params
 
 LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -38,7 +38,9 @@ def layer_kinds(f: Fields, num_layers: int) -> list[str]:
     types = f.get("layer_types", "layers_block_type")
     if isinstance(types, list):
         if len(types) != num_layers:
-            raise ConfigError(f"{f.source}: 'layer_types' has {len(types)} entries for {num_layers} layers")
+            raise ModelConfigError(
+                f"{f.source}: 'layer_types' has {len(types)} entries for {num_layers} layers"
+            )
         return [_kind(f, str(t)) for t in types]
     pattern = f.get("hybrid_override_pattern")
     if isinstance(pattern, str):
@@ -63,7 +65,7 @@ def _kind(f: Fields, t: str) -> str:
     for kind, names in (("full", FULL), ("sliding", SLIDING), ("state", STATE), ("none", NONE)):
         if t in names:
             return kind
-    raise ConfigError(f"{f.source}: unknown layer type {t!r} in 'layer_types'")
+    raise ModelConfigError(f"{f.source}: unknown layer type {t!r} in 'layer_types'")
 
 
 def state_elements_per_layer(f: Fields, hidden: int) -> int:
@@ -151,7 +153,7 @@ def spec_from_config(
                 estimate_params(f, kinds, kv_heads, head_dim),
                 "estimated from config shapes",
             )
-        except ConfigError as e:
+        except ModelConfigError as e:
             # Weights only matter for the memory budget; --kv-cache-bytes works without them.
             params, params_source = 0.0, f"unknown: {e}"
     return ModelSpec(
@@ -175,16 +177,16 @@ def spec_from_config(
     )
 
 
-def load_config(path: str | Path, name: str | None = None) -> ModelSpec:
+def load_model_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a config.json file; errors name the file and the field."""
     p = Path(path)
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
     except OSError as e:
-        raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from e
+        raise ModelConfigError(f"{p}: cannot read: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{p}: not valid JSON: {e}") from e
+        raise ModelConfigError(f"{p}: not valid JSON: {e}") from e
     if not isinstance(cfg, dict):
-        raise ConfigError(f"{p}: expected a JSON object")
+        raise ModelConfigError(f"{p}: expected a JSON object")
     default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     return spec_from_config(cfg, name or str(cfg.get("_name_or_path") or default), source=str(p))

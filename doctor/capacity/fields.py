@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-class ConfigError(ValueError):
+class ModelConfigError(ValueError):
     """A config.json we cannot size; the message names the file and the field."""
 
 
@@ -24,15 +24,15 @@ class Fields:
         return None
 
     def need(self, *names: str) -> Any:
-        """Like get, but a missing field raises ConfigError naming it."""
+        """Like get, but a missing field raises ModelConfigError naming it."""
         v = self.get(*names)
         if v is None:
-            raise ConfigError(f"{self.source}: missing required field {names[0]!r}")
+            raise ModelConfigError(f"{self.source}: missing required field {names[0]!r}")
         return v
 
     def need_int(self, *names: str) -> int:
         """A required positive integer field."""
         v = self.need(*names)
         if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-            raise ConfigError(f"{self.source}: field {names[0]!r} must be a positive number, got {v!r}")
+            raise ModelConfigError(f"{self.source}: field {names[0]!r} must be a positive number, got {v!r}")
         return int(v)

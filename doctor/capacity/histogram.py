@@ -1,16 +1,8 @@
-"""Prometheus histogram_quantile on classic buckets, and the max_model_len bound from vLLM's 1-2-5 buckets."""
+"""The max_model_len bound from vLLM's 1-2-5 request-length buckets (quantiles: doctor.promql.quantile)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-
-from doctor.promql.quantile import bucket_quantile
-
-
-def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
-    """Prometheus' bucketQuantile: q-quantile from (upper bound, cumulative count) pairs; NaN when undefined."""
-    return bucket_quantile(q, list(buckets))
 
 
 def next_125(value: float) -> float:

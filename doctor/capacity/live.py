@@ -7,7 +7,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from doctor.capacity.histogram import histogram_quantile, max_model_len_bound
+from doctor.capacity.histogram import max_model_len_bound
+from doctor.promql.quantile import bucket_quantile
 from doctor.samples import Sample
 
 CACHE_INFO = "vllm:cache_config_info"
@@ -101,7 +102,7 @@ def _int(v: str | None) -> int | None:
 
 
 def _quantile(buckets: dict[float, float], q: float) -> float | None:
-    x = histogram_quantile(q, buckets.items())
+    x = bucket_quantile(q, list(buckets.items()))
     return x if math.isfinite(x) else None
 
 

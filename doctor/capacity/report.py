@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor.capacity import fmt
+from doctor import fmt
 from doctor.capacity.advice import ARITH, LIVE
-from doctor.capacity.budget import CapacityEstimate
+from doctor.capacity.budget import CapacityEstimate, ModelFigures
 from doctor.capacity.live import LiveCapacity
 from doctor.capacity.presets import GpuSpec
-from doctor.diagnosis.model import Advice
+from doctor.verdicts import Advice
+
+NO_CACHE = "KV cache not sized: give --gpu NAME, --gpu-memory GiB or --kv-cache-bytes SIZE for its tokens and concurrency"
+Arithmetic = CapacityEstimate | ModelFigures  # ModelFigures: no GPU or cache size given
 
 
-def _estimate_dict(e: CapacityEstimate) -> dict[str, Any]:
+def _estimate_dict(e: Arithmetic) -> dict[str, Any]:
     d, m = e.deployment, e.deployment.model
+    sized = e if isinstance(e, CapacityEstimate) else None
     return {
         "model": m.name,
         "architecture": m.kind,
@@ -28,13 +32,13 @@ def _estimate_dict(e: CapacityEstimate) -> dict[str, Any]:
         "kv_bytes_per_token_per_gpu": e.kv_bytes_per_token_per_gpu,
         "weights_bytes": e.weights_bytes,
         "weights_bytes_per_gpu": e.weights_bytes_per_gpu,
-        "kv_cache_bytes": e.kv_cache_bytes,
-        "kv_cache_tokens": e.kv_cache_tokens,
+        "kv_cache_bytes": sized.kv_cache_bytes if sized else None,
+        "kv_cache_tokens": sized.kv_cache_tokens if sized else None,
         "max_model_len": e.max_model_len,
         "max_model_len_request_bytes": e.request_bytes,
-        "max_concurrency": round(e.max_concurrency, 3),
-        "fits": e.fits,
-        "assumptions": list(e.assumptions),
+        "max_concurrency": round(sized.max_concurrency, 3) if sized else None,
+        "fits": sized.fits if sized else None,
+        "assumptions": list(e.assumptions) + ([] if sized else [NO_CACHE]),
     }
 
 
@@ -73,7 +77,7 @@ def _live_dict(lc: LiveCapacity) -> dict[str, Any]:
     }
 
 
-def to_dict(est: CapacityEstimate | None, live: LiveCapacity | None, advice: list[Advice]) -> dict[str, Any]:
+def to_dict(est: Arithmetic | None, live: LiveCapacity | None, advice: list[Advice]) -> dict[str, Any]:
     """The --json document: headline fields (arithmetic if available, else live), both views, advice."""
     out: dict[str, Any] = {}
     if est is not None:
@@ -108,10 +112,11 @@ def _live_notes(lc: LiveCapacity) -> list[str]:
     return notes
 
 
-def table(est: CapacityEstimate | None, live: LiveCapacity | None, advice: list[Advice]) -> str:
+def table(est: Arithmetic | None, live: LiveCapacity | None, advice: list[Advice]) -> str:
     """A short readable table; two columns when both the arithmetic and the engine's figures exist."""
     rows: list[tuple[str, str, str]] = []
     e, lc = est, live
+    sized = e if isinstance(e, CapacityEstimate) else None
     if e is not None:
         d = e.deployment
         rows.append(("model", f"{d.model.name} ({d.model.kind})", ""))
@@ -120,15 +125,15 @@ def table(est: CapacityEstimate | None, live: LiveCapacity | None, advice: list[
     lv = lc.kv_bytes_per_token if lc else None
     rows += [
         ("KV bytes per token", _b(e.kv_bytes_per_token_per_gpu if e else None), _b(lv)),
-        ("weights per GPU", f"{fmt.gb(e.weights_bytes_per_gpu)} ({e.weights_dtype})" if e else "", ""),
+        ("weights per GPU", _weights(e), ""),
         (
             "KV cache per GPU",
-            fmt.gib(e.kv_cache_bytes) if e else "",
+            fmt.gib(sized.kv_cache_bytes) if sized else "",
             fmt.gib(lc.kv_cache_memory_bytes) if lc and lc.kv_cache_memory_bytes else "",
         ),
         (
             "KV cache tokens",
-            f"{e.kv_cache_tokens:,}" if e else "",
+            f"{sized.kv_cache_tokens:,}" if sized else "",
             f"{lc.kv_cache_tokens:,}" if lc and lc.kv_cache_tokens else "",
         ),
         ("max-model-len", f"{e.max_model_len:,}" if e else "", _len(lc)),
@@ -137,7 +142,7 @@ def table(est: CapacityEstimate | None, live: LiveCapacity | None, advice: list[
             _req(e),
             f"{lc.max_len_request_share:.0%} of cache" if lc and lc.max_len_request_share else "",
         ),
-        ("max-len requests at once", fmt.times(e.max_concurrency) if e else "", _conc(lc)),
+        ("max-len requests at once", fmt.times(sized.max_concurrency) if sized else "", _conc(lc)),
     ]
     if lc is not None and lc.request_p50_tokens is not None:
         rows.append(
@@ -156,8 +161,12 @@ def table(est: CapacityEstimate | None, live: LiveCapacity | None, advice: list[
     w0 = max(len(r[0]) for r in [head, *rows])
     w1 = max(len(r[1]) for r in [head, *rows])
     lines = [f"{a:<{w0}}  {b:<{w1}}  {c}".rstrip() for a, b, c in [head, *rows]]
-    if e is not None and not e.fits:
-        lines.append(f"does not fit: one {e.max_model_len:,}-token request needs {fmt.gib(e.request_bytes)}")
+    if sized is not None and not sized.fits:
+        lines.append(
+            f"does not fit: one {sized.max_model_len:,}-token request needs {fmt.gib(sized.request_bytes)}"
+        )
+    if e is not None and sized is None:
+        lines.append(NO_CACHE)
     notes = list(e.assumptions) if e else (_live_notes(lc) if lc else [])
     lines += ["", "assumptions:", *(f"  - {n}" for n in notes)]
     if advice:
@@ -179,11 +188,22 @@ def _len(lc: LiveCapacity | None) -> str:
     )
 
 
-def _req(e: CapacityEstimate | None) -> str:
+def _req(e: Arithmetic | None) -> str:
     if e is None:
         return ""
+    if isinstance(e, ModelFigures):
+        return f"{fmt.gib(e.request_bytes)} ({e.request_bytes:,} B)"
     share = f" ({e.request_bytes / e.kv_cache_bytes:.0%} of cache)" if e.kv_cache_bytes else ""
     return fmt.gib(e.request_bytes) + share
+
+
+def _weights(e: Arithmetic | None) -> str:
+    if e is None:
+        return ""
+    if e.weights_bytes_per_gpu is None:
+        return f"unknown ({e.weights_dtype})"
+    exact = f", {e.weights_bytes_per_gpu:,} B" if isinstance(e, ModelFigures) else ""
+    return f"{fmt.gb(e.weights_bytes_per_gpu)} ({e.weights_dtype}{exact})"
 
 
 def _conc(lc: LiveCapacity | None) -> str:

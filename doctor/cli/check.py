@@ -8,12 +8,13 @@ import sys
 import time
 from typing import Any
 
-from doctor import fmt, render
-from doctor.cli.common import build_pipeline, load_config_or_exit, target_config, target_state
+from doctor import fmt, terminal
+from doctor.cli.common import build_pipeline, load_config_or_exit
 from doctor.config import TargetSpec
-from doctor.diagnosis.model import LIMITS, Diagnosis
+from doctor.config.durations import duration_seconds, parse_duration
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
-from doctor.rules.loader import duration_seconds, parse_duration
+from doctor.targets import target_facts
+from doctor.verdicts import LIMITS, Diagnosis
 
 
 def add_parser(sub: Any) -> None:
@@ -63,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
     pipeline = build_pipeline(cfg, args.rules, recordings=[]) if cfg else None
     if pipeline is None:
         return 2
-    pipeline.add_target(spec.name, target_config(spec))
-    pipeline.targets[spec.name] = target_state(spec)
+    pipeline.add_target(spec.name, target_facts(spec))
     tty = sys.stderr.isatty() and not args.json
     start = time.time()
     ok = errors = 0
@@ -97,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
                           "diagnoses": [d.to_dict() for d in diagnoses]}))  # fmt: skip
     else:
         print(f"kvdoctor check of {spec.safe_url}: {ok} scrapes over {duration:.0f} s ({errors} failed)\n")
-        print("\n\n".join(render.report(d) for d in diagnoses))
-    return 1 if any(d.bottleneck in LIMITS for d in diagnoses) else 0
+        print("\n\n".join(terminal.report(d) for d in diagnoses))
+    return 1 if any(d.verdict in LIMITS for d in diagnoses) else 0
 
 
 def _progress(tty: bool, elapsed: float, duration: float, diagnoses: list[Diagnosis], error: str) -> None:
@@ -108,7 +108,5 @@ def _progress(tty: bool, elapsed: float, duration: float, diagnoses: list[Diagno
     ev = d.evidence if d else {}
     bits = [f"{fmt.label_of(k)} {fmt.value(k, ev[k])}" for k in ("kv_usage", "running", "waiting") if k in ev]
     status = error[:60] if error else " · ".join(bits)
-    line = (
-        f"\rsampling {min(elapsed, duration):4.0f}/{duration:.0f} s  {d.bottleneck if d else '…':9s} {status}"
-    )
+    line = f"\rsampling {min(elapsed, duration):4.0f}/{duration:.0f} s  {d.verdict if d else '…':9s} {status}"
     print(line.ljust(100)[:120], end="", file=sys.stderr, flush=True)

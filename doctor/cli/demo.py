@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor import render
+from doctor import terminal
 from doctor.config import Config, TargetSpec
-from doctor.diagnosis.model import Diagnosis
+from doctor.daemon.logs import setup_logging
+from doctor.daemon.runner import Daemon
 from doctor.ingest.fetch import HttpOptions
 from doctor.replayserver import Playlist, ReplayServer
+from doctor.rules.loader import default_rule_files, load_files
+from doctor.verdicts import Diagnosis
 
 DEMO = Path(__file__).resolve().parent.parent / "demo"
 # target -> recordings played one after another (looping): a healthy server that fills its KV cache and recovers,
@@ -39,16 +42,13 @@ def add_parser(sub: Any) -> None:
 
 
 def _print_change(d: Diagnosis, previous: str | None) -> None:
-    print(render.change_line(d, None, previous), flush=True)
-    if d.advice and d.bottleneck != previous:
-        print("\n".join(render.advice_lines(d)[:3]), flush=True)
+    print(terminal.change_line(d, None, previous), flush=True)
+    if d.advice and d.verdict != previous:
+        print("\n".join(terminal.advice_lines(d)[:3]), flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Start replay servers and the daemon; print each change; stop on Ctrl-C or after --duration."""
-    from doctor.daemon.logs import setup_logging
-    from doctor.daemon.runner import Daemon
-    from doctor.rules.loader import default_rule_files, load_files
 
     setup_logging("text", "warning")
 
@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError:
         cfg.listen = cfg.listen.rsplit(":", 1)[0] + ":0"  # the default port is taken: any free one will do
         daemon.start()
+    assert daemon.web is not None  # started with web=True
     print(f"kvdoctor demo: watching {len(targets)} replayed vLLM servers (real vLLM 0.32 recordings)")
     print(
         f"status page: {daemon.web.url}   metrics: {daemon.web.url}metrics   API: {daemon.web.url}api/v1/diagnoses"

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from doctor.cli.common import load_config_or_exit
 from doctor.config import Config
-from doctor.config.yamlpos import locate
-from doctor.notify.config import ENV_KEYS, NotifyConfig, parse_notify_config
+from doctor.notify import Notifier
+from doctor.notify.config import NotifyConfig, parse_notify_config
+from doctor.notify.located import located_errors
 
 NO_SINKS = (
     "no notification sinks configured: set notify.slack (token + channel, or webhook_url), "
@@ -43,28 +42,6 @@ def _usage(p: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _where(cfg: Config, error: str) -> str:
-    """Prefix a notify error with file:line (of the deepest key it names) or with `environment`."""
-    path = error.split(":", 1)[0]
-    if path in ENV_KEYS:
-        return f"environment: {error}"
-    if not cfg.path:
-        return f"<no config file>: {error}"
-    try:
-        doc = locate(Path(cfg.path).read_text(encoding="utf-8"), cfg.path)
-    except Exception:
-        return f"{cfg.path}: {error}"
-    keys: list[Any] = []
-    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
-        keys.append(int(index) if index else name)
-    return f"{doc.where(*keys)}: {error}"
-
-
-def located_errors(cfg: Config, errors: list[str]) -> list[str]:
-    """Notify config errors prefixed with the config's file:line (or `environment` for KVDOCTOR_SLACK_*)."""
-    return [_where(cfg, e) for e in errors]
-
-
 def notify_config(cfg: Config, env: Mapping[str, str], prog: str) -> NotifyConfig | None:
     """The notify config from cfg and env, or None after printing every error with its file:line."""
     ncfg, errors = parse_notify_config(cfg.notify, env)
@@ -80,7 +57,6 @@ def has_sinks(ncfg: NotifyConfig) -> bool:
 
 def run_test(args: argparse.Namespace) -> int:
     """Send the test message; 0 all ok, 1 a sink failed, 2 config error or nothing configured."""
-    from doctor.notify import Notifier
 
     cfg = load_config_or_exit(args.config)
     if cfg is None:

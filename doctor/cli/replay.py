@@ -13,11 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor import render
+from doctor import terminal
 from doctor.cli.common import build_pipeline, load_config_or_exit
-from doctor.diagnosis.model import Diagnosis
+from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
+from doctor.export.openmetrics import export_openmetrics
 from doctor.ingest.recording import RecordingError
+from doctor.notify import Notifier
 from doctor.replay import replay
+from doctor.verdicts import Diagnosis
 
 
 def add_parser(sub: Any) -> None:
@@ -77,12 +80,12 @@ def run(args: argparse.Namespace) -> int:
                 notify_cycle(notifier, cycle.diagnoses, cycle.t)
             for d in cycle.diagnoses:
                 timeline.append(_entry(d))
-                key, state = (d.target, d.model_name), (d.bottleneck, tuple(f.name for f in d.findings))
+                key, state = (d.target, d.model_name), (d.verdict, tuple(f.name for f in d.findings))
                 if not args.json and last.get(key) != state:
                     prev = last.get(key, (None,))[0]
-                    print(render.change_line(d, start, prev))
-                    if d.advice and (prev is None or prev != d.bottleneck):
-                        print("\n".join(render.advice_lines(d)))
+                    print(terminal.change_line(d, start, prev))
+                    if d.advice and (prev is None or prev != d.verdict):
+                        print("\n".join(terminal.advice_lines(d)))
                 last[key] = state
     except (RecordingError, OSError) as exc:
         print(f"kvdoctor replay: {exc}", file=sys.stderr)
@@ -90,8 +93,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         undelivered = notify_close(notifier, tmp) if notifier is not None else False
     if args.export_openmetrics:
-        from doctor.export.openmetrics import export_openmetrics
-
         with open(args.export_openmetrics, "w", encoding="utf-8") as out:
             n = export_openmetrics(cycles, out)
         print(f"wrote {n} samples to {args.export_openmetrics}", file=sys.stderr)
@@ -106,7 +107,8 @@ def _entry(d: Diagnosis) -> dict[str, Any]:
         "t": d.t,
         "target": d.target,
         "model_name": d.model_name,
-        "bottleneck": d.bottleneck,
+        "bottleneck": d.verdict,
+        "verdict": d.verdict,
         "since": d.since,
         "findings": [f.name for f in d.findings],
         "evidence": full["evidence"],
@@ -115,8 +117,6 @@ def _entry(d: Diagnosis) -> dict[str, Any]:
 
 
 def _notifier(cfg: Any, state: str | None, interval: float) -> tuple[Any, Path | None]:
-    from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
-    from doctor.notify import Notifier
 
     ncfg = notify_config(cfg, os.environ, "kvdoctor replay")
     if ncfg is None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from doctor.rules.loader import RuleLoadError, load_files, parse_duration, rule_files
+from doctor.config.durations import parse_duration
+from doctor.config.schema import check_url, runbook_page
+from doctor.rules.loader import RuleLoadError, load_files, rule_files
+from doctor.verdicts import RUNBOOK_PATH
 
 FORMATS = ("prometheus", "prometheus-operator")
 
@@ -33,6 +37,11 @@ def add_parser(sub: Any) -> None:
         help="PrometheusRule metadata label (repeatable), e.g. release=prometheus for the operator's ruleSelector",
     )  # fmt: skip
     e.add_argument("--interval", metavar="DURATION", help="override every group's evaluation interval")
+    e.add_argument(
+        "--runbook-url", metavar="URL",
+        help="write runbook_url links absolute: URL#<finding>, e.g. http://kvdoctor:9860/runbook (a bare server URL "
+        "gets /runbook); without it they stay paths on kvdoctor's web server",
+    )  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -80,12 +89,37 @@ def prometheus_rule(
     }
 
 
-def render(args: argparse.Namespace) -> dict[str, str]:
+_RUNBOOK_LINK = re.compile(r"""(runbook_url:\s*["']?)""" + re.escape(RUNBOOK_PATH) + r"(?=[#\"'\s]|$)", re.M)
+
+
+def link_runbooks(text: str, page: str | None) -> str:
+    """The rule file text with kvdoctor's `/runbook#…` links made absolute on page (unchanged without one)."""
+    return text if page is None else _RUNBOOK_LINK.sub(lambda m: m.group(1) + page, text)
+
+
+def _linked(groups: list[dict[str, Any]], page: str | None) -> list[dict[str, Any]]:
+    if page is None:
+        return groups
+    for g in groups:
+        for r in g.get("rules") or []:
+            url = (r.get("annotations") or {}).get("runbook_url")
+            if isinstance(url, str) and (url == RUNBOOK_PATH or url.startswith(RUNBOOK_PATH + "#")):
+                r["annotations"]["runbook_url"] = page + url[len(RUNBOOK_PATH) :]
+    return groups
+
+
+def exported_files(args: argparse.Namespace) -> dict[str, str]:
     """File name -> text of what to export; raises ValueError/RuleLoadError on bad input."""
     files = rule_files(args.rules)
     load_files(files)  # every error at file:line before anything is written
     if args.interval:
         parse_duration(args.interval)
+    page = None
+    if args.runbook_url is not None:
+        problem = check_url(args.runbook_url, "--runbook-url")
+        if problem:
+            raise ValueError(problem)
+        page = runbook_page(args.runbook_url)
     labels = {}
     for item in args.label:
         key, sep, value = item.partition("=")
@@ -93,19 +127,21 @@ def render(args: argparse.Namespace) -> dict[str, str]:
             raise ValueError(f"--label: expected KEY=VALUE, got {item!r}")
         labels[key] = value
     if args.format == "prometheus-operator":
-        doc = prometheus_rule(groups_of(files, args.interval), args.name, args.namespace, labels)
+        doc = prometheus_rule(
+            _linked(groups_of(files, args.interval), page), args.name, args.namespace, labels
+        )
         return {f"{args.name}.prometheusrule.yaml": dump(doc)}
-    if len(files) == 1 and not args.interval:
-        return {files[0].name: files[0].read_text(encoding="utf-8")}  # verbatim: comments are documentation
+    if len(files) == 1 and not args.interval:  # verbatim: comments are documentation
+        return {files[0].name: link_runbooks(files[0].read_text(encoding="utf-8"), page)}
     if args.output and not args.interval:
-        return {f.name: f.read_text(encoding="utf-8") for f in files}
-    return {"kvdoctor.yml": dump({"groups": groups_of(files, args.interval)})}
+        return {f.name: link_runbooks(f.read_text(encoding="utf-8"), page) for f in files}
+    return {"kvdoctor.yml": dump({"groups": _linked(groups_of(files, args.interval), page)})}
 
 
 def run(args: argparse.Namespace) -> int:
     """Export; exit 2 on a bad rule file or argument."""
     try:
-        out = render(args)
+        out = exported_files(args)
     except RuleLoadError as exc:
         for e in exc.errors:
             print(f"kvdoctor rules export: {e}", file=sys.stderr)
@@ -113,6 +149,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kvdoctor rules export: {exc}", file=sys.stderr)
         return 2
+    if args.runbook_url is None and any(_RUNBOOK_LINK.search(text) for text in out.values()):
+        print(
+            f"kvdoctor rules export: note: runbook_url links are paths on kvdoctor ({RUNBOOK_PATH}#…); "
+            "add --runbook-url URL-of-kvdoctor so Alertmanager's links open",
+            file=sys.stderr,
+        )
     if not args.output:
         sys.stdout.write("\n---\n".join(out.values()) if len(out) > 1 else next(iter(out.values())))
         return 0

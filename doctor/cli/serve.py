@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from doctor.config import ConfigError
-from doctor.config.schema import PrometheusSource, TargetSpec
+from doctor.config.durations import parse_duration
+from doctor.config.schema import PrometheusSource, check_url
 from doctor.daemon.logs import setup_logging
+from doctor.daemon.runner import Daemon, load_everything
 from doctor.ingest.fetch import HttpOptions
-from doctor.rules.loader import RuleLoadError, parse_duration
+from doctor.rules.loader import RuleLoadError
+from doctor.sources.client import SourceError
 
 
 def add_parser(sub: Any) -> None:
@@ -27,6 +30,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--log-format", choices=("text", "json"))
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")
     p.add_argument("--web-config", help="exporter-toolkit web-config.yml (TLS, basic auth)")
+    p.add_argument(
+        "--external-url", "--web.external-url", dest="external_url", metavar="URL",
+        help="the URL users reach kvdoctor at (behind a proxy); links in alerts start with it (default: from --listen)",
+    )  # fmt: skip
+    p.add_argument(
+        "--runbook-url", metavar="URL",
+        help="the runbook page alerts link to, #<finding> appended (default: <external URL>/runbook, served here)",
+    )  # fmt: skip
     add_source_arguments(p)
     p.set_defaults(run=run)
 
@@ -124,18 +135,24 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "listen": args.listen, "interval_s": args.interval, "state_file": args.state_file,
         "log_format": args.log_format, "rules": args.rules, "web_config": args.web_config,
+        "external_url": _url(args.external_url, "--external-url"), "runbook_url": _url(args.runbook_url, "--runbook-url"),
     }  # fmt: skip
     if args.target:
-        out["targets"] = [TargetSpec(url=u if "://" in u else f"http://{u}/metrics") for u in args.target]
+        out["targets"] = [u if "://" in u else f"http://{u}/metrics" for u in args.target]
     out["prometheus"] = prometheus_source(args)
     out["source"] = args.source or ("prometheus" if out["prometheus"] else None)
     return out
 
 
+def _url(url: str | None, flag: str) -> str | None:
+    problem = check_url(url, flag) if url is not None else None
+    if problem:
+        raise ConfigError([problem])
+    return url
+
+
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM; exit 2 on a bad config or rule file."""
-    from doctor.daemon.runner import Daemon, load_everything
-    from doctor.sources.client import SourceError
 
     try:
         flags = overrides(args)

@@ -9,19 +9,28 @@ from typing import Any
 
 import yaml
 
-from doctor.config.schema import Config, FileSD, PrometheusSource
-from doctor.config.targets import http_options, parse_target
-from doctor.config.yamlpos import Located, locate
-from doctor.rules.loader import duration_seconds
+from doctor.config.durations import duration_seconds
+from doctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefaults, check_url
+from doctor.config.targets import count, http_options, limits, parse_target
+from doctor.config.yamlpos import Located, locate, yaml_error
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
-    "source", "prometheus", "web_config", "notify",
+    "source", "prometheus", "web_config", "notify", "external_url", "runbook_url",
 }  # fmt: skip
+SCRAPE_KEYS = {
+    "timeout",
+    "max_bytes",
+    "max_connections",
+    "sample_limit",
+    "label_limit",
+    "label_value_length_limit",
+}
 ENV = {
     "KVDOCTOR_INTERVAL": "interval", "KVDOCTOR_LISTEN": "listen", "KVDOCTOR_JOB": "job",
     "KVDOCTOR_STATE_FILE": "state_file", "KVDOCTOR_WEB_CONFIG": "web_config", "KVDOCTOR_SOURCE": "source",
-    "KVDOCTOR_RETENTION": "retention",
+    "KVDOCTOR_RETENTION": "retention", "KVDOCTOR_EXTERNAL_URL": "external_url",
+    "KVDOCTOR_RUNBOOK_URL": "runbook_url",
 }  # fmt: skip
 
 
@@ -44,9 +53,7 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
         except OSError as exc:
             raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else path
-            raise ConfigError([f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+            raise ConfigError([yaml_error(path, exc)]) from None
         if not isinstance(doc.value, dict):
             raise ConfigError([f"{path}:1: the config must be a mapping"])
     data: dict[str, Any] = dict(doc.value)
@@ -65,7 +72,7 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
             errors.append(f"{doc.where(key)}: unknown key {key!r}")
     _scalars(cfg, data, doc, errors)
     for i, item in enumerate(data.get("targets") or []):
-        t = parse_target(item, doc, ("targets", i), errors)
+        t = parse_target(item, doc, ("targets", i), errors, cfg.scrape)
         if t is not None:
             cfg.targets.append(t)
     names = [t.name for t in cfg.targets]
@@ -123,6 +130,13 @@ def _scalars(cfg: Config, data: dict[str, Any], doc: Located, errors: list[str])
                 errors.append(f"{doc.where(key)}: {key}: must be a string")
             else:
                 setattr(cfg, key, data[key])
+    for key in ("external_url", "runbook_url"):
+        if data.get(key) is not None:
+            problem = check_url(data[key], key)
+            if problem:
+                errors.append(f"{doc.where(key)}: {problem}")
+            else:
+                setattr(cfg, key, data[key])
     if ":" not in cfg.listen:
         errors.append(f"{doc.where('listen')}: listen: expected HOST:PORT, got {cfg.listen!r}")
     rules = data.get("rules")
@@ -146,11 +160,15 @@ def _scalars(cfg: Config, data: dict[str, Any], doc: Located, errors: list[str])
     if not isinstance(scrape, dict):
         errors.append(f"{doc.where('scrape')}: scrape: must be a mapping")
         scrape = {}
-    cfg.scrape_timeout_s = _dur(scrape, "timeout", cfg.scrape_timeout_s, doc, ("scrape",), errors)
-    for key, attr in (("max_bytes", "scrape_max_bytes"), ("workers", "scrape_workers")):
-        v = scrape.get(key)
-        if v is not None:
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                errors.append(f"{doc.where('scrape', key)}: scrape.{key}: a positive integer")
-            else:
-                setattr(cfg, attr, v)
+    for key in scrape:
+        if key not in SCRAPE_KEYS:
+            errors.append(f"{doc.where('scrape', key)}: unknown key scrape.{key}")
+    base = ScrapeDefaults()
+    cfg.scrape = ScrapeDefaults(
+        timeout_s=_dur(scrape, "timeout", base.timeout_s, doc, ("scrape",), errors),
+        max_bytes=count(scrape, "max_bytes", base.max_bytes, doc.where("scrape", "max_bytes"), errors),
+        limits=limits(scrape, doc, ("scrape",), errors, base.limits),
+    )
+    cfg.scrape_max_connections = count(
+        scrape, "max_connections", cfg.scrape_max_connections, doc.where("scrape", "max_connections"), errors
+    )

@@ -6,14 +6,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from doctor.config.schema import TargetSpec
+from doctor.config.durations import duration_seconds
+from doctor.config.schema import ScrapeDefaults, TargetSpec
 from doctor.config.yamlpos import Located
 from doctor.ingest.fetch import HttpOptions
-from doctor.rules.loader import duration_seconds
+from doctor.ingest.parse import ScrapeLimits
 
+LIMIT_KEYS = ("sample_limit", "label_limit", "label_value_length_limit")
 TARGET_KEYS = {
     "url", "name", "max_num_seqs", "slo", "model", "model_config", "gpu", "tensor_parallel", "labels",
-    "bearer_token", "bearer_token_file", "basic_auth", "tls", "timeout", "headers",
+    "bearer_token", "bearer_token_file", "basic_auth", "tls", "timeout", "headers", "max_bytes", *LIMIT_KEYS,
 }  # fmt: skip
 HTTP_KEYS = {"bearer_token", "bearer_token_file", "basic_auth", "tls", "timeout", "headers"}
 
@@ -31,9 +33,31 @@ def _secret(d: dict[str, Any], key: str, doc: Located, path: tuple, errors: list
         return None
 
 
+def count(
+    d: dict[str, Any], key: str, default: int, where: str, errors: list[str], zero: bool = False
+) -> int:
+    """A positive integer setting (0 allowed when zero), or default when absent; appends an error when bad."""
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, int) or isinstance(v, bool) or v < (0 if zero else 1):
+        errors.append(f"{where}: {key}: a {'non-negative' if zero else 'positive'} integer")
+        return default
+    return v
+
+
+def limits(
+    d: dict[str, Any], doc: Located, path: tuple, errors: list[str], base: ScrapeLimits
+) -> ScrapeLimits:  # type: ignore[type-arg]
+    """sample_limit, label_limit, label_value_length_limit over base (0 turns a limit off)."""
+    values = {k: count(d, k, getattr(base, k), doc.where(*path, k), errors, zero=True) for k in LIMIT_KEYS}
+    return ScrapeLimits(**values)
+
+
 def http_options(
-    d: dict[str, Any], doc: Located, path: tuple, errors: list[str], timeout: float = 10.0
-) -> HttpOptions:  # type: ignore[type-arg]
+    d: dict[str, Any], doc: Located, path: tuple, errors: list[str], timeout: float = 10.0,
+    max_bytes: int = 16 * 1024 * 1024,
+) -> HttpOptions:  # type: ignore[type-arg]  # fmt: skip
     """HttpOptions from bearer_token(_file), basic_auth, tls, timeout, headers."""
     token = _secret(d, "bearer_token", doc, path, errors)
     basic = None
@@ -66,13 +90,16 @@ def http_options(
         errors.append(f"{doc.where(*path, 'headers')}: headers: must be a mapping")
         headers = {}
     return HttpOptions(
-        connect_timeout=min(3.0, timeout), read_timeout=timeout, total_timeout=timeout, bearer_token=token,
+        connect_timeout=min(3.0, timeout), read_timeout=timeout, total_timeout=timeout, max_bytes=max_bytes, bearer_token=token,
         basic_auth=basic, verify=verify, client_cert=cert, headers=tuple((str(k), str(v)) for k, v in headers.items()),
     )  # fmt: skip
 
 
-def parse_target(item: Any, doc: Located, path: tuple, errors: list[str]) -> TargetSpec | None:  # type: ignore[type-arg]
-    """A TargetSpec from a URL string or a mapping; appends errors and returns None when invalid."""
+def parse_target(
+    item: Any, doc: Located, path: tuple, errors: list[str], defaults: ScrapeDefaults | None = None,
+) -> TargetSpec | None:  # type: ignore[type-arg]  # fmt: skip
+    """A TargetSpec from a URL string or a mapping (the `scrape:` defaults under it); None when invalid."""
+    defaults = defaults or ScrapeDefaults()
     where = doc.where(*path)
     if isinstance(item, str):
         item = {"url": item}
@@ -114,11 +141,13 @@ def parse_target(item: Any, doc: Located, path: tuple, errors: list[str]) -> Tar
     if not isinstance(tp, int) or tp < 1:
         errors.append(f"{doc.where(*path, 'tensor_parallel')}: tensor_parallel: a positive integer")
         tp = 1
-    http = http_options(item, doc, path, errors)
+    max_bytes = count(item, "max_bytes", defaults.max_bytes, doc.where(*path, "max_bytes"), errors)
+    http = http_options(item, doc, path, errors, defaults.timeout_s, max_bytes)
+    lim = limits(item, doc, path, errors, defaults.limits)
     if len(errors) > before:
         return None
     return TargetSpec(
         url=url, name=str(item.get("name") or ""), max_num_seqs=mns, slo_itl_p95_s=slos.get("itl_p95"),
         slo_ttft_p95_s=slos.get("ttft_p95"), model=item.get("model"), model_config=item.get("model_config"),
-        gpu=item.get("gpu"), tensor_parallel=tp, labels={str(k): str(v) for k, v in labels.items()}, http=http,
+        gpu=item.get("gpu"), tensor_parallel=tp, labels={str(k): str(v) for k, v in labels.items()}, http=http, limits=lim,
     )  # fmt: skip

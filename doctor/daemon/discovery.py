@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from doctor.config import TargetSpec
-from doctor.config.schema import FileSD
+from doctor.config.schema import FileSD, ScrapeDefaults
 from doctor.config.targets import parse_target
 from doctor.config.yamlpos import Located
 
@@ -24,8 +24,9 @@ FACTS = {"max_num_seqs": "kvdoctor_max_num_seqs", "model": "kvdoctor_model", "gp
 class FileDiscovery:
     """Keeps the targets of file_sd files, re-reading a file only when its mtime or size changes."""
 
-    def __init__(self, sds: list[FileSD]) -> None:
+    def __init__(self, sds: list[FileSD], defaults: ScrapeDefaults | None = None) -> None:
         self.sds = sds
+        self.defaults = defaults or ScrapeDefaults()
         self._seen: dict[str, tuple[float, int]] = {}
         self._targets: dict[str, list[TargetSpec]] = {}
         self.errors: list[str] = []
@@ -45,7 +46,7 @@ class FileDiscovery:
             sig = (st.st_mtime, st.st_size)
             if self._seen.get(path) == sig:
                 continue
-            targets, errors = read_file_sd(path)
+            targets, errors = read_file_sd(path, self.defaults)
             if errors:
                 self.errors += errors
                 for e in errors:
@@ -57,7 +58,7 @@ class FileDiscovery:
         return [t for p in sorted(self._targets) for t in self._targets[p]]
 
 
-def read_file_sd(path: str) -> tuple[list[TargetSpec], list[str]]:
+def read_file_sd(path: str, defaults: ScrapeDefaults | None = None) -> tuple[list[TargetSpec], list[str]]:
     """Parse one file_sd file: a list of {targets: [host:port], labels: {...}}."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -83,7 +84,7 @@ def read_file_sd(path: str) -> tuple[list[TargetSpec], list[str]]:
                 item[key] = int(v) if key == "max_num_seqs" and v.isdigit() else v
         for addr in group["targets"]:
             spec = parse_target(
-                {**item, "url": f"{scheme}://{addr}{mpath}", "labels": labels}, doc, (i,), errors
+                {**item, "url": f"{scheme}://{addr}{mpath}", "labels": labels}, doc, (i,), errors, defaults
             )
             if spec is not None:
                 out.append(spec)

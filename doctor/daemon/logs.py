@@ -40,4 +40,4 @@ def setup_logging(fmt: str = "text", level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    logging.getLogger("asyncio").setLevel(logging.WARNING)

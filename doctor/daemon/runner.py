@@ -1,4 +1,4 @@
-"""`kvdoctor serve`: APScheduler drives scrape + evaluate cycles; sinks read the shared state."""
+"""`kvdoctor serve`: targets scraped on their own schedules, one evaluation per interval on what arrived."""
 
 from __future__ import annotations
 
@@ -7,90 +7,98 @@ import os
 import signal
 import threading
 import time
-from datetime import UTC, datetime
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
-from apscheduler.schedulers.background import BackgroundScheduler
-
-from doctor.cli.common import target_config, target_state
-from doctor.config import Config, ConfigError, TargetSpec, load_config
+from doctor.config import Config, ConfigError, TargetSpec
+from doctor.config.schema import default_external_url
 from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
-from doctor.daemon.exposition import make_registry
-from doctor.daemon.scrape import Scraper
-from doctor.daemon.state import DaemonState, TargetStats
-from doctor.diagnosis.model import Diagnosis
+from doctor.daemon.logs import setup_logging
+from doctor.daemon.pace import Pace
+from doctor.daemon.reload import changes, load_everything, refuse_unless_applicable
+from doctor.daemon.scrape import Scraper, ScrapeResult, capped
+from doctor.notify import Notifier, parse_notify_config
+from doctor.notify.located import located_errors
 from doctor.pipeline import Cycle, Pipeline
-from doctor.rules.loader import Group, RuleLoadError, load_files, rule_files
+from doctor.rules.loader import RuleGroup, RuleLoadError
+from doctor.sources.daemon import DaemonSource
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
+from doctor.targets import target_facts
+from doctor.verdicts import Diagnosis
+from doctor.web.server import WebServer
 
+__all__ = ["Daemon", "load_everything"]
 log = logging.getLogger("kvdoctor")
-EVENTS = {EVENT_JOB_ERROR: "error", EVENT_JOB_MISSED: "missed", EVENT_JOB_MAX_INSTANCES: "max_instances"}
-
-
-def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[Group]]:
-    """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem."""
-    cfg = load_config(cfg_path)
-    for key, value in overrides.items():
-        if value is not None:
-            setattr(cfg, key, value)
-    return cfg, load_files(rule_files(cfg.rules))
 
 
 class Daemon:
-    """Owns the pipeline, the scraper, the scheduler and the sinks."""
+    """Owns the pipeline, the scraper, the cycle thread and the sinks."""
 
-    def __init__(self, cfg: Config, groups: list[Group], cfg_path: str | None = None,
+    def __init__(self, cfg: Config, groups: list[RuleGroup], cfg_path: str | None = None,
                  overrides: dict[str, Any] | None = None, on_change: Any = None) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
         self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
-        self.scraper = Scraper(cfg.scrape_workers)
-        self.discovery = FileDiscovery(cfg.file_sd)
+        self.pipeline.runbook_url = cfg.runbook_page()
+        self.scraper = Scraper(cfg.scrape_max_connections)
+        self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
         self.registry = make_registry(self.state)
-        self.on_change = on_change  # called with (diagnosis, previous bottleneck) when a class changes
-        self.notifier: Any = None
-        self.web: Any = None
+        self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes
+        self.notifier: Notifier | None = None
+        self.web: WebServer | None = None
         self.stop_event = threading.Event()
+        self._wake = threading.Event()  # a reload changed the interval: the cycle clock starts over
         self._lock = threading.Lock()
         self._specs: dict[str, TargetSpec] = {}
+        self._plan: tuple[float, dict[str, TargetSpec]] | None = None
+        self._capped: set[tuple[str, float, float]] = set()
         self._last: dict[tuple[str, str], str] = {}
-        self.scheduler = BackgroundScheduler(
-            timezone=UTC,
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": int(cfg.interval_s)},
-        )
-        self.scheduler.add_listener(self._event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        self._pace = Pace(self.state)
+        self._thread: threading.Thread | None = None
         if cfg.state_file:
             persist.load(cfg.state_file, self.pipeline)
         self._sync_targets()
-        self.source: Any = None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        self.source: DaemonSource | None = (
+            None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        )
         if cfg.source == "prometheus":
-            from doctor.sources.daemon import DaemonSource
-
             self.source = DaemonSource(self)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, web: bool = True) -> None:
-        """Start the sinks and the cycle job (first cycle at once)."""
-        self._start_notifier()
-        if web:
-            from doctor.web.server import WebServer
-
-            extra = (lambda: {"notify": self.notifier.status()}) if self.notifier else None
+        """Start the web server, the sinks, the scrape schedules and the cycle thread (the first cycle once the
+        first scrapes are in)."""
+        if web:  # first: links in notifications point at the address it is bound to
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
-                                 reload=self.reload, extra_status=extra)  # fmt: skip
+                                 reload=self.reload, extra_status=self._notify_status,
+                                 rules=lambda: self.pipeline.rules.groups)  # fmt: skip
             self.web.start()
-        self.scheduler.add_job(self.cycle, "interval", seconds=self.cfg.interval_s, id="cycle",
-                               next_run_time=datetime.now(UTC))  # fmt: skip
-        self.scheduler.start()
+            self.pipeline.runbook_url = self._runbook_page()
+        try:
+            self._start_notifier()
+        except ConfigError:
+            if self.web is not None:
+                self.web.stop()
+            raise
         self.state.started_ts = time.time()
+        if self.source is None:
+            self._schedule()
+        self._thread = threading.Thread(target=self._run_cycles, name="kvdoctor-cycle", daemon=True)
+        self._thread.start()
 
     def handle_signals(self) -> None:
         """SIGTERM/SIGINT stop, SIGHUP reloads; call from the main thread before start() so no signal is missed."""
-        signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
-        signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        signal.signal(signal.SIGINT, lambda *_: self.stop())
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
+
+    def stop(self) -> None:
+        """Ask the daemon to stop (serve_forever then drains)."""
+        self.stop_event.set()
+        self._wake.set()
 
     def serve_forever(self) -> int:
         """Block until stopped, then drain."""
@@ -101,80 +109,90 @@ class Daemon:
     def shutdown(self) -> None:
         """Drain: wait for the running cycle, persist, flush notifications, stop serving."""
         log.info("shutting down")
-        self.scheduler.shutdown(wait=True)
-        self._persist()
+        self.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self.scraper.close()
+        with self._lock:
+            self._persist()
         if self.notifier is not None:
             self.notifier.flush(10.0)
             self.notifier.close()
         if self.web is not None:
             self.web.stop()
-        self.scraper.close()
 
-    # -- one cycle -----------------------------------------------------------------------------------
+    # -- cycles --------------------------------------------------------------------------------------
+    def _run_cycles(self) -> None:
+        if self.source is None:
+            self.scraper.wait_first(set(self._specs), self.cfg.interval_s)
+        self._pace.run(self._tick_safely, lambda: self.cfg.interval_s, self.stop_event, self._wake)
+
+    def _tick_safely(self) -> None:
+        try:
+            self.tick()
+        except Exception:  # one bad cycle must not end the daemon
+            self.state.count_event("error")
+            log.exception("cycle failed")
+
+    def tick(self) -> list[Diagnosis]:
+        """One scheduled cycle: ingest the scrapes that arrived since the last one, evaluate, publish."""
+        return self._cycle(scrape_now=False)
+
     def cycle(self) -> list[Diagnosis]:
-        """Scrape every target, evaluate the rules, publish the diagnoses."""
+        """Scrape every target now (each within its own timeout), evaluate the rules, publish the diagnoses."""
+        return self._cycle(scrape_now=True)
+
+    def _cycle(self, scrape_now: bool) -> list[Diagnosis]:
         with self._lock:
             start = time.monotonic()
             if self.source is not None:
                 cycle = self.source.cycle(time.time())
                 return self._publish(cycle, start) if cycle is not None else []
             self._sync_targets()
-            specs = list(self._specs.values())
-            deadline = max((s.http.total_timeout for s in specs), default=1.0) + 1.0
-            for r in self.scraper.scrape(specs, deadline):
-                self.pipeline.observe(r.target, r.t, r.text, r.error)
-                self._stats(
-                    r.target,
-                    r.duration_s,
-                    r.t,
-                    self.pipeline.targets[r.target].error
-                    if r.error or self.pipeline.targets[r.target].up is False
-                    else None,
-                )
+            # scraping now, each target gets its own timeout; the cap to the interval protects the schedule
+            scraped = self.scraper.scrape(list(self._specs.values())) if scrape_now else self.scraper.drain()
+            for r in scraped:
+                self._ingest(r)
             return self._publish(self.pipeline.evaluate(time.time()), start)
 
+    def _ingest(self, r: ScrapeResult) -> None:
+        if r.target not in self._specs:
+            return  # removed while its scrape was in flight
+        before = self.pipeline.targets[r.target]
+        was = (before.up, before.last_error)
+        self.pipeline.observe(r.target, r.t, r.scrape, r.error, r.duration_s, r.limit)
+        self._log_health(r.target, was)
+        self.state.set_target(self.pipeline.targets[r.target])
+
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
-        self.state.publish(cycle.diagnoses, cycle.t, time.monotonic() - start, len(cycle.evaluation.errors))
+        evaluated = time.monotonic()
+        self.state.publish(cycle.diagnoses, cycle.t, evaluated - start, len(cycle.evaluation.errors))
         if self.notifier is not None:
             self.notifier.observe(cycle.diagnoses, cycle.t)
         self._announce(cycle.diagnoses)
         self._persist()
+        self._pace.note(time.monotonic() - start, self.cfg.interval_s)
         return cycle.diagnoses
 
-    def _stats(self, name: str, duration: float, t: float, error: str | None) -> None:
-        spec = self._specs[name]
-        prev = self.state.snapshot()["targets"].get(name)
-        stats = TargetStats(name, spec.safe_url, labels=dict(spec.labels))
-        if prev is not None:
-            stats.errors_total, stats.last_success_ts = prev.errors_total, prev.last_success_ts
-        stats.last_scrape_duration_s = duration
-        stats.up = error is None
-        if error is None:
-            stats.last_success_ts = t
-        else:
-            stats.errors_total += 1
-            stats.last_error = error
+    def _log_health(self, name: str, was: tuple[bool | None, str]) -> None:
+        target = self.pipeline.targets[name]
+        if target.up is False:
             # Say it when a target goes down (and when the reason changes), not on every cycle.
-            level = (
-                logging.WARNING
-                if prev is None or prev.up is not False or prev.last_error != error
-                else logging.DEBUG
-            )
-            log.log(level, "target %s down: %s", name, error, extra={"target": name})
-        if error is None and prev is not None and prev.up is False:
+            level = logging.WARNING if was != (False, target.last_error) else logging.DEBUG
+            log.log(level, "target %s down: %s", name, target.last_error, extra={"target": name})
+        elif was[0] is False:
             log.info("target %s is back up", name, extra={"target": name})
-        self.state.set_target(stats)
 
     def _announce(self, diagnoses: list[Diagnosis]) -> None:
         for d in diagnoses:
             key = (d.target, d.model_name)
             prev = self._last.get(key)
-            if prev != d.bottleneck:
-                log.info("%s · %s: %s (was %s)", d.target, d.model_name or "-", d.bottleneck, prev or "-",
-                         extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.bottleneck})  # fmt: skip
+            if prev != d.verdict:
+                log.info("%s · %s: %s (was %s)", d.target, d.model_name or "-", d.verdict, prev or "-",
+                         extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.verdict})  # fmt: skip
                 if self.on_change:
                     self.on_change(d, prev)
-            self._last[key] = d.bottleneck
+            self._last[key] = d.verdict
 
     def _persist(self) -> None:
         if self.cfg.state_file:
@@ -184,6 +202,13 @@ class Daemon:
                 log.error("cannot write state file %s: %s", self.cfg.state_file, exc)
 
     # -- targets, reload --------------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        plan = (self.cfg.interval_s, dict(self._specs))
+        if plan != self._plan:
+            self._plan = plan
+            specs = capped(self._specs, self.cfg.interval_s, self._capped)
+            self.scraper.schedule(list(specs.values()), self.cfg.interval_s)
+
     def _sync_targets(self) -> None:
         wanted = {t.name: t for t in [*self.cfg.targets, *self.discovery.targets()]}
         for gone in set(self._specs) - set(wanted):
@@ -193,56 +218,82 @@ class Daemon:
         for name, spec in wanted.items():
             old = self._specs.get(name)
             if old is None or old != spec:
-                self.pipeline.add_target(name, target_config(spec))
-                st = target_state(spec)
-                prev = self.pipeline.targets.get(name)
-                if prev is not None:
-                    st.up, st.error, st.models = prev.up, prev.error, prev.models
-                self.pipeline.targets[name] = st
-                if old is None:
-                    self.state.set_target(TargetStats(name, spec.safe_url, labels=dict(spec.labels)))
+                self.state.set_target(self.pipeline.add_target(name, target_facts(spec)))
         self._specs = wanted
+        if self._plan is not None:  # scheduled: targets, their settings or the interval may have changed
+            self._schedule()
 
     def reload(self) -> tuple[bool, str]:
-        """Re-read config and rules; a bad file keeps the last good one running."""
+        """Re-read config and rules and apply them all, or refuse (keeping everything running) and say why."""
+        t = time.time()
         try:
             cfg, groups = load_everything(self.cfg_path, self.overrides)
-        except (ConfigError, RuleLoadError) as exc:
-            self.state.note_reload(False, time.time(), str(exc))
+            refuse_unless_applicable(self.cfg, cfg)
+            if self.web is not None:
+                self.web.use_web_config(cfg.web_config)  # raises WebConfigError, nothing applied yet
+        except (ConfigError, RuleLoadError, ValueError, OSError) as exc:
+            self.state.note_reload(False, t, str(exc))
             log.error("reload failed, keeping the running config: %s", exc)
             return False, str(exc)
+        applied = changes(self.cfg, cfg)
         with self._lock:
-            notify_changed = cfg.notify != self.cfg.notify
+            notify_changed = (cfg.notify, cfg.external_url) != (self.cfg.notify, self.cfg.external_url)
+            interval_changed = cfg.interval_s != self.cfg.interval_s
+            log_changed = (cfg.log_format, cfg.log_level) != (self.cfg.log_format, self.cfg.log_level)
             self.cfg = cfg
-            self.discovery = FileDiscovery(cfg.file_sd)
+            self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
             self.pipeline.set_rules(groups)
+            self.pipeline.job = cfg.job
+            self.scraper.resize(cfg.scrape_max_connections)
+            self.pipeline.runbook_url = self._runbook_page()
             self._sync_targets()
-        if notify_changed and self.notifier is not None:
-            # open incidents and Slack threads live in the notifier's state dir, so a new notifier picks them up
-            self.notifier.flush(5.0)
-            self.notifier.close()
-            self.notifier = None
+        if interval_changed:
+            self._wake.set()
+        if log_changed:
+            setup_logging(cfg.log_format, cfg.log_level)
+        if notify_changed:
+            if self.notifier is not None:  # open incidents and Slack threads live in its state dir: kept
+                self.notifier.flush(5.0)
+                self.notifier.close()
+                self.notifier = None
             self._start_notifier()
-        self.state.note_reload(True, time.time())
-        log.info("reloaded config and %d rule groups", len(groups))
-        return True, "reloaded"
+        message = f"reloaded config and {len(groups)} rule groups" + (
+            f": {'; '.join(applied)}" if applied else ""
+        )
+        self.state.note_reload(True, t, message=message)
+        log.info("%s", message)
+        return True, message
+
+    def _bound(self) -> tuple[str | None, bool]:
+        if self.web is None:
+            return None, False
+        host, port = self.web.address
+        return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), self.web.tls
+
+    def _runbook_page(self) -> str:
+        """Where findings link to: the configured runbook or external URL, else the address the server is bound to."""
+        return self.cfg.runbook_page(*self._bound())
+
+    def _external_url(self) -> str:
+        """The URL users reach this daemon at: external_url, else from the bound (or configured) listen address."""
+        bound, tls = self._bound()
+        return (self.cfg.external_url or default_external_url(bound or self.cfg.listen, tls)).rstrip("/")
+
+    def _notify_status(self) -> dict[str, Any]:
+        # the web server starts before the notifier (its address is in the links), so there may be none yet
+        return {"notify": self.notifier.status()} if self.notifier is not None else {}
 
     def _start_notifier(self) -> None:
         if not self.cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
             return
-        from doctor.cli.notify import located_errors
-        from doctor.notify import Notifier, parse_notify_config
-
         ncfg, errors = parse_notify_config(self.cfg.notify, os.environ)
         if errors:
             raise ConfigError(located_errors(self.cfg, errors))
+        # links a message carries default to this daemon: its status page, and the page as the generator URL
+        base = self._external_url()
+        am = replace(ncfg.alertmanager, generator_url=ncfg.alertmanager.generator_url or base + "/")
+        ncfg = replace(ncfg, status_page_url=ncfg.status_page_url or base, alertmanager=am)
         state_dir = Path(self.cfg.state_file).parent if self.cfg.state_file else Path(".kvdoctor")
         if not self.cfg.state_file:
             log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
         self.notifier = Notifier(ncfg, state_dir)
-
-    def _event(self, event: JobEvent) -> None:
-        name = EVENTS.get(event.code, "other")
-        self.state.count_event(name)
-        if name == "error":
-            log.error("cycle failed: %s", getattr(event, "exception", ""))

@@ -7,7 +7,7 @@ import math
 from doctor.capacity.advice import kv_cache_advice
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
-from doctor.diagnosis.model import Advice
+from doctor.verdicts import Advice
 
 COLD_START_ITL_S = 0.05  # the pack's reference before a light-load baseline is learned (rules/kvdoctor.yml)
 

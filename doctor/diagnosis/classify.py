@@ -1,36 +1,22 @@
-"""One bottleneck per (target, model) from the rule pack's alerts and signals, with findings, evidence and advice."""
+"""One verdict per (target, model) from the rule pack's alerts and signals, with findings, evidence and advice."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from doctor.capacity.advice import max_model_len_finding_text
-from doctor.capacity.budget import CapacityEstimate
-from doctor.capacity.live import LiveCapacity
 from doctor.diagnosis import advise
-from doctor.diagnosis.model import LIMITS, Advice, Diagnosis, Finding
-from doctor.diagnosis.signals import EVIDENCE_FOR, Key
+from doctor.diagnosis.evidence import Key
+from doctor.diagnosis.target import Target
 from doctor.rules.evaluate import Alert
+from doctor.signals import FINDINGS, evidence_for
+from doctor.verdicts import LIMITS, Advice, Diagnosis, Finding
 
 PRIORITY = ("kv_cache", "batch_cap", "compute")  # when several limits hold, the first explains the others
 OVERSIZED = 4.0  # --max-model-len at least this many times the observed p99 request length
 MIN_REQUESTS = 20
-
-
-@dataclass
-class TargetState:
-    """What the scrape layer knows about a target."""
-
-    name: str
-    up: bool | None = None  # None: never scraped yet
-    error: str = ""
-    missing: list[str] = field(default_factory=list)  # expected vLLM families absent from the last scrape
-    live: LiveCapacity | None = None
-    estimate: CapacityEstimate | None = None
-    gpu_fp8: bool | None = None
-    models: set[str] = field(default_factory=set)
 
 
 class Classifier:
@@ -38,13 +24,18 @@ class Classifier:
 
     def __init__(self) -> None:
         self.since: dict[Key, tuple[str, float]] = {}
+        self.models: dict[str, set[str]] = {}  # model names seen per target, kept while it is down
+
+    def forget(self, target: str) -> None:
+        """Drop what is known of a removed target's models."""
+        self.models.pop(target, None)
 
     def classify(
         self,
         t: float,
         signals: dict[Key, dict[str, float]],
         alerts: list[Alert],
-        targets: dict[str, TargetState],
+        targets: Mapping[str, Target],
     ) -> list[Diagnosis]:
         """The diagnoses at t, one per (target, model_name) known."""
         firing: dict[Key, list[Alert]] = {}
@@ -62,21 +53,22 @@ class Classifier:
         for tgt, m in keys:
             models.setdefault(tgt, set()).add(m)
         for name, st in targets.items():
-            st.models |= models.get(name, set()) - {""}
+            known = self.models.setdefault(name, set())
+            known |= models.get(name, set()) - {""}
             if st.up is None:
                 continue  # not scraped yet: nothing to say
             if name not in models:
-                keys |= {(name, m) for m in st.models} or {(name, "")}
+                keys |= {(name, m) for m in known} or {(name, "")}
         for key in keys:
             firing.setdefault(key, []).extend(target_level.get(key[0], []))
         out = []
         for key in sorted(keys):
-            target = targets.get(key[0], TargetState(key[0]))
+            target = targets.get(key[0]) or Target(key[0])
             out.append(self._one(t, key, target, signals.get(key, {}), firing.get(key, [])))
         return out
 
     def _one(
-        self, t: float, key: Key, target: TargetState, ev: dict[str, float], alerts: list[Alert]
+        self, t: float, key: Key, target: Target, ev: dict[str, float], alerts: list[Alert]
     ) -> Diagnosis:
         ev = {k: v for k, v in ev.items() if not math.isnan(v)}
         if target.live and target.live.kv_cache_tokens:
@@ -92,39 +84,39 @@ class Classifier:
         )
         limits = [f.bottleneck for f in findings if f.bottleneck in LIMITS]
         if target.up is False:
-            bottleneck = "unknown"
+            verdict = "unknown"
             findings.insert(0, _down(target))
         elif limits:
-            bottleneck = min(limits, key=PRIORITY.index)
+            verdict = min(limits, key=PRIORITY.index)
         elif "running_avg_1m" not in ev:
-            bottleneck = "unknown"
+            verdict = "unknown"
         elif _idle(ev):
-            bottleneck = "idle"
+            verdict = "idle"
         elif "generation_tokens_per_s" not in ev:
-            bottleneck = "unknown"  # busy, but fewer than two scrapes so far: no rates yet
+            verdict = "unknown"  # busy, but fewer than two scrapes so far: no rates yet
         else:
-            bottleneck = "healthy"
+            verdict = "healthy"
         if target.up:
             findings += _python_findings(target, key[1], ev)
         findings = list({f.name: f for f in reversed(findings)}.values())[::-1]  # one of each, first wins
         prev = self.since.get(key)
-        since = prev[1] if prev and prev[0] == bottleneck else t
-        self.since[key] = (bottleneck, since)
-        advice = next((f.advice for f in findings if f.bottleneck == bottleneck), [])
-        return Diagnosis(key[0], key[1], t, bottleneck, since, findings, _round(ev), advice)
+        since = prev[1] if prev and prev[0] == verdict else t
+        self.since[key] = (verdict, since)
+        advice = next((f.advice for f in findings if f.bottleneck == verdict), [])
+        return Diagnosis(key[0], key[1], t, verdict, since, findings, _round(ev), advice)
 
-    def _finding(self, a: Alert, ev: dict[str, float], target: TargetState) -> Finding:
+    def _finding(self, a: Alert, ev: dict[str, float], target: Target) -> Finding:
         name = a.labels["finding"]
         bottleneck = a.labels.get("bottleneck", "")
-        evidence = {k: ev[k] for k in EVIDENCE_FOR.get(name, ()) if k in ev}
+        evidence = {k: ev[k] for k in evidence_for(name) if k in ev}
         if bottleneck == "kv_cache":
-            advice = advise.kv_cache(target.live, target.estimate, ev)
+            advice = advise.kv_cache(target.live, target.facts.estimate, ev)
             if target.live and target.live.kv_cache_tokens:
                 evidence["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
         elif bottleneck == "batch_cap":
             advice = advise.batch_cap(ev)
         elif bottleneck == "compute":
-            advice = advise.compute(ev, target.gpu_fp8)
+            advice = advise.compute(ev, target.facts.gpu_fp8)
         else:
             advice = [Advice("", a.annotations["advice"])] if a.annotations.get("advice") else []
         return Finding(
@@ -152,17 +144,16 @@ def _idle(ev: dict[str, float]) -> bool:
     return quiet and not ev.get("generation_tokens_per_s")
 
 
-def _down(target: TargetState) -> Finding:
+def _down(target: Target) -> Finding:
     return Finding(
         "target_down", "critical", f"vLLM target {target.name} is down",
-        f"The last scrape failed: {target.error or 'no answer'}.",
-        {"error": target.error},
-        [Advice("", "Check the vLLM process and its /metrics endpoint; an OOM at start-up often means "
-                    "--gpu-memory-utilization or --max-model-len is too high")],
+        f"The last scrape failed: {target.last_error or 'no answer'}.",
+        {"error": target.last_error},
+        [Advice("", FINDINGS["target_down"].advice)],
     )  # fmt: skip
 
 
-def _python_findings(target: TargetState, model: str, ev: dict[str, float]) -> list[Finding]:
+def _python_findings(target: Target, model: str, ev: dict[str, float]) -> list[Finding]:
     out = []
     if target.missing:
         out.append(
@@ -170,8 +161,7 @@ def _python_findings(target: TargetState, model: str, ev: dict[str, float]) -> l
                 "metrics_missing", "warning", f"Expected vLLM metrics missing on {target.name}",
                 "Without them kvdoctor cannot tell some limits apart: " + ", ".join(target.missing),
                 {"missing": ", ".join(target.missing)},
-                [Advice("", "Scrape vLLM's own /metrics (not a proxy or a Ray-prefixed export); "
-                            "check --disable-log-stats is off and the version is ≥ 0.8")],
+                [Advice("", FINDINGS["metrics_missing"].advice)],
             )
         )  # fmt: skip
     live = target.live
@@ -193,7 +183,7 @@ def _python_findings(target: TargetState, model: str, ev: dict[str, float]) -> l
                     f"--max-model-len on {target.name} is {limit / p99:.0f}× the p99 request length", text,
                     {"max_model_len": float(limit), "request_p99_tokens": round(p99, 1),
                      "requests_observed": float(live.requests_observed)},
-                    advise.kv_cache(live, target.estimate, ev)[:1],
+                    advise.kv_cache(live, target.facts.estimate, ev)[:1],
                 )
             )  # fmt: skip
     return out

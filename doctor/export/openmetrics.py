@@ -14,9 +14,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from doctor.daemon.exposition import DiagnosisCollector
-from doctor.daemon.state import DaemonState, TargetStats
+from doctor.diagnosis.target import Target, TargetFacts
 from doctor.pipeline import Cycle
+from doctor.status.exposition import DiagnosisCollector
+from doctor.status.state import DaemonState
 
 LabelKey = tuple[tuple[str, str], ...]
 # OpenMetrics family types; prometheus_client's "untyped" is OpenMetrics' "unknown".
@@ -77,9 +78,9 @@ class _Targets:
             else:
                 self.last_ok[name] = cycle.t
             state.set_target(
-                TargetStats(
-                    name=name,
-                    url=self.urls.get(name, ""),
+                Target(
+                    name,
+                    TargetFacts(url=self.urls.get(name, "")),
                     up=not is_down,
                     last_success_ts=self.last_ok.get(name),
                     errors_total=self.errors.get(name, 0),

@@ -1,15 +1,17 @@
-"""Fetch one `/metrics` exposition over HTTP with hard limits on time and size."""
+"""Fetch one `/metrics` exposition over HTTP with hard limits on time and size (asyncio, one shared pool)."""
 
 from __future__ import annotations
 
-import threading
-import time
+import asyncio
+import functools
+import ssl
 from dataclasses import dataclass
 
-import requests
+import aiohttp
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 _OK_TYPES = ("text/plain", "application/openmetrics-text", "")
+_CHUNK = 65536
 
 
 class ScrapeError(Exception):
@@ -36,73 +38,76 @@ class HttpOptions:
         return f"HttpOptions(timeout={self.total_timeout}s, max_bytes={self.max_bytes})"
 
 
-def fetch(url: str, opts: HttpOptions | None = None, session: requests.Session | None = None) -> str:
-    """GET url and return the body as text; raise ScrapeError on any failure."""
-    opts = opts or HttpOptions()
+@functools.lru_cache(maxsize=64)
+def _ssl(verify: bool | str, cert: tuple[str, str] | None) -> ssl.SSLContext | bool:
+    # Building a context reads the CA bundle: once per distinct setting, not once per scrape.
+    if verify is False and cert is None:
+        return False
+    ctx = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+    if verify is False:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cert is not None:
+        ctx.load_cert_chain(*cert)
+    return ctx
+
+
+def new_session(max_connections: int = 100) -> aiohttp.ClientSession:
+    """A client session whose connection pool holds at most max_connections; call inside a running loop."""
+    connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, ttl_dns_cache=60)
+    return aiohttp.ClientSession(connector=connector, auto_decompress=True, trust_env=False)
+
+
+async def fetch_async(session: aiohttp.ClientSession, url: str, opts: HttpOptions) -> str:
+    """GET url within opts' limits and return the body as text; raise ScrapeError on any failure."""
     headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip", **dict(opts.headers)}
     if opts.bearer_token:
         headers["Authorization"] = f"Bearer {opts.bearer_token}"
-    getter = session.get if session is not None else requests.get
-    deadline = time.monotonic() + opts.total_timeout
+    auth = aiohttp.BasicAuth(*opts.basic_auth) if opts.basic_auth else None
+    timeout = aiohttp.ClientTimeout(
+        total=opts.total_timeout, sock_connect=opts.connect_timeout, sock_read=opts.read_timeout
+    )
     try:
-        with getter(
-            url,
-            headers=headers,
-            auth=opts.basic_auth,
-            verify=opts.verify,
-            cert=opts.client_cert,
-            timeout=(opts.connect_timeout, min(opts.read_timeout, opts.total_timeout)),
-            stream=True,
-            allow_redirects=True,
-        ) as resp:
-            if resp.status_code != 200:
-                raise ScrapeError(f"{url}: HTTP {resp.status_code} {resp.reason or ''}".rstrip())
+        sslopt = _ssl(opts.verify, opts.client_cert)
+    except (OSError, ssl.SSLError) as exc:
+        raise ScrapeError(f"{url}: TLS settings unusable: {exc}") from None
+    try:
+        async with session.get(url, headers=headers, auth=auth, ssl=sslopt, timeout=timeout) as resp:
+            if resp.status != 200:
+                raise ScrapeError(f"{url}: HTTP {resp.status} {resp.reason or ''}".rstrip())
             ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
             if ctype not in _OK_TYPES:
                 raise ScrapeError(f"{url}: unexpected content type {ctype!r} (want text/plain)")
-            declared = resp.headers.get("Content-Length")
-            if declared and declared.isdigit() and int(declared) > opts.max_bytes:
+            declared = resp.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > opts.max_bytes:
                 raise ScrapeError(
                     f"{url}: body of {int(declared)} bytes exceeds the {opts.max_bytes}-byte limit"
                 )
-            # A server dripping bytes resets the read timeout with every byte; close the socket at the deadline.
-            timer = threading.Timer(max(0.0, deadline - time.monotonic()), _abort, (resp,))
-            timer.daemon = True
-            timer.start()
-            chunks: list[bytes] = []
-            size = 0
-            try:
-                for chunk in resp.iter_content(chunk_size=65536):
-                    size += len(chunk)
-                    if size > opts.max_bytes:
-                        raise ScrapeError(f"{url}: body exceeds the {opts.max_bytes}-byte limit")
-                    chunks.append(chunk)
-            except (requests.exceptions.RequestException, AttributeError, ValueError, OSError):
-                if time.monotonic() >= deadline:
-                    raise ScrapeError(
-                        f"{url}: timed out after {opts.total_timeout:g}s (body still arriving)"
-                    ) from None
-                raise
-            finally:
-                timer.cancel()
-            if time.monotonic() >= deadline:  # the timer cut the body short: never parse half an exposition
-                raise ScrapeError(f"{url}: timed out after {opts.total_timeout:g}s (body still arriving)")
-            body = b"".join(chunks)
+            body = bytearray()
+            async for chunk in resp.content.iter_chunked(_CHUNK):  # decompressed: a gzip bomb stops here too
+                body += chunk
+                if len(body) > opts.max_bytes:
+                    raise ScrapeError(f"{url}: body exceeds the {opts.max_bytes}-byte limit")
     except ScrapeError:
         raise
-    except requests.exceptions.ConnectTimeout:
+    except aiohttp.ConnectionTimeoutError:
         raise ScrapeError(f"{url}: connect timed out after {opts.connect_timeout:g}s") from None
-    except requests.exceptions.ReadTimeout:
+    except aiohttp.SocketTimeoutError:
         raise ScrapeError(f"{url}: read timed out after {opts.read_timeout:g}s") from None
-    except requests.exceptions.ChunkedEncodingError:
+    except TimeoutError:
+        raise ScrapeError(f"{url}: timed out after {opts.total_timeout:g}s") from None
+    except aiohttp.ClientPayloadError:
         raise ScrapeError(
             f"{url}: body truncated: the connection closed before the declared length"
         ) from None
-    except requests.exceptions.SSLError as exc:
+    except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
         raise ScrapeError(f"{url}: TLS error: {_short(exc)}") from None
-    except requests.exceptions.ConnectionError as exc:
-        raise ScrapeError(f"{url}: connection failed: {_short(exc)}") from None
-    except requests.exceptions.RequestException as exc:
+    except aiohttp.ClientConnectorError as exc:
+        reason = "connection refused" if isinstance(exc.os_error, ConnectionRefusedError) else _short(exc)
+        raise ScrapeError(f"{url}: connection failed: {reason}") from None
+    except aiohttp.InvalidURL:
+        raise ScrapeError(f"{url}: not a valid URL") from None
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
         raise ScrapeError(f"{url}: {type(exc).__name__}: {_short(exc)}") from None
     try:
         return body.decode("utf-8")
@@ -110,16 +115,18 @@ def fetch(url: str, opts: HttpOptions | None = None, session: requests.Session |
         raise ScrapeError(f"{url}: body is not UTF-8 text (byte {exc.start})") from None
 
 
-def _abort(resp: requests.Response) -> None:
-    """Shut the socket down from another thread: this wakes a blocked read, where close() would not."""
-    try:
-        resp.raw.shutdown()
-    except (AttributeError, OSError):
-        resp.close()
+async def _once(url: str, opts: HttpOptions) -> str:
+    async with new_session(1) as session:
+        return await fetch_async(session, url, opts)
+
+
+def fetch(url: str, opts: HttpOptions | None = None) -> str:
+    """GET url once from synchronous code (its own event loop and connection); raise ScrapeError on failure."""
+    return asyncio.run(_once(url, opts or HttpOptions()))
 
 
 def _short(exc: Exception) -> str:
-    text = str(exc)
+    text = str(exc) or type(exc).__name__
     if "refused" in text.lower():
         return "connection refused"
     return text if len(text) <= 200 else text[:197] + "..."

@@ -7,6 +7,8 @@ but skips `*_created` series and caches label strings, which repeat from one scr
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from doctor.samples import Labels, Sample, Scrape
 
@@ -31,6 +33,39 @@ class ParseError(ValueError):
         self.lineno = lineno
 
 
+@dataclass(frozen=True)
+class ScrapeLimits:
+    """Prometheus' per-scrape limits; 0 means no limit. Defaults fit any real vLLM server many times over."""
+
+    sample_limit: int = 50_000  # a DP8 vLLM server exposes about 3,000 samples
+    label_limit: int = 128  # vllm:cache_config_info carries 38 labels (__name__ included) in 0.32
+    label_value_length_limit: int = 4096
+
+
+NO_LIMITS = ScrapeLimits(0, 0, 0)
+
+
+class LimitExceeded(Exception):
+    """A scrape over one of its limits: refused whole. `limit` names the setting."""
+
+    def __init__(self, limit: str, detail: str) -> None:
+        super().__init__(f"{limit} exceeded: {detail}")
+        self.limit = limit
+
+
+def _lines(text: str) -> Iterator[str]:
+    # Line by line without a list of every line: a page with a million lines is refused before it becomes one.
+    start = 0
+    find = text.find
+    while True:
+        end = find("\n", start)
+        if end == -1:
+            yield text[start:]
+            return
+        yield text[start:end]
+        start = end + 1
+
+
 def _unescape(value: str) -> str:
     return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group(0)], value)
 
@@ -48,9 +83,20 @@ class Parser:
     def __init__(self) -> None:
         self._labels: dict[str, Labels] = {}
         self._names: set[str] = set()
+        self._limits = NO_LIMITS
 
-    def parse(self, text: str) -> Scrape:
-        """Parse one exposition; raises ParseError naming the first bad line."""
+    def parse(self, text: str, limits: ScrapeLimits = NO_LIMITS) -> Scrape:
+        """Parse one exposition; raises ParseError naming the first bad line, LimitExceeded past a limit."""
+        if limits != self._limits:  # cached label sets passed the old limits, not necessarily these
+            self._labels.clear()
+            self._limits = limits
+        try:
+            return self._parse(text, limits)
+        except LimitExceeded:
+            self._labels.clear()  # what a refused page cached would only pin memory
+            raise
+
+    def _parse(self, text: str, limits: ScrapeLimits) -> Scrape:
         samples: list[Sample] = []
         types: dict[str, str] = {}
         append = samples.append
@@ -58,7 +104,20 @@ class Parser:
         names = self._names
         if len(label_cache) > _CACHE_LIMIT:
             label_cache.clear()
-        for lineno, line in enumerate(text.split("\n"), 1):
+        # Lines that are not comments bound the samples from above, and from below once blank lines are taken
+        # out (at most two per "\n\n"): a page surely over the limit is refused unread, a page that may be is
+        # read line by line and counted, any other is parsed at full speed.
+        max_samples = limits.sample_limit
+        if max_samples:
+            lines_not_comments = text.count("\n") + 1 - text.count("\n#") - text.startswith("#")
+            at_least = lines_not_comments - 2 * text.count("\n\n") - 1
+            if at_least > max_samples:
+                raise LimitExceeded("sample_limit", f"at least {at_least} samples, limit {max_samples}")
+            if lines_not_comments <= max_samples:
+                max_samples = 0
+        lines: Iterable[str] = _lines(text) if max_samples else text.split("\n")
+        counted = 0
+        for lineno, line in enumerate(lines, 1):
             if not line:
                 continue
             if line[0] == "#":
@@ -83,6 +142,8 @@ class Parser:
                     cached = label_cache.get(inner)
                     if cached is None:
                         cached = self._parse_labels(inner, lineno, line)
+                        if limits is not NO_LIMITS:
+                            _check_labels(name, cached, limits)
                         label_cache[inner] = cached
                     labels = cached
                     rest = line[close + 1 :].split()
@@ -92,6 +153,12 @@ class Parser:
                             continue
                         raise ParseError(lineno, line, "invalid metric name")
                     names.add(name)
+                if max_samples:
+                    counted += 1
+                    if counted > max_samples:
+                        raise LimitExceeded(
+                            "sample_limit", f"more than {max_samples} samples, limit {max_samples}"
+                        )
                 if name.endswith("_created"):
                     continue
                 if len(rest) == 1:
@@ -116,6 +183,21 @@ class Parser:
         if len({k for k, _ in pairs}) != len(pairs):
             raise ParseError(lineno, line, "duplicate label name")
         return tuple(pairs)
+
+
+def _check_labels(name: str, labels: Labels, limits: ScrapeLimits) -> None:
+    if limits.label_limit and len(labels) + 1 > limits.label_limit:
+        raise LimitExceeded(
+            "label_limit",
+            f"{name} has {len(labels) + 1} labels (__name__ included), limit {limits.label_limit}",
+        )
+    if limits.label_value_length_limit:
+        for k, v in labels:
+            if len(v) > limits.label_value_length_limit:
+                raise LimitExceeded(
+                    "label_value_length_limit",
+                    f"{name} label {k} is {len(v)} characters long, limit {limits.label_value_length_limit}",
+                )
 
 
 def parse(text: str) -> Scrape:

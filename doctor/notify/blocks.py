@@ -10,8 +10,8 @@ from slack_sdk.models.blocks import Block
 
 from doctor import fmt
 from doctor.notify.lifecycle import Event
+from doctor.signals import FINDINGS, SIGNALS
 
-LIMIT_TITLES = {"kv_cache": "KV cache full", "batch_cap": "Batch cap hit", "compute": "Compute bound"}
 ICONS = {"critical": ":red_circle:", "warning": ":large_orange_circle:", "info": ":large_blue_circle:"}
 MAX_HEADER, MAX_FIELDS, MAX_FIELD, MAX_TEXT, MAX_BLOCKS = 150, 10, 2000, 3000, 50
 
@@ -30,8 +30,8 @@ def _cut(s: str, n: int) -> str:
 
 def title_of(alert: dict[str, Any]) -> str:
     """Short title of one alert: the limit hit, or the finding name in words."""
-    b = alert.get("bottleneck") or ""
-    return LIMIT_TITLES.get(b, str(alert.get("finding", "")).replace("_", " ").capitalize())
+    kind = FINDINGS.get(alert.get("bottleneck") or "")
+    return kind.title if kind and kind.title else str(alert.get("finding", "")).replace("_", " ").capitalize()
 
 
 def _where(ev: Event, a: dict[str, Any]) -> str:
@@ -72,7 +72,7 @@ def evidence_fields(evidence: dict[str, Any]) -> list[dict[str, Any]]:
         if key in ev and key not in extras:
             parts = [f"{short} {fmt.value(k, ev.pop(k))}" for k, short in variants if k in ev]
             extras[key] = f" ({', '.join(parts)})" if parts else ""
-    order = {k: i for i, k in enumerate(fmt.ORDER)}
+    order = {k: i for i, k in enumerate(SIGNALS)}
     for k in sorted(ev, key=lambda k: (order.get(k, len(order)), k)):
         out.append((fmt.label_of(k), fmt.value(k, ev[k]) + extras.get(k, "")))
     return [
@@ -131,7 +131,7 @@ def _text_section(text: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text or " ", MAX_TEXT)}}
 
 
-def render(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dict[str, Any]]]:
+def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dict[str, Any]]]:
     """Fallback text and Block Kit blocks for an event (root message, or thread reply when root=False)."""
     a: dict[str, Any] = ev.alerts[0] if ev.alerts else {"finding": "", "severity": "info", "summary": ""}
     where, title = _where(ev, a), title_of(a)
@@ -185,7 +185,7 @@ def validate(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render_test(links: Links, where: str = "kvdoctor") -> tuple[str, list[dict[str, Any]]]:
+def probe_message(links: Links, where: str = "kvdoctor") -> tuple[str, list[dict[str, Any]]]:
     """A test message proving the sink is configured (kvdoctor notify test)."""
     text = f"kvdoctor test notification from {where}: Slack delivery works."
     extra = [x for x in (links.status_page_url and f"<{links.status_page_url}|Status page>",

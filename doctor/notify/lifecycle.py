@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from doctor import fmt
-from doctor.diagnosis.model import Diagnosis, Finding
 from doctor.notify.config import NotifyConfig
+from doctor.verdicts import Diagnosis, Finding
 
 # While a target is down or its metrics are missing, its other findings can be neither confirmed nor
 # refuted: they are held (not resolved) until the target answers again.
@@ -17,7 +17,7 @@ SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
 @dataclass
-class Alert:
+class TrackedFinding:
     """One (target, model_name, finding) being tracked."""
 
     target: str
@@ -54,7 +54,7 @@ class Alert:
 
 
 @dataclass
-class Group:
+class Incident:
     """An open incident: one Slack thread for all announced alerts of a group (per target by default)."""
 
     key: str
@@ -128,17 +128,17 @@ class Lifecycle:
 
     def __init__(self, config: NotifyConfig) -> None:
         self.config = config
-        self.alerts: dict[str, Alert] = {}
-        self.groups: dict[str, Group] = {}
-        self.recently_resolved: list[Alert] = []
+        self.alerts: dict[str, TrackedFinding] = {}
+        self.groups: dict[str, Incident] = {}
+        self.recently_resolved: list[TrackedFinding] = []
 
     def _for(self, finding: str) -> float:
         return self.config.for_overrides.get(finding, self.config.for_)
 
-    def _silenced(self, a: Alert, now: float) -> bool:
+    def _silenced(self, a: TrackedFinding, now: float) -> bool:
         return any(s.active(a.labels(), now) for s in self.config.silences)
 
-    def _group_of(self, a: Alert) -> tuple[str, dict[str, str]]:
+    def _group_of(self, a: TrackedFinding) -> tuple[str, dict[str, str]]:
         labels = {k: a.labels()[k] for k in self.config.group_by}
         return ",".join(f"{k}={v}" for k, v in labels.items()) or "all", labels
 
@@ -148,12 +148,14 @@ class Lifecycle:
                 return r.channel
         return self.config.slack.channel
 
-    def _track(self, diagnoses: list[Diagnosis], now: float) -> tuple[list[Alert], list[Alert]]:
+    def _track(
+        self, diagnoses: list[Diagnosis], now: float
+    ) -> tuple[list[TrackedFinding], list[TrackedFinding]]:
         """Update alerts from this cycle's diagnoses; return (newly firing, resolved now)."""
         present: dict[str, tuple[Diagnosis, Finding]] = {}
         held = set()
         for d in diagnoses:
-            if d.bottleneck == "unknown" or any(f.name in BLINDING for f in d.findings):
+            if d.verdict == "unknown" or any(f.name in BLINDING for f in d.findings):
                 held.add(d.target)
             for f in d.findings:
                 present[f"{d.target}|{d.model_name}|{f.name}"] = (d, f)
@@ -162,7 +164,7 @@ class Lifecycle:
             a = self.alerts.get(key)
             if a is None:
                 start = min(f.since, now) if f.since is not None else now
-                a = self.alerts[key] = Alert(d.target, d.model_name, f.name, f.severity, start, now)
+                a = self.alerts[key] = TrackedFinding(d.target, d.model_name, f.name, f.severity, start, now)
             a.last_seen, a.severity, a.snapshot = now, f.severity, _snapshot(f, d)
             if a.status == "pending" and now - a.started >= self._for(f.name):
                 a.status, a.fired_at = "firing", now
@@ -189,7 +191,7 @@ class Lifecycle:
         horizon = now - self.config.alertmanager.resend_resolved_for
         self.recently_resolved = [a for a in self.recently_resolved if (a.resolved_at or 0) >= horizon]
         self.recently_resolved += [a for a in resolved if a.announced]
-        by_group: dict[str, list[Alert]] = {}
+        by_group: dict[str, list[TrackedFinding]] = {}
         for a in [*self.alerts.values(), *resolved]:
             by_group.setdefault(self._group_of(a)[0], []).append(a)
         events = []
@@ -199,7 +201,7 @@ class Lifecycle:
                 events.append(ev)
         return events
 
-    def _group_events(self, gkey: str, members: list[Alert], now: float) -> Event | None:
+    def _group_events(self, gkey: str, members: list[TrackedFinding], now: float) -> Event | None:
         firing = [a for a in members if a.status == "firing"]
         new = [a for a in firing if not a.announced and not a.silenced]
         gone = [a for a in members if a.status == "resolved" and a.announced]
@@ -210,7 +212,7 @@ class Lifecycle:
                 return None
             labels = self._group_of(new[0])[1]
             worst = min((a.severity for a in new), key=lambda s: SEVERITY_RANK.get(s, 9))
-            g = Group(gkey, labels, f"{gkey}@{now:.0f}", now, self._route({**labels, "severity": worst}))
+            g = Incident(gkey, labels, f"{gkey}@{now:.0f}", now, self._route({**labels, "severity": worst}))
             self.groups[gkey] = g
             kind = "firing"
         else:
@@ -263,7 +265,7 @@ class Lifecycle:
         lc = cls(config)
         if not state or state.get("version") != 1:
             return lc
-        lc.alerts = {a.key: a for a in (Alert(**x) for x in state.get("alerts", []))}
-        lc.groups = {g.key: g for g in (Group(**x) for x in state.get("groups", []))}
-        lc.recently_resolved = [Alert(**x) for x in state.get("recently_resolved", [])]
+        lc.alerts = {a.key: a for a in (TrackedFinding(**x) for x in state.get("alerts", []))}
+        lc.groups = {g.key: g for g in (Incident(**x) for x in state.get("groups", []))}
+        lc.recently_resolved = [TrackedFinding(**x) for x in state.get("recently_resolved", [])]
         return lc

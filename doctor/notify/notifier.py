@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from doctor.diagnosis.model import Diagnosis
 from doctor.notify.alertmanager import AlertmanagerSink
 from doctor.notify.blocks import Links
 from doctor.notify.config import NotifyConfig
@@ -17,6 +16,7 @@ from doctor.notify.outbox import Outbox
 from doctor.notify.redact import redact, redacting_logger
 from doctor.notify.slack import SlackSink
 from doctor.notify.worker import Sink, Worker
+from doctor.verdicts import Diagnosis
 
 log = redacting_logger("doctor.notify")
 

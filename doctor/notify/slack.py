@@ -11,7 +11,7 @@ from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
 from slack_sdk.webhook import WebhookClient
 
-from doctor.notify.blocks import Links, render, render_test
+from doctor.notify.blocks import Links, event_message, probe_message
 from doctor.notify.config import SlackConfig
 from doctor.notify.lifecycle import Event
 from doctor.notify.outbox import Item, Outbox
@@ -82,7 +82,7 @@ class SlackSink:
 
     def _webhook(self, ev: Event) -> Result:
         assert self.hook is not None
-        text, blocks = render(ev, self.links)
+        text, blocks = event_message(ev, self.links)
         resp = self.hook.send(text=text, blocks=blocks)
         if resp.status_code == 200:
             return Result(True)
@@ -96,7 +96,7 @@ class SlackSink:
             # The root was never posted (rejected for good, or state lost): start a fresh root.
             ev = Event(**{**ev.to_dict(), "kind": "firing" if ev.kind != "resolved" else ev.kind})
         if root is None:
-            text, blocks = render(ev, self.links)
+            text, blocks = event_message(ev, self.links)
             resp = self.web.chat_postMessage(channel=ev.channel or self.config.channel, text=text, blocks=blocks,
                                              unfurl_links=False)  # fmt: skip
             outbox.set_thread(ev.incident, SINK, str(resp["channel"]), str(resp["ts"]))
@@ -105,16 +105,16 @@ class SlackSink:
             return Result(True)  # posted before a crash, not yet marked done: do not post it twice
         channel, ts = root
         if ev.kind == "resolved":
-            text, blocks = render(ev, self.links)
+            text, blocks = event_message(ev, self.links)
             self.web.chat_update(channel=channel, ts=ts, text=text, blocks=blocks)
-        text, blocks = render(ev, self.links, root=False)
+        text, blocks = event_message(ev, self.links, root=False)
         self.web.chat_postMessage(channel=channel, thread_ts=ts, text=text, blocks=blocks,
                                   reply_broadcast=ev.kind == "repeat", unfurl_links=False)  # fmt: skip
         return Result(True)
 
     def send_test(self) -> tuple[bool, str]:
         """Send a test message; returns (ok, a one-line redacted result)."""
-        text, blocks = render_test(self.links)
+        text, blocks = probe_message(self.links)
         try:
             if self.web is not None:
                 resp = self.web.chat_postMessage(channel=self.config.channel, text=text, blocks=blocks)

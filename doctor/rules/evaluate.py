@@ -8,7 +8,7 @@ from typing import Any
 
 from doctor.promql.engine import Engine
 from doctor.promql.values import Elem, EvalError, Scalar, drop_name
-from doctor.rules.loader import Group, Rule
+from doctor.rules.loader import Rule, RuleGroup
 from doctor.rules.templates import expand
 from doctor.samples import Labels, Sample
 from doctor.store import Store
@@ -48,7 +48,7 @@ class RuleEngine:
     """Runs the loaded groups; keeps alert state between evaluations."""
 
     def __init__(
-        self, groups: list[Group], store: Store, external_labels: dict[str, str] | None = None
+        self, groups: list[RuleGroup], store: Store, external_labels: dict[str, str] | None = None
     ) -> None:
         self.groups = groups
         self.store = store
@@ -93,7 +93,7 @@ class RuleEngine:
         self._resolve(seen, t)
         return Evaluation(t, sorted(self.active.values(), key=lambda a: a.key()), [])
 
-    def _record(self, group: Group, i: int, rule: Rule, vec: list[Elem], t_ms: int) -> str | None:
+    def _record(self, group: RuleGroup, i: int, rule: Rule, vec: list[Elem], t_ms: int) -> str | None:
         samples = []
         seen: set[Labels] = set()
         for e in vec:

@@ -10,10 +10,11 @@ from typing import Any
 import promql_parser as pp
 import yaml
 
+from doctor.config.durations import parse_duration
+from doctor.config.yamlpos import yaml_error
 from doctor.promql.check import ExprError, check_expr
 from doctor.rules.templates import TemplateError, check_template
 
-_DURATION_RE = re.compile(r"^((\d+)y)?((\d+)w)?((\d+)d)?((\d+)h)?((\d+)m)?((\d+)s)?((\d+)ms)?$")
 _METRIC_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _GROUP_KEYS = {"name", "interval", "rules", "limit", "query_offset"}
@@ -37,7 +38,7 @@ class Rule:
 
 
 @dataclass
-class Group:
+class RuleGroup:
     """A rule group: evaluated in order, at its interval."""
 
     name: str
@@ -54,28 +55,6 @@ class RuleLoadError(ValueError):
         self.errors = errors
 
 
-def parse_duration(text: str) -> float:
-    """A Prometheus duration ("1m30s") in seconds; raises ValueError."""
-    text = str(text).strip()
-    if text == "0":
-        return 0.0
-    m = _DURATION_RE.match(text)
-    if not m or not text:
-        raise ValueError(f"not a duration: {text!r}")
-    units = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
-    return float(sum(int(m.group(i * 2 + 2) or 0) * u for i, u in enumerate(units)))
-
-
-def duration_seconds(value: object) -> float:
-    """Seconds from a number (or numeric string, as on a command line) or a Prometheus duration; raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    return float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text)
-
-
 def _line(node: yaml.Node | None) -> int:
     return node.start_mark.line + 1 if node is not None else 0
 
@@ -84,9 +63,9 @@ def _mapping(node: yaml.Node) -> dict[str, tuple[yaml.Node, yaml.Node]]:
     return {k.value: (k, v) for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
 
 
-def load_files(paths: list[Path]) -> list[Group]:
+def load_files(paths: list[Path]) -> list[RuleGroup]:
     """Load every rule file; raise RuleLoadError listing every problem (nothing is half-loaded)."""
-    groups: list[Group] = []
+    groups: list[RuleGroup] = []
     errors: list[str] = []
     seen_groups: set[tuple[str, str]] = set()
     for path in paths:
@@ -97,9 +76,7 @@ def load_files(paths: list[Path]) -> list[Group]:
             errors.append(f"{path}: cannot read: {exc}")
             continue
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else str(path)
-            errors.append(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}")
+            errors.append(yaml_error(str(path), exc))
             continue
         groups += _load_root(path, root, errors, seen_groups)
     if errors:
@@ -109,7 +86,7 @@ def load_files(paths: list[Path]) -> list[Group]:
 
 def _load_root(
     path: Path, root: yaml.Node | None, errors: list[str], seen: set[tuple[str, str]]
-) -> list[Group]:
+) -> list[RuleGroup]:
     top = _mapping(root) if root is not None else {}
     if root is None or "groups" not in top:
         errors.append(f"{path}:{_line(root) or 1}: a rule file needs a top-level `groups:` list")
@@ -133,7 +110,7 @@ def _load_root(
     return out
 
 
-def _load_group(path: Path, node: yaml.Node, errors: list[str]) -> Group | None:
+def _load_group(path: Path, node: yaml.Node, errors: list[str]) -> RuleGroup | None:
     m = _mapping(node)
     where = f"{path}:{_line(node)}"
     if not m:
@@ -156,7 +133,7 @@ def _load_group(path: Path, node: yaml.Node, errors: list[str]) -> Group | None:
         errors.append(f"{where}: group {name!r}: `rules` must be a list")
         return None
     rules = [r for r in (_load_rule(path, name, rn, errors) for rn in rules_node.value) if r is not None]
-    return Group(name, str(path), interval, rules)
+    return RuleGroup(name, str(path), interval, rules)
 
 
 def _load_rule(path: Path, group: str, node: yaml.Node, errors: list[str]) -> Rule | None:

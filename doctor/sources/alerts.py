@@ -5,7 +5,7 @@ from __future__ import annotations
 from doctor.promql.values import Elem
 from doctor.rules.evaluate import Evaluation, RuleEngine
 from doctor.rules.loader import Rule
-from doctor.sources.client import Series
+from doctor.sources.client import InstantVector
 
 RuleKey = tuple[int, int]  # (group index, rule index) in engine.groups: alert names may repeat across groups
 
@@ -20,12 +20,12 @@ def alerting_rules(engine: RuleEngine) -> dict[RuleKey, Rule]:
     }
 
 
-def to_vector(series: Series) -> list[Elem]:
+def to_vector(series: InstantVector) -> list[Elem]:
     """Query result pairs as evaluator elements (labels sorted, as the engine keeps them)."""
     return [Elem(tuple(sorted(labels.items())), v) for labels, v in series]
 
 
-def apply_alerts(engine: RuleEngine, vectors: dict[RuleKey, Series], t: float) -> Evaluation:
+def apply_alerts(engine: RuleEngine, vectors: dict[RuleKey, InstantVector], t: float) -> Evaluation:
     """Advance pending → firing → resolved exactly as RuleEngine.evaluate does, from precomputed vectors."""
     rules = alerting_rules(engine)
     return engine.apply_alert_vectors([(rules[k], to_vector(v)) for k, v in vectors.items() if k in rules], t)

@@ -12,7 +12,7 @@ import requests
 from doctor.ingest.fetch import HttpOptions
 
 # (labels including __name__ when the series has one, value) per element of an instant vector
-Series = list[tuple[dict[str, str], float]]
+InstantVector = list[tuple[dict[str, str], float]]
 
 
 class SourceError(Exception):
@@ -57,7 +57,7 @@ class PromClient:
     def __repr__(self) -> str:
         return f"PromClient({self.base!r})"
 
-    def query(self, expr: str, t: float) -> Series:
+    def query(self, expr: str, t: float) -> InstantVector:
         """Evaluate expr at t (unix seconds); a vector or scalar as (labels, value) pairs; raises SourceError."""
         with self._lock:
             self.queries_total += 1
@@ -109,6 +109,6 @@ class PromClient:
         return body
 
 
-def finite(series: Series) -> Series:
+def finite(series: InstantVector) -> InstantVector:
     """The elements whose value is a number (Prometheus sends NaN for empty ratios)."""
     return [(labels, v) for labels, v in series if not math.isnan(v)]

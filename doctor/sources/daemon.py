@@ -5,25 +5,51 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import CollectorRegistry
 
-from doctor.cli.common import target_state
+from doctor.config import Config
 from doctor.config.schema import PrometheusSource
-from doctor.daemon.state import TargetStats
-from doctor.diagnosis.classify import TargetState
-from doctor.pipeline import Cycle
+from doctor.diagnosis.target import TargetFacts
+from doctor.pipeline import Cycle, Pipeline
 from doctor.sources.client import PromClient, SourceError
 from doctor.sources.prometheus import PrometheusEvaluator
+from doctor.status.state import DaemonState
+from doctor.targets import target_facts
 
 log = logging.getLogger("kvdoctor")
+
+
+class SourceHost(Protocol):
+    """What the Prometheus source needs of the daemon that runs it."""
+
+    @property
+    def cfg(self) -> Config:
+        """The current config (a reload replaces it)."""
+        ...
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """Alert and classification state across cycles."""
+        ...
+
+    @property
+    def state(self) -> DaemonState:
+        """Where the targets Prometheus reports are published."""
+        ...
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """kvdoctor's own /metrics, where the source adds its families."""
+        ...
 
 
 class DaemonSource:
     """Owns the evaluator for a Daemon; reads the daemon's current config each cycle (so reloads apply)."""
 
-    def __init__(self, daemon: Any) -> None:
+    def __init__(self, daemon: SourceHost) -> None:
         self.daemon = daemon
         self._config: PrometheusSource | None = None
         self.evaluator: PrometheusEvaluator | None = None
@@ -66,35 +92,19 @@ class DaemonSource:
             log.info("prometheus source: answering again")
         with self._lock:
             self.ok, self.last_error = True, ""
-        self._publish_targets(t)
+        self._publish_targets()
         return cycle
 
-    def _facts(self, name: str) -> TargetState:
+    def _facts(self, name: str) -> TargetFacts:
         spec = next((s for s in self.daemon.cfg.targets if s.name == name), None)
-        return target_state(spec) if spec is not None else TargetState(name)
+        return target_facts(spec) if spec is not None else TargetFacts()
 
-    def _publish_targets(self, t: float) -> None:
-        assert self.evaluator is not None
-        state = self.daemon.state
-        specs = {s.name: s for s in self.daemon.cfg.targets}
-        known = state.snapshot()["targets"]
-        for gone in set(known) - set(self.evaluator.discovered):
+    def _publish_targets(self) -> None:
+        state, targets = self.daemon.state, self.daemon.pipeline.targets
+        for gone in set(state.snapshot()["targets"]) - set(targets):
             state.drop_target(gone)
-        for name, d in self.evaluator.discovered.items():
-            prev = known.get(name)
-            spec = specs.get(name)
-            stats = TargetStats(
-                name, spec.safe_url if spec else "", labels={"job": d.job, **(spec.labels if spec else {})}
-            )
-            if prev is not None:
-                stats.errors_total, stats.last_success_ts = prev.errors_total, prev.last_success_ts
-            stats.up, stats.last_scrape_duration_s = d.up, d.scrape_duration_s
-            if d.up:
-                stats.last_success_ts = t
-            else:
-                stats.errors_total += 1
-                stats.last_error = self.daemon.pipeline.targets[name].error
-            state.set_target(stats)
+        for target in targets.values():
+            state.set_target(target)
 
     def status(self) -> dict[str, Any]:
         """What the source did last, for /metrics."""

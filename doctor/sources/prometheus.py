@@ -11,19 +11,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from doctor.capacity.live import CACHE_INFO, GENERATION, PROMPT, live_capacity
-from doctor.diagnosis.classify import TargetState
-from doctor.diagnosis.signals import collect
+from doctor.diagnosis.evidence import collect
+from doctor.diagnosis.target import TargetFacts
 from doctor.pipeline import EXPECTED, Cycle, Pipeline
-from doctor.pipeline import SIGNAL_NAMES as PIPELINE_SIGNALS
 from doctor.samples import Sample
+from doctor.signals import recorded
 from doctor.sources.alerts import alerting_rules, apply_alerts
-from doctor.sources.client import PromClient, Series, SourceError, finite
+from doctor.sources.client import InstantVector, PromClient, SourceError, finite
 
-# The signals the scrape pipeline hands the classifier, so both sources give the same evidence.
-SIGNAL_NAMES = sorted(PIPELINE_SIGNALS)
 MARKER = "vllm:num_requests_running"  # every vLLM version exports it: a job/instance with it is a vLLM target
 # Histograms are checked through their `_count` series: present together with `_bucket`, a fraction of the series.
 _PRESENCE = {
@@ -32,8 +30,14 @@ _PRESENCE = {
     for alt in alts
 }
 
+
+def signals_query() -> str:
+    """Every recorded signal the classifier reads (doctor.signals), so both sources give the same evidence."""
+    return '{__name__=~"' + "|".join(sorted(recorded().values())) + '"}'
+
+
 QUERIES: dict[str, str] = {
-    "signals": '{__name__=~"' + "|".join(SIGNAL_NAMES) + '"}',
+    "signals": signals_query(),
     # up == 0 for a vLLM target that answered within the hour (as VLLMTargetDown reads it), up == 1 otherwise
     "targets": '{__name__=~"up|scrape_duration_seconds"} and on (job, instance) '
     f"group by (job, instance) (last_over_time({MARKER}[1h]))",
@@ -66,16 +70,16 @@ class PrometheusEvaluator:
 
     def queries(self) -> dict[str, str]:
         """The queries of one cycle: four fixed ones plus one per alerting rule."""
-        out = dict(QUERIES)
+        out = {**QUERIES, "signals": signals_query()}
         for (gi, ri), rule in alerting_rules(self.pipeline.rules).items():
             out[f"alert:{gi}:{ri}"] = rule.expr
         return out
 
-    def evaluate(self, t: float, facts: Callable[[str], TargetState] | None = None) -> Cycle:
+    def evaluate(self, t: float, facts: Callable[[str], TargetFacts] | None = None) -> Cycle:
         """Query the fleet's state at t and classify every (target, model); raises SourceError."""
         results = self._run_all(self.queries(), t)
         self.discovered = _discover(results["targets"])
-        self._sync_targets(facts or TargetState)
+        self._sync_targets(t, facts or (lambda _: TargetFacts()))
         self._update_targets(results["present"], results["capacity"])
         known = set(self.discovered)
         signals = collect(
@@ -89,10 +93,10 @@ class PrometheusEvaluator:
             if k.startswith("alert:")
         }
         evaluation = apply_alerts(self.pipeline.rules, vectors, t)
-        diagnoses = self.pipeline.classifier.classify(t, signals, evaluation.alerts, self.pipeline.targets)
+        diagnoses = self.pipeline.classify(t, signals, evaluation)
         return Cycle(t, diagnoses, evaluation)
 
-    def _run_all(self, queries: dict[str, str], t: float) -> dict[str, Series]:
+    def _run_all(self, queries: dict[str, str], t: float) -> dict[str, InstantVector]:
         self.last_cycle_queries = len(queries)
         with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(queries)))) as pool:
             futures = {name: pool.submit(self.client.query, expr, t) for name, expr in queries.items()}
@@ -107,19 +111,18 @@ class PrometheusEvaluator:
             raise SourceError(errors[0] + more)
         return results
 
-    def _sync_targets(self, facts: Callable[[str], TargetState]) -> None:
-        targets = self.pipeline.targets
-        for gone in set(targets) - set(self.discovered):
-            del targets[gone]
+    def _sync_targets(self, t: float, facts: Callable[[str], TargetFacts]) -> None:
+        for gone in set(self.pipeline.targets) - set(self.discovered):
+            self.pipeline.remove_target(gone)
         for name, d in self.discovered.items():
-            st = targets.get(name)
-            if st is None:
-                targets[name] = st = facts(name)
-                st.name = name
-            st.up = d.up
-            st.error = "" if d.up else f"Prometheus reports up == 0 for {name} (job {d.job!r})"
+            known = self.pipeline.targets.get(name)
+            told = known.facts if known is not None else facts(name)
+            if known is None or "job" not in told.labels:  # the job Prometheus scrapes it in, unless told
+                self.pipeline.add_target(name, replace(told, labels={"job": d.job, **told.labels}))
+            error = f"Prometheus reports up == 0 for {name} (job {d.job!r})"
+            self.pipeline.set_health(name, t, d.up, error, d.scrape_duration_s)
 
-    def _update_targets(self, present: Series, capacity: Series) -> None:
+    def _update_targets(self, present: InstantVector, capacity: InstantVector) -> None:
         names: dict[str, set[str]] = defaultdict(set)
         for labels, _ in present:
             names[labels.get("instance", "")].add(labels.get("__name__", ""))
@@ -127,17 +130,15 @@ class PrometheusEvaluator:
         for labels, v in capacity:
             rest = tuple(sorted((k, x) for k, x in labels.items() if k != "__name__"))
             samples[labels.get("instance", "")].append(Sample(labels.get("__name__", ""), rest, v))
-        for name, st in self.pipeline.targets.items():
+        for name, st in list(self.pipeline.targets.items()):
             if not st.up:
                 continue  # as with scrapes: keep what the last good look showed
             have = names.get(name, set())
-            st.missing = [
-                what for what, alts in EXPECTED.items() if not any(_PRESENCE[a] in have for a in alts)
-            ]
-            st.live = live_capacity(samples.get(name, []))
+            missing = [what for what, alts in EXPECTED.items() if not any(_PRESENCE[a] in have for a in alts)]
+            self.pipeline.set_inventory(name, missing, live_capacity(samples.get(name, [])))
 
 
-def _discover(series: Series) -> dict[str, Discovered]:
+def _discover(series: InstantVector) -> dict[str, Discovered]:
     out: dict[str, Discovered] = {}
     durations: dict[str, float] = {}
     for labels, v in series:

@@ -19,7 +19,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
+from doctor.rules.loader import RuleGroup, default_rule_files, load_files
+from doctor.signals import FINDINGS, SIGNALS
+from doctor.status.state import DaemonState
+from doctor.web.runbook import render as render_runbook
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ TYPES = {
     ".png": "image/png",
 }
 Reload = Callable[[], tuple[bool, str]]
+Rules = Callable[[], list[RuleGroup]]
 
 
 @dataclass
@@ -88,7 +92,7 @@ def load_static() -> dict[str, tuple[bytes, str, str]]:
 
 
 class App:
-    """Routes: /metrics, /api/v1/*, /-/healthy, /-/ready, /-/reload, / and /static/*."""
+    """Routes: /metrics, /api/v1/*, /-/healthy, /-/ready, /-/reload, /, /runbook and /static/*."""
 
     def __init__(
         self,
@@ -96,9 +100,12 @@ class App:
         registry: CollectorRegistry,
         reload: Reload | None = None,
         extra_status: Callable[[], dict[str, Any]] | None = None,
+        rules: Rules | None = None,
     ) -> None:
         self.state, self.registry = state, registry
         self.reload, self.extra_status = reload, extra_status
+        self.rules = rules  # the rule groups in force (the runbook follows reloads); None: the shipped pack
+        self._shipped: list[RuleGroup] | None = None
         self.static = load_static()
         self._reload_lock = threading.Lock()
         self.api: dict[str, Callable[[dict[str, list[str]]], Response]] = {
@@ -106,6 +113,7 @@ class App:
             "/api/v1/diagnoses": self._diagnoses,
             "/api/v1/history": self._history,
             "/api/v1/status": self._status,
+            "/api/v1/signals": self._signals,
         }
 
     def handle(self, method: str, target: str, headers: Mapping[str, str]) -> Response:
@@ -116,7 +124,7 @@ class App:
             return self._reload(method, headers)
         known = (
             path in self.api
-            or path in ("/", "/metrics", "/-/healthy", "/-/ready")
+            or path in ("/", "/metrics", "/-/healthy", "/-/ready", "/runbook")
             or path.startswith("/static/")
         )
         if known and method not in ("GET", "HEAD"):
@@ -137,6 +145,8 @@ class App:
                 if ready
                 else text(503, "kvdoctor is not ready: no evaluation yet.")
             )
+        if path == "/runbook":
+            return self._runbook(headers)
         if path == "/" or path.startswith("/static/"):
             return self._file("index.html" if path == "/" else path[len("/static/") :], headers)
         if path.startswith("/api/"):
@@ -156,6 +166,14 @@ class App:
         want = set(query.get("target", []))
         diagnoses = sorted(self.state.snapshot()["diagnoses"], key=lambda d: (d.target, d.model_name))
         return json_response([d.to_dict() for d in diagnoses if not want or d.target in want])
+
+    def _signals(self, query: dict[str, list[str]]) -> Response:
+        return json_response(
+            {
+                "signals": [s.to_dict() for s in SIGNALS.values()],
+                "findings": [{**f.__dict__, "title": f.display_title()} for f in FINDINGS.values()],
+            }
+        )
 
     def _history(self, query: dict[str, list[str]]) -> Response:
         since = _float(query, "since")
@@ -186,7 +204,14 @@ class App:
                 "duration_s": snap["evaluation_duration_s"],
                 "rule_failures_total": snap["rule_failures_total"],
             },
-            "reload": {"ok": snap["reload_ok"], "ts": snap["reload_ts"], "error": snap["reload_error"]},
+            "reload": {
+                "ok": snap["reload_ok"],
+                "ts": snap["reload_ts"],
+                "last_success_ts": snap["reload_success_ts"],
+                "error": snap["reload_error"],
+                "attempts": snap["reloads"],
+            },
+            "cycle": {"duration_s": snap["cycle_duration_s"], "interval_s": snap["interval_s"]},
             "scheduler_events": snap["scheduler_events"],
             "targets": {"total": len(targets), "up": sum(1 for t in targets if t.up)},
         }
@@ -219,11 +244,23 @@ class App:
             return text(200, message or "reloaded")
         return text(500, f"failed to reload config: {message}")
 
+    def _runbook(self, headers: Mapping[str, str]) -> Response:
+        if self.rules is not None:
+            groups = self.rules()
+        else:
+            if self._shipped is None:
+                self._shipped = load_files(default_rule_files())
+            groups = self._shipped
+        data = render_runbook(groups).encode()
+        return self._cached(data, TYPES[".html"], '"' + hashlib.sha256(data).hexdigest()[:20] + '"', headers)
+
     def _file(self, name: str, headers: Mapping[str, str]) -> Response:
         found = self.static.get(name)
         if found is None:
             return text(404, "404 page not found")
-        data, content_type, etag = found
+        return self._cached(*found, headers)
+
+    def _cached(self, data: bytes, content_type: str, etag: str, headers: Mapping[str, str]) -> Response:
         cache = "no-cache"  # revalidate each load so an upgrade shows at once; the ETag makes that cheap
         if etag in (headers.get("If-None-Match") or ""):
             return Response(304, b"", content_type, {"ETag": etag}, cache)

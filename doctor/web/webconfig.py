@@ -19,6 +19,7 @@ from typing import Any
 import bcrypt
 import yaml
 
+from doctor.config.yamlpos import broken_line
 from doctor.web.tlsconfig import parse_tls
 
 log = logging.getLogger(__name__)
@@ -109,9 +110,9 @@ def load_web_config(path: str) -> WebConfig:
     except OSError as exc:
         raise WebConfigError([f"{path}: {exc.strerror or exc}"]) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark is not None else ""
-        raise WebConfigError([f"{path}:{where} invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+        line, what = broken_line(exc)
+        where = f" line {line}:" if line else ""
+        raise WebConfigError([f"{path}:{where} invalid YAML: {what}"]) from None
     errors: list[str] = []
 
     def err(key: str, msg: str) -> None:

@@ -7,11 +7,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from doctor.daemon.state import DaemonState, TargetStats
-from doctor.diagnosis.model import Diagnosis
+from doctor.diagnosis.target import Target, TargetFacts
 from doctor.pipeline import Pipeline
 from doctor.replay import replay
 from doctor.rules.loader import default_rule_files, load_files
+from doctor.status.state import DaemonState
+from doctor.verdicts import Diagnosis
 from tests.conftest import SHARED
 
 RECORDINGS = SHARED / "vllm-0.32-cpu"
@@ -56,9 +57,11 @@ def build_state(
         state.publish(published, t, 0.012, 0)
     for i, n in enumerate(names):
         url = f"http://127.0.0.1:{8001 + i}/metrics"
-        state.set_target(TargetStats(n, url, True, 0.021, end, "", 0, {}))
+        state.set_target(Target(n, TargetFacts(url=url), True, "", 0, end, 0.021))
     if down:
         state.set_target(
-            TargetStats(DOWN, "http://10.0.0.7:8000/metrics", False, 2.0, end - 300, DOWN_ERROR, 20, {})
+            Target(
+                DOWN, TargetFacts(url="http://10.0.0.7:8000/metrics"), False, DOWN_ERROR, 20, end - 300, 2.0
+            )
         )
     return state

@@ -52,24 +52,16 @@ function clock(t) {
   return new Date(t * 1000).toLocaleTimeString("en-GB", { hour12: false });
 }
 
-const FIELDS = {
-  kv_usage: ["KV usage", pct], kv_usage_avg_1m: ["KV usage avg 1m", pct], kv_usage_max_1m: ["KV usage max 1m", pct],
-  running: ["running", count], running_avg_1m: ["running avg 1m", count], running_max_1m: ["running max 1m", count],
-  waiting: ["waiting", count], waiting_avg_1m: ["waiting avg 1m", count],
-  batch_cap_inferred: ["batch cap inferred", count], batch_cap_configured: ["--max-num-seqs", count],
-  preemptions_per_s: ["preemptions", perSec], requests_per_s: ["requests", perSec],
-  ttft_p95_s: ["TTFT p95", dur], itl_p50_s: ["ITL p50", dur], itl_p95_s: ["ITL p95", dur],
-  itl_baseline_s: ["ITL baseline", dur], slo_itl_p95_s: ["ITL p95 SLO", dur], slo_ttft_p95_s: ["TTFT p95 SLO", dur],
-  queue_time_p95_s: ["queue time p95", dur], prefix_cache_hit_ratio: ["prefix cache hits", pct],
-  spec_decode_acceptance: ["draft acceptance", pct], generation_tokens_per_s: ["generation", tokRate],
-  prompt_tokens_per_s: ["prompt", tokRate], prompt_tokens_p50: ["prompt p50", tokens],
-  prompt_tokens_p99: ["prompt p99", tokens], generation_tokens_p99: ["generation p99", tokens],
-  kv_cache_tokens: ["KV cache size", tokens], max_model_len: ["--max-model-len", tokens],
-  request_p99_tokens: ["request p99", tokens], requests_observed: ["requests seen", count],
-};
+// evidence key -> [label, formatter], from kvdoctor's signal registry (GET api/v1/signals, loaded once)
+const UNIT_FMT = { pct, count, rate: perSec, seconds: dur, "tok/s": tokRate, tokens, plain: count };
+let FIELDS = null;
+async function loadFields() {
+  const reg = await getJSON("api/v1/signals");
+  FIELDS = Object.fromEntries(reg.signals.map((s) => [s.key, [s.short, UNIT_FMT[s.unit] || count]]));
+}
 function fmtKey(key, v) {
   if (typeof v !== "number") return [key.replace(/_/g, " "), String(v)];
-  const f = FIELDS[key];
+  const f = FIELDS && FIELDS[key];
   if (f) return [f[0], f[1](v)];
   if (key.endsWith("_s")) return [key.slice(0, -2).replace(/_/g, " "), dur(v)];
   if (key.endsWith("_ratio")) return [key.replace(/_/g, " "), pct(v)];
@@ -234,10 +226,20 @@ function adviceList(advice) {
   return ul;
 }
 
+function runbookLink(f) {
+  if (!f || !/^https?:\/\//.test(f.runbook || "")) return null;
+  const link = el("a", "runbook", "runbook");
+  link.href = f.runbook;
+  link.title = "what " + f.name + " means and what to change";
+  return link;
+}
+
 function findingBlock(f, showAdvice) {
   const box = el("div", "finding sev-" + f.severity);
   const head = el("div", "finding-head");
   head.append(el("span", "sev", f.severity), el("span", "finding-summary", f.summary));
+  const link = runbookLink(f);
+  if (link) head.append(link);
   box.append(head);
   if (f.description) box.append(el("p", "finding-desc", f.description));
   const entries = Object.entries(f.evidence || {}).filter(([k]) => k !== "error");
@@ -278,7 +280,10 @@ function card(d, stats, points, now) {
     const err = el("div", "down-error");
     err.append(el("b", null, "scrape failed: "), document.createTextNode(stats.last_error || "no answer"));
     const last = stats.last_success_ts ? `last success ${ago(now - stats.last_success_ts)} ago` : "never scraped successfully";
-    err.append(el("div", "down-sub", `${last} · ${stats.errors_total} failed scrapes`));
+    const sub = el("div", "down-sub", `${last} · ${stats.errors_total} failed scrapes `);
+    const link = runbookLink(d && d.findings.find((f) => f.name === "target_down"));
+    if (link) sub.append(link);
+    err.append(sub);
     c.append(err);
   }
   if (!d) {
@@ -353,6 +358,7 @@ function banner(text) {
 
 async function poll() {
   try {
+    if (FIELDS === null) await loadFields();
     const [targets, diagnoses, status] = await Promise.all([
       getJSON("api/v1/targets"), getJSON("api/v1/diagnoses"), getJSON("api/v1/status"),
     ]);

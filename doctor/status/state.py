@@ -4,39 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from doctor.diagnosis.model import Diagnosis
+from doctor.diagnosis.target import Target
+from doctor.signals import SIGNALS
+from doctor.verdicts import Diagnosis
 
-# Evidence keys kept per evaluation for the status page's charts.
-CHART_KEYS = (
-    "kv_usage",
-    "running",
-    "waiting",
-    "batch_cap_inferred",
-    "batch_cap_configured",
-    "ttft_p95_s",
-    "itl_p50_s",
-)
-
-
-@dataclass
-class TargetStats:
-    """Scrape health of one target."""
-
-    name: str
-    url: str  # without credentials
-    up: bool | None = None
-    last_scrape_duration_s: float | None = None
-    last_success_ts: float | None = None
-    last_error: str = ""
-    errors_total: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return dict(self.__dict__)
+RELOADS_KEPT = 20  # reload attempts shown in /api/v1/status
 
 
 class DaemonState:
@@ -45,13 +20,18 @@ class DaemonState:
     def __init__(self, history_points: int = 240) -> None:
         self._lock = threading.Lock()
         self.diagnoses: list[Diagnosis] = []
-        self.targets: dict[str, TargetStats] = {}
+        self.targets: dict[str, Target] = {}
         self.evaluation_ts: float | None = None
         self.evaluation_duration_s: float | None = None
         self.rule_failures_total = 0
         self.reload_ok = True
-        self.reload_ts: float | None = None
+        self.reload_ts: float | None = None  # the last attempt, whatever its outcome
+        self.reload_success_ts: float | None = None
         self.reload_error = ""
+        self.reloads: deque[dict[str, Any]] = deque(maxlen=RELOADS_KEPT)
+        self.reloads_total: Counter[str] = Counter()
+        self.cycle_duration_s: float | None = None
+        self.interval_s: float | None = None
         self.scheduler_events: Counter[str] = Counter()
         self.started_ts: float | None = None
         self.ready = False
@@ -59,11 +39,12 @@ class DaemonState:
         self._points = history_points
 
     def publish(self, diagnoses: list[Diagnosis], t: float, duration_s: float, rule_failures: int) -> None:
-        """Record one evaluation."""
+        """Record one evaluation (duration_s: of the rule evaluation and classification)."""
         with self._lock:
             self.diagnoses = list(diagnoses)
             self.evaluation_ts, self.evaluation_duration_s = t, duration_s
             self.rule_failures_total += rule_failures
+            charted = {k for k, s in SIGNALS.items() if s.history}
             for d in diagnoses:
                 ring = self._history.setdefault((d.target, d.model_name), deque(maxlen=self._points))
                 point: dict[str, float] = {"t": t}
@@ -71,16 +52,22 @@ class DaemonState:
                     {
                         k: float(v)
                         for k, v in d.evidence.items()
-                        if k in CHART_KEYS and isinstance(v, int | float)
+                        if k in charted and isinstance(v, int | float)
                     }
                 )
                 ring.append(point)
             self.ready = True
 
-    def set_target(self, stats: TargetStats) -> None:
-        """Replace one target's scrape stats."""
+    def set_target(self, target: Target) -> None:
+        """Publish a copy of one target (its facts and scrape health)."""
         with self._lock:
-            self.targets[stats.name] = stats
+            self.targets[target.name] = replace(target)
+
+    def target(self, name: str) -> Target | None:
+        """A copy of one target (facts and scrape health)."""
+        with self._lock:
+            t = self.targets.get(name)
+            return replace(t) if t is not None else None
 
     def drop_target(self, name: str) -> None:
         """Forget a removed target and its history."""
@@ -101,7 +88,12 @@ class DaemonState:
                 "rule_failures_total": self.rule_failures_total,
                 "reload_ok": self.reload_ok,
                 "reload_ts": self.reload_ts,
+                "reload_success_ts": self.reload_success_ts,
                 "reload_error": self.reload_error,
+                "reloads": list(self.reloads),
+                "reloads_total": dict(self.reloads_total),
+                "cycle_duration_s": self.cycle_duration_s,
+                "interval_s": self.interval_s,
                 "scheduler_events": dict(self.scheduler_events),
                 "ready": self.ready,
             }
@@ -111,14 +103,21 @@ class DaemonState:
         with self._lock:
             return list(self._history.get((target, model_name), ()))
 
-    def note_reload(self, ok: bool, t: float, error: str = "") -> None:
-        """Record a config/rules reload outcome."""
+    def note_reload(self, ok: bool, t: float, error: str = "", message: str = "") -> None:
+        """Record a config/rules reload attempt: when, whether it applied, and what it said."""
         with self._lock:
-            self.reload_ok, self.reload_error = ok, error
+            self.reload_ok, self.reload_error, self.reload_ts = ok, error, t
             if ok:
-                self.reload_ts = t
+                self.reload_success_ts = t
+            self.reloads.append({"ts": t, "ok": ok, "message": message or error or "reloaded"})
+            self.reloads_total["success" if ok else "failure"] += 1
 
-    def count_event(self, event: str) -> None:
-        """Count a scheduler event (error, missed, max_instances)."""
+    def note_cycle(self, duration_s: float, interval_s: float) -> None:
+        """Record how long one cycle took against the interval it has to fit in."""
         with self._lock:
-            self.scheduler_events[event] += 1
+            self.cycle_duration_s, self.interval_s = duration_s, interval_s
+
+    def count_event(self, event: str, n: int = 1) -> None:
+        """Count a scheduling event: `missed` (slots an overlong cycle ate), `error` (a cycle that raised)."""
+        with self._lock:
+            self.scheduler_events[event] += n

@@ -1,14 +1,18 @@
-"""The diagnosis value types every sink consumes (exposition, API, page, Slack, Alertmanager)."""
+"""Verdicts and their parts — Diagnosis, Finding, Advice: the value types every stage and sink passes on."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-BOTTLENECKS = ("unknown", "idle", "healthy", "batch_cap", "compute", "kv_cache")
-# Limits a server can hit; the other classes are states, not limits.
+# What kvdoctor can conclude about a (target, model), in the order of kvdoctor_bottleneck_code.
+VERDICTS = ("unknown", "idle", "healthy", "batch_cap", "compute", "kv_cache")
+# Limits a server can hit; the other verdicts are states, not limits.
 LIMITS = ("kv_cache", "batch_cap", "compute")
 SEVERITIES = ("critical", "warning", "info")
+# Where kvdoctor serves its runbook; the pack's runbook_url annotations are this path + #<finding>.
+RUNBOOK_PATH = "/runbook"
+DEFAULT_RUNBOOK_PAGE = "http://127.0.0.1:9860" + RUNBOOK_PATH  # on the daemon's default listen address
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,7 @@ class Finding:
     description: str = ""
     evidence: dict[str, float | str] = field(default_factory=dict)
     advice: list[Advice] = field(default_factory=list)
-    runbook: str = ""
+    runbook: str = ""  # absolute once the pipeline has linked it (runbook_link)
     bottleneck: str = ""  # set when the finding is the limit itself (kv_cache, batch_cap, compute)
     since: float | None = None  # unix time the finding started to hold
 
@@ -42,15 +46,21 @@ class Diagnosis:
     target: str
     model_name: str
     t: float
-    bottleneck: str
+    verdict: str  # one of VERDICTS: a limit (LIMITS) or a state (healthy, idle, unknown)
     since: float
     findings: list[Finding] = field(default_factory=list)
     evidence: dict[str, float | str] = field(default_factory=dict)
     advice: list[Advice] = field(default_factory=list)
 
+    @property
+    def bottleneck(self) -> str:
+        """The verdict under the name the API, /metrics and alerts have always used for it."""
+        return self.verdict
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (NaN values become None)."""
+        """A JSON-ready dict (NaN values become None); `bottleneck` repeats `verdict` for existing readers."""
         d = asdict(self)
+        d["bottleneck"] = self.verdict
         return _clean(d)
 
 
@@ -62,3 +72,12 @@ def _clean(v: Any) -> Any:
     if isinstance(v, list):
         return [_clean(x) for x in v]
     return v
+
+
+def runbook_link(page: str, runbook_url: str, name: str) -> str:
+    """A finding's absolute runbook link: kvdoctor's own `/runbook#…` (or none: #name) on page; other URLs as given."""
+    if not runbook_url:
+        return f"{page}#{name}"
+    if runbook_url == RUNBOOK_PATH or runbook_url.startswith(RUNBOOK_PATH + "#"):
+        return page + runbook_url[len(RUNBOOK_PATH) :]
+    return runbook_url

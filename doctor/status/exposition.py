@@ -9,31 +9,18 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
-from doctor.daemon.state import DaemonState
-from doctor.diagnosis.model import BOTTLENECKS
+from doctor.signals import SIGNALS
+from doctor.status.state import DaemonState
+from doctor.verdicts import VERDICTS
 
-# evidence key -> (metric name, help)
-GAUGES: dict[str, tuple[str, str]] = {
-    "kv_usage": ("kvdoctor_kv_cache_usage_ratio", "KV-cache usage 0-1 (rule kvdoctor:kv_usage:ratio from vllm:kv_cache_usage_perc)."),
-    "kv_usage_max_1m": ("kvdoctor_kv_cache_usage_max_1m_ratio", "Peak KV-cache usage over 1m (rule kvdoctor:kv_usage:max1m)."),
-    "running": ("kvdoctor_requests_running", "Requests in the batch (vllm:num_requests_running, summed over engines)."),
-    "waiting": ("kvdoctor_requests_waiting", "Requests waiting (vllm:num_requests_waiting, summed over engines)."),
-    "batch_cap_inferred": ("kvdoctor_batch_cap_inferred_requests", "Running plateau while requests waited: the inferred --max-num-seqs (rule kvdoctor:batch_cap:inferred)."),
-    "batch_cap_configured": ("kvdoctor_batch_cap_configured_requests", "--max-num-seqs configured for the target in kvdoctor's config."),
-    "preemptions_per_s": ("kvdoctor_preemptions_per_second", "Preemptions per second over 1m (rate of vllm:num_preemptions_total)."),
-    "ttft_p95_s": ("kvdoctor_ttft_p95_seconds", "Time to first token p95 over 1m (vllm:time_to_first_token_seconds)."),
-    "itl_p50_s": ("kvdoctor_itl_p50_seconds", "Inter-token latency p50 over 1m (vllm:inter_token_latency_seconds)."),
-    "itl_p95_s": ("kvdoctor_itl_p95_seconds", "Inter-token latency p95 over 1m (vllm:inter_token_latency_seconds)."),
-    "itl_baseline_s": ("kvdoctor_itl_baseline_seconds", "Learned light-load inter-token latency (rule kvdoctor:itl_seconds:baseline)."),
-    "queue_time_p95_s": ("kvdoctor_queue_time_p95_seconds", "Queue time p95 over 1m (vllm:request_queue_time_seconds)."),
-    "prefix_cache_hit_ratio": ("kvdoctor_prefix_cache_hit_ratio", "Prefix-cache hit ratio over 5m (vllm:prefix_cache_hits_total / queries_total)."),
-    "spec_decode_acceptance": ("kvdoctor_spec_decode_acceptance_ratio", "Speculative-decoding draft acceptance over 5m."),
-    "generation_tokens_per_s": ("kvdoctor_generation_tokens_per_second", "Generated tokens per second over 1m."),
-    "prompt_tokens_per_s": ("kvdoctor_prompt_tokens_per_second", "Prompt tokens per second over 1m."),
-    "kv_cache_tokens": ("kvdoctor_kv_cache_capacity_tokens", "Tokens the engine's KV cache holds (vllm:cache_config_info)."),
-}  # fmt: skip
+
+def gauges() -> dict[str, tuple[str, str]]:
+    """Evidence key -> (kvdoctor_* gauge name, help), for the signals doctor.signals exposes."""
+    return {s.key: (s.metric, s.help) for s in SIGNALS.values() if s.metric}
+
+
 CODE_HELP = "Current bottleneck as a number for state timelines: " + ", ".join(
-    f"{i} {b}" for i, b in enumerate(BOTTLENECKS)
+    f"{i} {b}" for i, b in enumerate(VERDICTS)
 )
 
 
@@ -53,22 +40,22 @@ class DiagnosisCollector:
                                   labels=["target", "model_name"])  # fmt: skip
         finding = GaugeMetricFamily("kvdoctor_finding", "Findings that hold now (1).",
                                     labels=["target", "model_name", "finding", "severity"])  # fmt: skip
-        gauges = {k: GaugeMetricFamily(n, h, labels=["target", "model_name"]) for k, (n, h) in GAUGES.items()}
+        fams = {k: GaugeMetricFamily(n, h, labels=["target", "model_name"]) for k, (n, h) in gauges().items()}
         for d in snap["diagnoses"]:
-            for b in BOTTLENECKS:
-                one_hot.add_metric([d.target, d.model_name, b], 1.0 if d.bottleneck == b else 0.0)
-            code.add_metric([d.target, d.model_name], float(BOTTLENECKS.index(d.bottleneck)))
+            for b in VERDICTS:
+                one_hot.add_metric([d.target, d.model_name, b], 1.0 if d.verdict == b else 0.0)
+            code.add_metric([d.target, d.model_name], float(VERDICTS.index(d.verdict)))
             since.add_metric([d.target, d.model_name], d.since)
             for f in d.findings:
                 finding.add_metric([d.target, d.model_name, f.name, f.severity], 1.0)
             evidence = dict(d.evidence)
             for f in d.findings:
                 evidence.update({k: v for k, v in f.evidence.items() if k not in evidence})
-            for key, fam in gauges.items():
+            for key, fam in fams.items():
                 v = evidence.get(key)
                 if isinstance(v, int | float):
                     fam.add_metric([d.target, d.model_name], float(v))
-        yield from (one_hot, code, since, finding, *gauges.values())
+        yield from (one_hot, code, since, finding, *fams.values())
         yield from self._targets(snap)
         yield from self._self(snap)
 
@@ -86,7 +73,16 @@ class DiagnosisCollector:
         )
         info = GaugeMetricFamily("kvdoctor_target_info", "Target facts: its URL (no credentials) and configured labels.",
                                  labels=["target", "url"])  # fmt: skip
+        samples = GaugeMetricFamily("kvdoctor_target_scrape_samples",
+                                    "Samples in the last scrape (0 when it failed or was refused).", labels=["target"])  # fmt: skip
+        refused = CounterMetricFamily("kvdoctor_target_scrape_limit_exceeded",
+                                      "Scrapes refused whole for going over a limit (sample_limit, label_limit, "
+                                      "label_value_length_limit).", labels=["target", "limit"])  # fmt: skip
         for name, t in sorted(snap["targets"].items()):
+            if t.samples is not None:
+                samples.add_metric([name], float(t.samples))
+            for limit, n in sorted(t.limit_exceeded_total.items()):
+                refused.add_metric([name, limit], float(n))
             up.add_metric([name], 1.0 if t.up else 0.0)
             if t.last_scrape_duration_s is not None:
                 dur.add_metric([name], t.last_scrape_duration_s)
@@ -94,7 +90,7 @@ class DiagnosisCollector:
                 last.add_metric([name], t.last_success_ts)
             errs.add_metric([name], float(t.errors_total))
             info.add_metric([name, t.url], 1.0)
-        yield from (up, dur, last, errs, info)
+        yield from (up, dur, last, errs, info, samples, refused)
 
     def _self(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
         ev = GaugeMetricFamily(
@@ -107,6 +103,15 @@ class DiagnosisCollector:
         )
         if snap["evaluation_duration_s"] is not None:
             evd.add_metric([], snap["evaluation_duration_s"])
+        cycle = GaugeMetricFamily(
+            "kvdoctor_cycle_duration_seconds",
+            "Duration of the last cycle (ingest, rules, classification, sinks); it must stay under the interval.",
+        )
+        if snap["cycle_duration_s"] is not None:
+            cycle.add_metric([], snap["cycle_duration_s"])
+        interval = GaugeMetricFamily("kvdoctor_cycle_interval_seconds", "The interval cycles run at.")
+        if snap["interval_s"] is not None:
+            interval.add_metric([], snap["interval_s"])
         fails = CounterMetricFamily("kvdoctor_rule_evaluation_failures", "Rule evaluations that failed.")
         fails.add_metric([], float(snap["rule_failures_total"]))
         reload_ok = GaugeMetricFamily(
@@ -116,16 +121,25 @@ class DiagnosisCollector:
         reload_ts = GaugeMetricFamily(
             "kvdoctor_config_last_reload_success_timestamp_seconds", "Last successful reload."
         )
-        if snap["reload_ts"] is not None:
-            reload_ts.add_metric([], snap["reload_ts"])
+        if snap["reload_success_ts"] is not None:
+            reload_ts.add_metric([], snap["reload_success_ts"])
+        reloads = CounterMetricFamily(
+            "kvdoctor_config_reloads", "Reload attempts (SIGHUP, /-/reload) by outcome.", labels=["outcome"]
+        )
+        for outcome in ("success", "failure"):
+            reloads.add_metric([outcome], float(snap["reloads_total"].get(outcome, 0)))
         build = GaugeMetricFamily(
             "kvdoctor_build_info", "kvdoctor build information.", labels=["version", "python_version"]
         )
         build.add_metric([__version__, platform.python_version()], 1.0)
-        sched = CounterMetricFamily("kvdoctor_scheduler_events", "APScheduler job events.", labels=["event"])
-        for event in ("error", "missed", "max_instances"):
+        sched = CounterMetricFamily(
+            "kvdoctor_scheduler_events",
+            "Cycle events: missed (interval slots an overlong cycle ate), error (a cycle that failed).",
+            labels=["event"],
+        )
+        for event in ("error", "missed"):
             sched.add_metric([event], float(snap["scheduler_events"].get(event, 0)))
-        yield from (ev, evd, fails, reload_ok, reload_ts, build, sched)
+        yield from (ev, evd, cycle, interval, fails, reload_ok, reload_ts, reloads, build, sched)
 
 
 def make_registry(state: DaemonState) -> CollectorRegistry:

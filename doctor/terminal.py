@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from doctor import fmt
-from doctor.diagnosis.model import Diagnosis, Finding
-from doctor.diagnosis.signals import EVIDENCE_FOR
+from doctor.signals import SIGNALS, evidence_for
+from doctor.verdicts import Diagnosis, Finding
 
 HEADLINE = {
     "kv_cache": "KV-cache bound: the cache is full, requests queue and get preempted",
@@ -16,13 +16,15 @@ HEADLINE = {
     "idle": "Idle: nothing running or waiting",
     "unknown": "Unknown: not enough data yet (or the target is down)",
 }
-CORE = ("kv_usage", "running", "batch_cap_configured", "batch_cap_inferred", "waiting", "preemptions_per_s",
-        "ttft_p95_s", "itl_p50_s", "generation_tokens_per_s")  # fmt: skip
+
+
+def _summary() -> tuple[str, ...]:
+    return tuple(k for k, s in SIGNALS.items() if s.summary)
 
 
 def evidence_line(evidence: dict[str, float | str], keys: tuple[str, ...] | None = None) -> str:
     """`KV cache usage 93 % · Running 6 · …` for the given keys (or all, known keys first)."""
-    order = keys or tuple(k for k in fmt.KNOWN if k in evidence)
+    order = keys or tuple(k for k in SIGNALS if k in evidence)
     parts = [f"{fmt.label_of(k)} {fmt.value(k, evidence[k])}" for k in order if k in evidence]
     return " · ".join(parts)
 
@@ -31,7 +33,7 @@ def _finding_lines(f: Finding, indent: str) -> list[str]:
     lines = [f"{indent}- {f.name} ({f.severity}): {f.summary}"]
     if f.description:
         lines.append(f"{indent}  {f.description}")
-    ev = evidence_line(f.evidence, EVIDENCE_FOR.get(f.name) or tuple(f.evidence))
+    ev = evidence_line(f.evidence, evidence_for(f.name) or tuple(f.evidence))
     if ev:
         lines.append(f"{indent}  evidence: {ev}")
     return lines
@@ -49,9 +51,9 @@ def advice_lines(d: Diagnosis, indent: str = "    ") -> list[str]:
 
 def report(d: Diagnosis) -> str:
     """A full report a person can act on."""
-    head = f"{d.target} · {d.model_name or '(no model)'}: {d.bottleneck.upper()}"
-    lines = [head, "  " + HEADLINE.get(d.bottleneck, d.bottleneck)]
-    ev = evidence_line(d.evidence, CORE)
+    head = f"{d.target} · {d.model_name or '(no model)'}: {d.verdict.upper()}"
+    lines = [head, "  " + HEADLINE.get(d.verdict, d.verdict)]
+    ev = evidence_line(d.evidence, _summary())
     if ev:
         lines.append(f"  evidence: {ev}")
     if d.findings:
@@ -73,7 +75,7 @@ def stamp(t: float, start: float | None = None) -> str:
 def change_line(d: Diagnosis, start: float | None, previous: str | None) -> str:
     """One timeline entry for a change of class or findings."""
     names = ", ".join(f.name for f in d.findings) or "none"
-    was = f" (was {previous})" if previous and previous != d.bottleneck else ""
-    head = f"{stamp(d.t, start)}  {d.target} · {d.model_name or '-'}  {d.bottleneck}{was}  findings: {names}"
-    ev = evidence_line(d.evidence, CORE)
+    was = f" (was {previous})" if previous and previous != d.verdict else ""
+    head = f"{stamp(d.t, start)}  {d.target} · {d.model_name or '-'}  {d.verdict}{was}  findings: {names}"
+    ev = evidence_line(d.evidence, _summary())
     return head + (f"\n    evidence: {ev}" if ev else "")

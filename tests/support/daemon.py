@@ -1,0 +1,90 @@
+"""`kvdoctor serve` as a process for fault tests: its config file, its HTTP surface, its RSS and its cadence."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Serve:
+    """A running daemon with a config the test rewrites and reloads."""
+
+    def __init__(self, tmp: Path, config: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.config = tmp / "kvdoctor.yml"
+        self.log = (tmp / "serve.log").open("w+")
+        self.write(config)
+        self.proc = subprocess.Popen([sys.executable, "-m", "doctor", "serve", "--config", str(self.config)],
+                                     cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip
+
+    def write(self, config: str) -> None:
+        self.config.write_text(f"listen: 127.0.0.1:{self.port}\n{config}")
+
+    def get(self, path: str, **kw: Any) -> requests.Response:
+        return requests.get(self.base + path, timeout=kw.pop("timeout", 5), **kw)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.output()
+            try:
+                if self.get("/-/ready", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("kvdoctor never became ready:\n" + self.output())
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
+
+    def history(self, target: str) -> list[float]:
+        """Times of the evaluations that diagnosed target (one point per cycle)."""
+        data = self.get("/api/v1/history", params={"target": target}).json()["data"]
+        return sorted(p["t"] for s in data for p in s["points"])
+
+    def diagnoses(self) -> dict[str, Any]:
+        return {d["target"]: d for d in self.get("/api/v1/diagnoses").json()["data"]}
+
+    def reload(self) -> requests.Response:
+        return requests.post(self.base + "/-/reload", timeout=30)
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def gaps(times: list[float]) -> list[float]:
+    """Seconds between consecutive times."""
+    return [b - a for a, b in itertools.pairwise(times)]

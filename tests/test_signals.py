@@ -1,0 +1,83 @@
+"""Adding a signal is one registry entry plus its rule: it then reaches every stage and sink."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prometheus_client.exposition import generate_latest
+
+from doctor import terminal
+from doctor.notify.blocks import evidence_fields
+from doctor.pipeline import Pipeline
+from doctor.replay import replay
+from doctor.rules.loader import default_rule_files, load_files
+from doctor.signals import FINDINGS, SIGNALS, UNITS, Signal, evidence_for
+from doctor.sources.client import PromClient
+from doctor.sources.prometheus import PrometheusEvaluator
+from doctor.status.exposition import make_registry
+from doctor.status.state import DaemonState
+from doctor.web.app import App
+
+RECORDING = Path(__file__).parent / "fixtures/recordings/vllm-0.10.2-cpu/kv_bound.jsonl.gz"
+EXTRA_RULE = """
+groups:
+  - name: test-extra-signal
+    rules:
+      - record: kvdoctor:waiting:max1m
+        expr: max_over_time(kvdoctor:waiting[1m])
+"""
+NEW = Signal(
+    "waiting_max_1m", "Waiting, 1m peak", "count", "kvdoctor:waiting:max1m", short="waiting max 1m",
+    metric="kvdoctor_requests_waiting_max_1m", help="Peak of waiting requests over 1m.", history=True, summary=True,
+)  # fmt: skip
+
+
+@pytest.fixture
+def with_new_signal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Path]:
+    monkeypatch.setitem(SIGNALS, NEW.key, NEW)
+    extra = tmp_path / "extra.yml"
+    extra.write_text(EXTRA_RULE, encoding="utf-8")
+    return [*default_rule_files(), extra]
+
+
+def test_a_new_signal_reaches_evidence_exposition_history_text_slack_page_and_prometheus_source(
+    with_new_signal,
+):
+    pipeline = Pipeline(load_files(with_new_signal))
+    cycles = list(replay(pipeline, [RECORDING]))
+    (d,) = cycles[-1].diagnoses
+    assert d.evidence[NEW.key] >= d.evidence["waiting"]  # the classifier read the new rule's series
+
+    state = DaemonState()
+    state.publish(cycles[-1].diagnoses, d.t, 0.1, 0)
+    assert NEW.key in state.history(d.target, d.model_name)[-1]  # kept for the page's charts
+
+    metrics = generate_latest(make_registry(state)).decode()
+    assert f'kvdoctor_requests_waiting_max_1m{{model_name="{d.model_name}",target="{d.target}"}}' in metrics
+    assert "# HELP kvdoctor_requests_waiting_max_1m Peak of waiting requests over 1m." in metrics
+
+    assert "Waiting, 1m peak" in terminal.report(d)  # evidence text of reports and timelines
+    assert any(f["text"].startswith("*Waiting, 1m peak*") for f in evidence_fields({NEW.key: 7.0}))
+
+    page = App(state, make_registry(state)).handle("GET", "/api/v1/signals", {})
+    signals = {s["key"]: s for s in json.loads(page.body)["data"]["signals"]}
+    assert signals[NEW.key]["short"] == "waiting max 1m" and signals[NEW.key]["unit"] == "count"
+
+    source = PrometheusEvaluator(PromClient("http://127.0.0.1:1"), Pipeline(load_files(with_new_signal)))
+    assert "kvdoctor:waiting:max1m" in source.queries()["signals"]
+
+
+def test_every_signal_has_a_known_unit_and_every_finding_names_registered_evidence():
+    assert all(s.unit in UNITS for s in SIGNALS.values())
+    assert all(k in SIGNALS for f in FINDINGS.values() for k in f.evidence)
+    assert evidence_for("kv_cache")[0] == "kv_usage_max_30s" and evidence_for("no_such_finding") == ()
+    assert len({s.metric for s in SIGNALS.values() if s.metric}) == len(
+        [s for s in SIGNALS.values() if s.metric]
+    )
+
+
+def test_every_recorded_signal_is_a_rule_of_the_pack():
+    rules = {r.name for g in load_files(default_rule_files()) for r in g.rules if r.kind == "record"}
+    assert {s.rule for s in SIGNALS.values() if s.rule} <= rules
