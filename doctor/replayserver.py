@@ -5,12 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from doctor.ingest.recording import Frame, load_frames
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+POLL_S = 0.05  # how often serve_forever looks for shutdown(): stop() returns within it
 
 
 class Playlist:
@@ -57,10 +59,20 @@ class _HTTPServer(ThreadingHTTPServer):
 class ReplayServer:
     """A tiny HTTP server answering GET /metrics from a Playlist on the wall clock (times speed)."""
 
-    def __init__(self, playlist: Playlist, listen: str = "127.0.0.1:0", speed: float = 1.0) -> None:
+    def __init__(
+        self,
+        playlist: Playlist,
+        listen: str = "127.0.0.1:0",
+        speed: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         host, _, port = listen.rpartition(":")
-        self.playlist, self.speed = playlist, speed
-        self.started = time.monotonic()
+        self.playlist, self.speed, self.clock = (
+            playlist,
+            speed,
+            clock,
+        )  # tests inject a clock instead of sleeping
+        self.started = clock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -97,12 +109,14 @@ class ReplayServer:
 
     def current(self) -> Frame | None:
         """The frame served now."""
-        return self.playlist.at((time.monotonic() - self.started) * self.speed)
+        return self.playlist.at((self.clock() - self.started) * self.speed)
 
     def start(self) -> ReplayServer:
         """Serve from a background thread."""
-        self.started = time.monotonic()
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="replay-server", daemon=True)
+        self.started = self.clock()
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, args=(POLL_S,), name="replay-server", daemon=True
+        )
         self._thread.start()
         return self
 

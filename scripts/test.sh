@@ -33,4 +33,5 @@ fi
 .venv/bin/ruff format --check doctor tests benchmarks tools
 .venv/bin/mypy doctor
 .venv/bin/lint-imports --no-cache  # imports only go down the pipeline (pyproject [tool.importlinter])
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"             # the default suite (not slow)
+.venv/bin/python -m pytest -q -p no:cacheprovider -m slow "$@"     # then the slow ones: CI runs every test

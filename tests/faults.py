@@ -41,7 +41,7 @@ class FaultServer:
         ThreadingHTTPServer.request_queue_size = 1024  # many targets on one fault server connect at once
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
 
     @property
     def url(self) -> str:

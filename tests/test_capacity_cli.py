@@ -189,7 +189,7 @@ class _Metrics(BaseHTTPRequestHandler):
 def test_url_scrapes_metrics_once(capsys, shared_032):
     _Metrics.body = recording_text(shared_032 / "kv_bound.jsonl.gz").encode()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         code, out, _ = kvdoctor(capsys, "--url", f"127.0.0.1:{server.server_address[1]}", "--json")

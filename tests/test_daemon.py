@@ -12,6 +12,7 @@ from doctor.ingest.fetch import HttpOptions
 from doctor.replayserver import Playlist, ReplayServer
 from doctor.rules.loader import default_rule_files, load_files
 from tests.faults import FaultServer, refused_url
+from tests.support.clock import ManualClock
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
 MODES = ["hang", "drip", "garbage", "truncate", "huge", "html"]
@@ -24,9 +25,9 @@ def kv_server(shared_032):
     server.stop()
 
 
-def _daemon(targets: list[TargetSpec], **kw) -> Daemon:
+def _daemon(targets: list[TargetSpec], clock: ManualClock | None = None, **kw) -> Daemon:
     cfg = Config(targets=targets, interval_s=1.0, **kw)
-    return Daemon(cfg, load_files(default_rule_files()))
+    return Daemon(cfg, load_files(default_rule_files()), clock=clock or time.time)
 
 
 def test_faulty_targets_go_down_without_disturbing_a_good_one(kv_server):
@@ -73,13 +74,14 @@ def test_nan_and_duplicate_series_do_not_break_the_scrape():
 def test_restart_with_counter_reset_is_not_a_false_diagnosis(shared_032):
     # healthy light load, then the server restarts (counters from zero) into the same light load
     path = shared_032 / "healthy.jsonl.gz"
-    server = ReplayServer(Playlist([path, path], start_offset_s=85), speed=1.0).start()
+    clock = ManualClock()  # the server plays and the daemon stamps on one clock: 0.4 s a cycle, no sleeping
+    server = ReplayServer(Playlist([path, path], start_offset_s=85), speed=1.0, clock=clock).start()
     try:
-        d = _daemon([TargetSpec(url=server.url, name="h", http=FAST)])
+        d = _daemon([TargetSpec(url=server.url, name="h", http=FAST)], clock)
         seen = []
         for _ in range(30):
             seen += [x.bottleneck for x in d.cycle()]
-            time.sleep(0.4)
+            clock.advance(0.4)
         assert "healthy" in seen
         assert not {"kv_cache", "batch_cap", "compute"} & set(seen), seen
         rates = d.pipeline.store.select("kvdoctor:generation_tokens:rate1m")

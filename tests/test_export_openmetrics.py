@@ -117,6 +117,7 @@ def replay_all(paths: Iterable[Path], interval_s: float = 15.0) -> Iterator[Cycl
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # promtool backfills blocks, then a Prometheus starts on them: ~16 s
 def test_backfilled_export_answers_in_prometheus(tmp_path: Path) -> None:
     found = binaries()
     if found is None:

@@ -42,6 +42,7 @@ def real_recordings():
     return files
 
 
+@pytest.mark.slow  # every scrape of every recording through both parsers: ~40 s
 def test_same_samples_as_prometheus_client_on_every_real_recording():
     checked = 0
     for path in real_recordings():

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import requests
 
 from doctor.replayserver import Playlist, ReplayServer
@@ -92,6 +93,7 @@ def test_sighup_reload_keeps_last_good_and_sigterm_drains(tmp_path):
         server.stop()
 
 
+@pytest.mark.slow  # the real demo for 20 s
 def test_demo_prints_changes_and_the_status_page():
     port = free_port()
     proc = subprocess.run(

@@ -30,7 +30,7 @@ from doctor.capacity.presets import (
     model_names,
 )
 from doctor.capacity.report import table, to_dict
-from doctor.capacity.scrape import SourceError, fetch_text, recording_text, samples_from_text
+from doctor.capacity.scrape import LiveCapacityError, fetch_text, recording_text, samples_from_text
 from doctor.fmt import parse_size
 
 
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         spec = _model(args)
         live = _live(args)
         est = _estimate(args, spec, live) if spec is not None else None
-    except (PresetError, ModelConfigError, SourceError, ValueError) as e:
+    except (PresetError, ModelConfigError, LiveCapacityError, ValueError) as e:
         print(f"kvdoctor capacity: {e}", file=sys.stderr)
         return 2
     if live is not None and not live.engines and est is None:

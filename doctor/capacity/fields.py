@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from doctor.errors import InputError
 
-class ModelConfigError(ValueError):
+
+class ModelConfigError(InputError):
     """A config.json we cannot size; the message names the file and the field."""
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from doctor.capacity.arch import ModelSpec
 from doctor.capacity.config import spec_from_config
+from doctor.errors import InputError
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -39,7 +40,7 @@ class GpuSpec:
         return f"{self.name} ({self.memory_bytes / GIB:.1f} GiB, {cc})"
 
 
-class PresetError(KeyError):
+class PresetError(InputError, KeyError):
     """An unknown preset name; the message lists the known ones."""
 
     def __str__(self) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from doctor.config.targets import metrics_url
+from doctor.errors import KvdoctorError
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.ingest.parse import ParseError, parse
 from doctor.ingest.recording import RecordingError, read_recording
@@ -12,15 +14,8 @@ from doctor.samples import Sample
 TIMEOUT_S = 10.0
 
 
-class SourceError(RuntimeError):
+class LiveCapacityError(KvdoctorError):
     """The scrape could not be read (network, file, or format); the message says which."""
-
-
-def metrics_url(url: str) -> str:
-    """The URL with /metrics appended when only a host (and port) was given."""
-    base = url if "://" in url else f"http://{url}"
-    path = base.split("://", 1)[1].partition("/")[2]
-    return base if path else base.rstrip("/") + "/metrics"
 
 
 def fetch_text(url: str, timeout: float = TIMEOUT_S) -> str:
@@ -28,7 +23,7 @@ def fetch_text(url: str, timeout: float = TIMEOUT_S) -> str:
     try:
         return fetch(metrics_url(url), HttpOptions(read_timeout=timeout, total_timeout=timeout))
     except ScrapeError as e:
-        raise SourceError(f"cannot scrape: {e}") from e
+        raise LiveCapacityError(f"cannot scrape: {e}") from e
 
 
 def recording_text(path: str | Path) -> str:
@@ -38,9 +33,9 @@ def recording_text(path: str | Path) -> str:
         for frame in read_recording(path):
             last = frame.text if frame.text is not None else last
     except (RecordingError, OSError, EOFError) as e:
-        raise SourceError(f"cannot read recording: {e}") from e
+        raise LiveCapacityError(f"cannot read recording: {e}") from e
     if last is None:
-        raise SourceError(f"{path}: recording holds no successful scrape")
+        raise LiveCapacityError(f"{path}: recording holds no successful scrape")
     return last
 
 
@@ -49,4 +44,4 @@ def samples_from_text(text: str) -> list[Sample]:
     try:
         return parse(text).samples
     except ParseError as e:
-        raise SourceError(f"cannot parse the exposition: {e}") from e
+        raise LiveCapacityError(f"cannot parse the exposition: {e}") from e

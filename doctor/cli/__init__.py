@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "serve": "doctor.cli.serve",
     "demo": "doctor.cli.demo",
     "notify": "doctor.cli.notify",
+    "config": "doctor.cli.config",
     "rules": "doctor.cli.rules",
 }
 

@@ -9,9 +9,10 @@ import time
 from typing import Any
 
 from doctor import fmt, terminal
-from doctor.cli.common import build_pipeline, load_config_or_exit
+from doctor.cli.common import build_pipeline, duration_arg, load_config_or_exit
 from doctor.config import TargetSpec
 from doctor.config.durations import duration_seconds, parse_duration
+from doctor.config.targets import metrics_url
 from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.targets import target_facts
 from doctor.verdicts import LIMITS, Diagnosis
@@ -22,7 +23,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("check", help="sample a live vLLM server and report its limit")
     p.add_argument("url", help="the server's /metrics URL (or http://host:port)")
     p.add_argument("--duration", default="60s", help="how long to sample (default 60s)")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes (default 2)")
+    p.add_argument("--interval", type=duration_arg, default=2.0, help="time between scrapes (default 2s)")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.add_argument("--max-num-seqs", type=int, help="the server's --max-num-seqs, if known")
     p.add_argument("--slo-itl", help="inter-token latency p95 SLO, e.g. 100ms")
@@ -40,9 +41,7 @@ def _spec(args: argparse.Namespace) -> TargetSpec:
     if args.bearer_token_file:
         with open(args.bearer_token_file, encoding="utf-8") as fh:
             token = fh.read().strip()
-    url = args.url if "://" in args.url else f"http://{args.url}"
-    if url.rstrip("/").count("/") == 2:
-        url = url.rstrip("/") + "/metrics"
+    url = metrics_url(args.url)
     slo_itl = parse_duration(args.slo_itl) if args.slo_itl else None
     slo_ttft = parse_duration(args.slo_ttft) if args.slo_ttft else None
     http = HttpOptions(

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from doctor.config import Config, ConfigError, load_config
+from doctor.config.durations import EXAMPLES, parse_duration
 from doctor.pipeline import Pipeline
 from doctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_files
 from doctor.targets import pipeline_for
+
+
+def duration_arg(text: str) -> float:
+    """argparse type of every duration flag: the config's grammar (`2`, `1.5s`, `500ms`, `1h30m`), in seconds."""
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (give one {EXAMPLES})") from None
 
 
 def load_config_or_exit(path: str | None) -> Config | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor import terminal
-from doctor.cli.common import build_pipeline, load_config_or_exit
+from doctor.cli.common import build_pipeline, duration_arg, load_config_or_exit
 from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
 from doctor.export.openmetrics import export_openmetrics
 from doctor.ingest.recording import RecordingError
@@ -30,9 +30,11 @@ def add_parser(sub: Any) -> None:
         "recordings", nargs="+", metavar="RECORDING", help="JSON lines {t, text} (gzip ok); one target each"
     )
     p.add_argument("--json", action="store_true", help="one JSON object with every evaluation in `timeline`")
-    p.add_argument("--interval", type=float, default=15.0, help="seconds between evaluations (default 15)")
     p.add_argument(
-        "--scrape-interval", type=float, default=0.0, help="thin the recording to this scrape cadence"
+        "--interval", type=duration_arg, default=15.0, help="time between evaluations (default 15s)"
+    )
+    p.add_argument(
+        "--scrape-interval", type=duration_arg, default=0.0, help="thin the recording to this scrape cadence"
     )
     p.add_argument("--config", help="kvdoctor config (per-target max_num_seqs, SLOs, model; notify section)")
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")

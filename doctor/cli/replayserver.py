@@ -8,6 +8,7 @@ import sys
 import threading
 from typing import Any
 
+from doctor.cli.common import duration_arg
 from doctor.ingest.recording import RecordingError
 from doctor.replayserver import Playlist, ReplayServer
 
@@ -17,7 +18,13 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("replay-server", help="serve recordings as a live vLLM /metrics endpoint")
     p.add_argument("recordings", nargs="+", metavar="RECORDING", help="played one after another")
     p.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000)")
-    p.add_argument("--from", dest="start", type=float, default=0.0, help="start S seconds into the playlist")
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=duration_arg,
+        default=0.0,
+        help="start this far into the playlist, e.g. 90s",
+    )
     p.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1)")
     p.add_argument("--loop", action="store_true", help="start again at the end")
     p.set_defaults(run=run)

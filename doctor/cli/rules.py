@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from doctor.config.durations import parse_duration
+from doctor.config.durations import format_duration, parse_duration
 from doctor.config.schema import check_url, runbook_page
 from doctor.rules.loader import RuleLoadError, load_files, rule_files
 from doctor.verdicts import RUNBOOK_PATH
@@ -112,8 +112,9 @@ def exported_files(args: argparse.Namespace) -> dict[str, str]:
     """File name -> text of what to export; raises ValueError/RuleLoadError on bad input."""
     files = rule_files(args.rules)
     load_files(files)  # every error at file:line before anything is written
-    if args.interval:
-        parse_duration(args.interval)
+    interval = (
+        format_duration(parse_duration(args.interval)) if args.interval else None
+    )  # Prometheus' spelling
     page = None
     if args.runbook_url is not None:
         problem = check_url(args.runbook_url, "--runbook-url")
@@ -127,15 +128,13 @@ def exported_files(args: argparse.Namespace) -> dict[str, str]:
             raise ValueError(f"--label: expected KEY=VALUE, got {item!r}")
         labels[key] = value
     if args.format == "prometheus-operator":
-        doc = prometheus_rule(
-            _linked(groups_of(files, args.interval), page), args.name, args.namespace, labels
-        )
+        doc = prometheus_rule(_linked(groups_of(files, interval), page), args.name, args.namespace, labels)
         return {f"{args.name}.prometheusrule.yaml": dump(doc)}
-    if len(files) == 1 and not args.interval:  # verbatim: comments are documentation
+    if len(files) == 1 and not interval:  # verbatim: comments are documentation
         return {files[0].name: link_runbooks(files[0].read_text(encoding="utf-8"), page)}
     if args.output and not args.interval:
         return {f.name: link_runbooks(f.read_text(encoding="utf-8"), page) for f in files}
-    return {"kvdoctor.yml": dump({"groups": _linked(groups_of(files, args.interval), page)})}
+    return {"kvdoctor.yml": dump({"groups": _linked(groups_of(files, interval), page)})}
 
 
 def run(args: argparse.Namespace) -> int:

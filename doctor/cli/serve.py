@@ -7,9 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from doctor.cli.common import duration_arg
 from doctor.config import ConfigError
 from doctor.config.durations import parse_duration
 from doctor.config.schema import PrometheusSource, check_url
+from doctor.config.targets import metrics_url
 from doctor.daemon.logs import setup_logging
 from doctor.daemon.runner import Daemon, load_everything
 from doctor.ingest.fetch import HttpOptions
@@ -25,7 +27,7 @@ def add_parser(sub: Any) -> None:
         "--target", action="append", default=[], metavar="URL", help="a vLLM /metrics URL (repeatable)"
     )
     p.add_argument("--listen", help="HOST:PORT for /metrics, the API and the page (default 127.0.0.1:9860)")
-    p.add_argument("--interval", type=float, help="seconds between cycles (default 15)")
+    p.add_argument("--interval", type=duration_arg, help="time between cycles (default 15s)")
     p.add_argument("--state-file", help="where to keep pending/firing state across restarts")
     p.add_argument("--log-format", choices=("text", "json"))
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")
@@ -138,7 +140,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "external_url": _url(args.external_url, "--external-url"), "runbook_url": _url(args.runbook_url, "--runbook-url"),
     }  # fmt: skip
     if args.target:
-        out["targets"] = [u if "://" in u else f"http://{u}/metrics" for u in args.target]
+        out["targets"] = [metrics_url(u) for u in args.target]
     out["prometheus"] = prometheus_source(args)
     out["source"] = args.source or ("prometheus" if out["prometheus"] else None)
     return out

@@ -13,6 +13,7 @@ from doctor.config.durations import duration_seconds
 from doctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefaults, check_url
 from doctor.config.targets import count, http_options, limits, parse_target
 from doctor.config.yamlpos import Located, locate, yaml_error
+from doctor.errors import ValidationError
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
@@ -34,16 +35,20 @@ ENV = {
 }  # fmt: skip
 
 
-class ConfigError(ValueError):
+class ConfigError(ValidationError):
     """Every problem in a config, one per line."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("\n".join(errors))
-        self.errors = errors
 
 
 def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Config:
     """Load path (None: defaults only), apply KVDOCTOR_* overrides, validate; raises ConfigError."""
+    cfg, errors = check_config(path, env)
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tuple[Config, list[str]]:
+    """The config as far as it is valid, and every error in it (file:line first); never raises."""
     env = os.environ if env is None else env
     errors: list[str] = []
     doc = Located({}, {}, path or "<defaults>")
@@ -51,11 +56,11 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
         try:
             doc = locate(Path(path).read_text(encoding="utf-8"), path)
         except OSError as exc:
-            raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+            return Config(path=path), [f"{path}: cannot read: {exc.strerror or exc}"]
         except yaml.YAMLError as exc:
-            raise ConfigError([yaml_error(path, exc)]) from None
+            return Config(path=path), [yaml_error(path, exc)]
         if not isinstance(doc.value, dict):
-            raise ConfigError([f"{path}:1: the config must be a mapping"])
+            return Config(path=path), [f"{path}:1: the config must be a mapping"]
     data: dict[str, Any] = dict(doc.value)
     for var, key in ENV.items():
         if env.get(var):
@@ -101,9 +106,7 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None) -> Confi
     if notify is not None and not isinstance(notify, dict):
         errors.append(f"{doc.where('notify')}: `notify` must be a mapping")
     cfg.notify = notify if isinstance(notify, dict) else None
-    if errors:
-        raise ConfigError(errors)
-    return cfg
+    return cfg, errors
 
 
 def _dur(d: dict[str, Any], key: str, default: float, doc: Located, path: tuple, errors: list[str]) -> float:  # type: ignore[type-arg]

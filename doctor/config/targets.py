@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from doctor.config.durations import duration_seconds
 from doctor.config.schema import ScrapeDefaults, TargetSpec
@@ -18,6 +18,13 @@ TARGET_KEYS = {
     "bearer_token", "bearer_token_file", "basic_auth", "tls", "timeout", "headers", "max_bytes", *LIMIT_KEYS,
 }  # fmt: skip
 HTTP_KEYS = {"bearer_token", "bearer_token_file", "basic_auth", "tls", "timeout", "headers"}
+
+
+def metrics_url(url: str) -> str:
+    """The scrape URL for a target as typed: `http://` when it has no scheme, `/metrics` when it has no path."""
+    text = url.strip()
+    parts = urlsplit(text if "://" in text else f"http://{text}")
+    return urlunsplit(parts._replace(path="/metrics") if parts.path in ("", "/") else parts)
 
 
 def _secret(d: dict[str, Any], key: str, doc: Located, path: tuple, errors: list[str]) -> str | None:  # type: ignore[type-arg]
@@ -110,12 +117,11 @@ def parse_target(
     for key in item:
         if key not in TARGET_KEYS:
             errors.append(f"{doc.where(*path, key)}: unknown target key {key!r}")
-    url = str(item.get("url", ""))
+    given = str(item.get("url", ""))
+    url = metrics_url(given) if given else ""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        errors.append(f"{doc.where(*path, 'url')}: url: expected http(s)://host:port/metrics, got {url!r}")
-    elif not parts.path or parts.path == "/":
-        url = url.rstrip("/") + "/metrics"
+        errors.append(f"{doc.where(*path, 'url')}: url: expected http(s)://host:port/metrics, got {given!r}")
     mns = item.get("max_num_seqs")
     if mns is not None and (not isinstance(mns, int) or isinstance(mns, bool) or mns <= 0):
         errors.append(f"{doc.where(*path, 'max_num_seqs')}: max_num_seqs: a positive integer")

@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,14 @@ class Daemon:
     """Owns the pipeline, the scraper, the cycle thread and the sinks."""
 
     def __init__(self, cfg: Config, groups: list[RuleGroup], cfg_path: str | None = None,
-                 overrides: dict[str, Any] | None = None, on_change: Any = None) -> None:  # fmt: skip
+                 overrides: dict[str, Any] | None = None, on_change: Any = None,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
         self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
         self.pipeline.runbook_url = cfg.runbook_page()
-        self.scraper = Scraper(cfg.scrape_max_connections)
+        self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
+        self.scraper = Scraper(cfg.scrape_max_connections, clock)
         self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
         self.registry = make_registry(self.state)
         self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes
@@ -83,7 +86,7 @@ class Daemon:
             if self.web is not None:
                 self.web.stop()
             raise
-        self.state.started_ts = time.time()
+        self.state.started_ts = self.clock()
         if self.source is None:
             self._schedule()
         self._thread = threading.Thread(target=self._run_cycles, name="kvdoctor-cycle", daemon=True)
@@ -146,14 +149,14 @@ class Daemon:
         with self._lock:
             start = time.monotonic()
             if self.source is not None:
-                cycle = self.source.cycle(time.time())
+                cycle = self.source.cycle(self.clock())
                 return self._publish(cycle, start) if cycle is not None else []
             self._sync_targets()
             # scraping now, each target gets its own timeout; the cap to the interval protects the schedule
             scraped = self.scraper.scrape(list(self._specs.values())) if scrape_now else self.scraper.drain()
             for r in scraped:
                 self._ingest(r)
-            return self._publish(self.pipeline.evaluate(time.time()), start)
+            return self._publish(self.pipeline.evaluate(self.clock()), start)
 
     def _ingest(self, r: ScrapeResult) -> None:
         if r.target not in self._specs:
@@ -225,7 +228,7 @@ class Daemon:
 
     def reload(self) -> tuple[bool, str]:
         """Re-read config and rules and apply them all, or refuse (keeping everything running) and say why."""
-        t = time.time()
+        t = self.clock()
         try:
             cfg, groups = load_everything(self.cfg_path, self.overrides)
             refuse_unless_applicable(self.cfg, cfg)

@@ -10,7 +10,7 @@ import resource
 import threading
 import time
 import zlib
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, NamedTuple, TypeVar
@@ -47,7 +47,8 @@ class ScrapeResult(NamedTuple):
 class Scraper:
     """Owns the event loop thread, the connection pool, one parser per target and each target's schedule."""
 
-    def __init__(self, max_connections: int = 1024) -> None:
+    def __init__(self, max_connections: int = 1024, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock  # stamps each scrape (tests inject one instead of sleeping)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="kvdoctor-scrape", daemon=True)
         self.max_connections = max_connections
@@ -94,7 +95,7 @@ class Scraper:
     async def _one(self, spec: TargetSpec) -> ScrapeResult:
         lock = self._busy.setdefault(spec.name, asyncio.Lock())
         async with lock:
-            t, start = time.time(), time.monotonic()
+            t, start = self.clock(), time.monotonic()
             try:
                 text = await fetch_async(await self._pool(), spec.url, spec.http)
                 parser = self._parsers.setdefault(spec.name, Parser())

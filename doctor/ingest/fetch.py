@@ -9,12 +9,14 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from doctor.errors import TransportError
+
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 _OK_TYPES = ("text/plain", "application/openmetrics-text", "")
 _CHUNK = 65536
 
 
-class ScrapeError(Exception):
+class ScrapeError(TransportError):
     """A failed scrape; the message names the target and what went wrong (never a credential)."""
 
 

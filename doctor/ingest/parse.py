@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from doctor.errors import InputError, KvdoctorError
 from doctor.samples import Labels, Sample, Scrape
 
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
@@ -24,7 +25,7 @@ _ESCAPE_RE = re.compile(r"\\[\\\"n]")
 _CACHE_LIMIT = 200_000
 
 
-class ParseError(ValueError):
+class ParseError(InputError):
     """An exposition line that is not valid text format; names the line."""
 
     def __init__(self, lineno: int, line: str, reason: str) -> None:
@@ -45,7 +46,7 @@ class ScrapeLimits:
 NO_LIMITS = ScrapeLimits(0, 0, 0)
 
 
-class LimitExceeded(Exception):
+class LimitExceeded(KvdoctorError):
     """A scrape over one of its limits: refused whole. `limit` names the setting."""
 
     def __init__(self, limit: str, detail: str) -> None:

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from doctor.errors import InputError
+
 
 class Frame(NamedTuple):
     """One recorded scrape: its time, and either the exposition text or the error."""
@@ -17,7 +19,7 @@ class Frame(NamedTuple):
     error: str | None = None
 
 
-class RecordingError(ValueError):
+class RecordingError(InputError):
     """A recording that cannot be read; names the file and line."""
 
 

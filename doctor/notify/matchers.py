@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+from doctor.config.durations import EXAMPLES, duration_seconds
+
 LABELS = ("target", "model_name", "finding", "severity", "bottleneck")
-_DUR = re.compile(
-    r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?$"
-)
 _MATCHER = re.compile(r'^\s*([a-z_]+)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|(\S*))\s*$')
 
 
@@ -32,22 +31,16 @@ class Matcher:
 
 
 def parse_duration(v: Any, path: str, errors: list[str]) -> float | None:
-    """Seconds from a number or a Prometheus-style duration ('90s', '1m', '4h', '1h30m'); records an error."""
-    if isinstance(v, bool):
-        errors.append(f"{path}: must be a duration like 30s, 1m or 4h")
+    """Seconds from a number or a duration (doctor.config.durations: '90s', '1h30m', '500ms'); records an error."""
+    try:
+        out = duration_seconds(v)
+    except ValueError:
+        errors.append(f"{path}: must be a duration {EXAMPLES}")
         return None
-    if isinstance(v, int | float):
-        if v < 0:
-            errors.append(f"{path}: must not be negative")
-            return None
-        return float(v)
-    if isinstance(v, str):
-        m = _DUR.match(v.strip())
-        if m and any(m.groups()):
-            d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-            return d * 86400 + h * 3600 + mi * 60 + s
-    errors.append(f"{path}: must be a duration like 30s, 1m or 4h")
-    return None
+    if out < 0:
+        errors.append(f"{path}: must not be negative")
+        return None
+    return out
 
 
 def parse_time(v: Any, path: str, errors: list[str]) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import promql_parser as pp
@@ -36,44 +37,56 @@ class Calls:
         raise NotImplementedError
 
     def _call(self, node: pp.Call, t: int) -> Value:
-        name = node.func.name
-        args = node.args
+        name, args = node.func.name, node.args
+        if not is_supported(name):
+            raise EvalError(f"unsupported function {name}()")
         if name in RANGE_FUNCTIONS:
             return self._range_call(name, args, t)
-        if name == "time":
-            return Scalar(t / 1000)
-        if name == "vector":
-            return [Elem((), self._scalar(args[0], t))]
-        if name == "scalar":
-            v = as_vector(self._eval(args[0], t))
-            return Scalar(v[0].v if len(v) == 1 else math.nan)
         if name in functions.MATH:
             return functions.apply_math(name, as_vector(self._eval(args[0], t)))
-        if name == "histogram_quantile":
-            return functions.histogram_quantile(self._scalar(args[0], t), as_vector(self._eval(args[1], t)))
-        if name in ("clamp", "clamp_min", "clamp_max"):
-            vec = as_vector(self._eval(args[0], t))
-            lo = self._scalar(args[1], t) if name != "clamp_max" else -math.inf
-            hi = self._scalar(args[-1], t) if name != "clamp_min" else math.inf
-            return functions.clamp(vec, lo, hi)
-        if name == "round":
-            to = self._scalar(args[1], t) if len(args) > 1 else 1.0
-            return functions.round_vec(as_vector(self._eval(args[0], t)), to)
-        if name == "label_replace":
-            s = [self._string(a, t) for a in args[1:]]
-            return functions.label_replace(as_vector(self._eval(args[0], t)), *s)
-        if name == "label_join":
-            s = [self._string(a, t) for a in args[1:]]
-            return functions.label_join(as_vector(self._eval(args[0], t)), s[0], s[1], s[2:])
-        if name == "absent":
-            return functions.absent(as_vector(self._eval(args[0], t)), _equal_matchers(args[0]))
-        if name == "absent_over_time":
-            if as_matrix(self._eval(args[0], t)):
-                return []
-            return functions.absent([], _equal_matchers(args[0]))
-        if name in ("sort", "sort_desc"):
-            return functions.sort_vec(as_vector(self._eval(args[0], t)), name == "sort_desc")
-        raise EvalError(f"unsupported function {name}()")
+        return INSTANT_FUNCTIONS[name](self, name, args, t)
+
+    def _fn_time(self, name: str, args: list[Any], t: int) -> Value:
+        return Scalar(t / 1000)
+
+    def _fn_vector(self, name: str, args: list[Any], t: int) -> Value:
+        return [Elem((), self._scalar(args[0], t))]
+
+    def _fn_scalar_of(self, name: str, args: list[Any], t: int) -> Value:
+        v = as_vector(self._eval(args[0], t))
+        return Scalar(v[0].v if len(v) == 1 else math.nan)
+
+    def _fn_histogram_quantile(self, name: str, args: list[Any], t: int) -> Value:
+        return functions.histogram_quantile(self._scalar(args[0], t), as_vector(self._eval(args[1], t)))
+
+    def _fn_clamp(self, name: str, args: list[Any], t: int) -> Value:
+        vec = as_vector(self._eval(args[0], t))
+        lo = self._scalar(args[1], t) if name != "clamp_max" else -math.inf
+        hi = self._scalar(args[-1], t) if name != "clamp_min" else math.inf
+        return functions.clamp(vec, lo, hi)
+
+    def _fn_round(self, name: str, args: list[Any], t: int) -> Value:
+        to = self._scalar(args[1], t) if len(args) > 1 else 1.0
+        return functions.round_vec(as_vector(self._eval(args[0], t)), to)
+
+    def _fn_label_replace(self, name: str, args: list[Any], t: int) -> Value:
+        s = [self._string(a, t) for a in args[1:]]
+        return functions.label_replace(as_vector(self._eval(args[0], t)), *s)
+
+    def _fn_label_join(self, name: str, args: list[Any], t: int) -> Value:
+        s = [self._string(a, t) for a in args[1:]]
+        return functions.label_join(as_vector(self._eval(args[0], t)), s[0], s[1], s[2:])
+
+    def _fn_absent(self, name: str, args: list[Any], t: int) -> Value:
+        return functions.absent(as_vector(self._eval(args[0], t)), _equal_matchers(args[0]))
+
+    def _fn_absent_over_time(self, name: str, args: list[Any], t: int) -> Value:
+        if as_matrix(self._eval(args[0], t)):
+            return []
+        return functions.absent([], _equal_matchers(args[0]))
+
+    def _fn_sort(self, name: str, args: list[Any], t: int) -> Value:
+        return functions.sort_vec(as_vector(self._eval(args[0], t)), name == "sort_desc")
 
     def _range_call(self, name: str, args: list[Any], t: int) -> Vector:
         fn = RANGE_FUNCTIONS[name]
@@ -112,6 +125,22 @@ class Calls:
         if not isinstance(v, String):
             raise EvalError("expected a string argument")
         return v.s
+
+
+# The instant-vector functions besides MATH; with RANGE_FUNCTIONS and MATH the one table of what is supported,
+# read by dispatch above and by the load-time check (check.py).
+INSTANT_FUNCTIONS: dict[str, Callable[[Calls, str, list[Any], int], Value]] = {
+    "time": Calls._fn_time, "vector": Calls._fn_vector, "scalar": Calls._fn_scalar_of,
+    "histogram_quantile": Calls._fn_histogram_quantile, "clamp": Calls._fn_clamp, "clamp_min": Calls._fn_clamp,
+    "clamp_max": Calls._fn_clamp, "round": Calls._fn_round, "label_replace": Calls._fn_label_replace,
+    "label_join": Calls._fn_label_join, "absent": Calls._fn_absent, "absent_over_time": Calls._fn_absent_over_time,
+    "sort": Calls._fn_sort, "sort_desc": Calls._fn_sort,
+}  # fmt: skip
+
+
+def is_supported(name: str) -> bool:
+    """True when the evaluator implements the function `name` (the load-time check asks this too)."""
+    return name in RANGE_FUNCTIONS or name in functions.MATH or name in INSTANT_FUNCTIONS
 
 
 def as_vector(v: Value) -> Vector:

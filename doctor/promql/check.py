@@ -7,18 +7,14 @@ from typing import Any
 
 import promql_parser as pp
 
-from doctor.promql import aggregate, functions
-from doctor.promql.rangefuncs import FUNCTIONS as RANGE_FUNCTIONS
+from doctor.errors import InputError
+from doctor.promql import aggregate
+from doctor.promql.calls import is_supported
 
-OTHER_FUNCTIONS = {
-    "time", "vector", "scalar", "histogram_quantile", "clamp", "clamp_min", "clamp_max", "round",
-    "label_replace", "label_join", "absent", "absent_over_time", "sort", "sort_desc",
-}  # fmt: skip
-SUPPORTED_FUNCTIONS = set(RANGE_FUNCTIONS) | set(functions.MATH) | OTHER_FUNCTIONS
 _PAIRS = {"(": ")", "{": "}", "[": "]"}
 
 
-class ExprError(ValueError):
+class ExprError(InputError):
     """A bad or unsupported expression; carries the 1-based line and column."""
 
     def __init__(self, message: str, line: int, col: int) -> None:
@@ -100,7 +96,7 @@ def _walk(node: Any, text: str) -> None:
 
     if isinstance(node, pp.Call):
         name = node.func.name
-        if name not in SUPPORTED_FUNCTIONS:
+        if not is_supported(name):
             raise ExprError(
                 f"function {name}() is not supported by kvdoctor's evaluator", *where(rf"\b{name}\s*\(")
             )

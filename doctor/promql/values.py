@@ -7,13 +7,14 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
+from doctor.errors import KvdoctorError
 from doctor.samples import Labels
 
 NAME = "__name__"
 _MS = timedelta(milliseconds=1)
 
 
-class EvalError(Exception):
+class EvalError(KvdoctorError):
     """An expression that cannot be evaluated (e.g. many-to-many matching); the message is Prometheus'."""
 
 

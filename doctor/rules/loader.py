@@ -12,6 +12,7 @@ import yaml
 
 from doctor.config.durations import parse_duration
 from doctor.config.yamlpos import yaml_error
+from doctor.errors import ValidationError
 from doctor.promql.check import ExprError, check_expr
 from doctor.rules.templates import TemplateError, check_template
 
@@ -47,12 +48,8 @@ class RuleGroup:
     rules: list[Rule]
 
 
-class RuleLoadError(ValueError):
+class RuleLoadError(ValidationError):
     """Every problem found in the rule files, one per line."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("\n".join(errors))
-        self.errors = errors
 
 
 def _line(node: yaml.Node | None) -> int:

@@ -6,6 +6,8 @@ import math
 import re
 from collections.abc import Callable
 
+from doctor.errors import InputError
+
 _ACTION_RE = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}", re.S)
 _TERM_RE = re.compile(
     r'^(\$labels\.[a-zA-Z_][a-zA-Z0-9_]*|\$externalLabels\.[a-zA-Z_][a-zA-Z0-9_]*|\$value|"[^"]*")$'
@@ -13,7 +15,7 @@ _TERM_RE = re.compile(
 _PRINTF_RE = re.compile(r'^printf\s+"([^"]*)"\s+(\S+)$')
 
 
-class TemplateError(ValueError):
+class TemplateError(InputError):
     """A template using something outside the supported subset."""
 
 

@@ -9,13 +9,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from doctor.errors import TransportError
 from doctor.ingest.fetch import HttpOptions
 
 # (labels including __name__ when the series has one, value) per element of an instant vector
 InstantVector = list[tuple[dict[str, str], float]]
 
 
-class SourceError(Exception):
+class SourceError(TransportError):
     """A failed query against the source; the message names the server and the problem, never a credential."""
 
 

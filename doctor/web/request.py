@@ -6,12 +6,14 @@ import asyncio
 import http.client
 import io
 
+from doctor.errors import KvdoctorError
+
 MAX_HEADER_BYTES = 16 * 1024
 MAX_HEADERS = 100
 REASONS = {408: "Request Timeout", 413: "Content Too Large", 431: "Request Header Fields Too Large"}
 
 
-class Refused(Exception):
+class Refused(KvdoctorError):
     """A request answered with an error before it reached the app."""
 
     def __init__(self, status: int, message: str) -> None:

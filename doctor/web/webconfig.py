@@ -20,6 +20,7 @@ import bcrypt
 import yaml
 
 from doctor.config.yamlpos import broken_line
+from doctor.errors import ValidationError
 from doctor.web.tlsconfig import parse_tls
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,8 @@ _DUMMY_HASH = b"$2b$10$FjG9fPrH/qKAVkA.02aOsOdlTddJgvJ2gF.uOxThD9jhKQybOHI86"
 _CACHE_MAX = 1024
 
 
-class WebConfigError(Exception):
+class WebConfigError(ValidationError):
     """Every problem found in a web config file, one per line."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("\n".join(errors))
-        self.errors = errors
 
 
 @dataclass

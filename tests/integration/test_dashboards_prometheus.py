@@ -28,7 +28,7 @@ from tests.support.prometheus import PrometheusServer, backfill, binaries
 from tests.test_dashboards import RULES, dashboard_files, load, metric_names, queries, substitute
 from tests.test_export_openmetrics import replay_all
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # backfills a Prometheus first: ~20 s
 
 EVERY = 3  # keep every 3rd scrape (3 s apart): plenty for 1m rates, a third of the parse time
 NEW_032 = ("kv_bound", "batch_cap", "compute_bound", "healthy")

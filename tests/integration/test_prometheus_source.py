@@ -88,6 +88,7 @@ def _view(diagnoses: list[Any]) -> dict[str, tuple[str, list[str]]]:
     return {d.target: (d.bottleneck, sorted(f.name for f in d.findings)) for d in diagnoses if d.model_name}
 
 
+@pytest.mark.slow  # a real Prometheus scrapes replayed servers for a minute
 def test_prometheus_source_matches_scrape_source(fleet: tuple[dict[str, str], str]) -> None:
     instances, url = fleet
     groups = load_files(default_rule_files())
