@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -136,6 +137,18 @@ class Pipeline:
 
     def evaluate(self, t: float) -> Cycle:
         """Run the rule pack at t and classify every (target, model)."""
+        # A cycle's temporaries are acyclic (reference counting frees them); without this, the allocation count
+        # sets off cyclic collections that walk a heap which grows with the fleet, the only cost per target
+        # that did (1.36 -> 2.47 ms from 10 to 5,000 targets; flat with the collector paused).
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._evaluate(t)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _evaluate(self, t: float) -> Cycle:
         self._inject_config(t)
         evaluation = self.rules.evaluate(t)
         t_ms = round(t * 1000)
