@@ -19,6 +19,7 @@ from doctor.samples import Sample, Scrape
 from doctor.signals import recorded
 from doctor.store import Store
 from doctor.verdicts import DEFAULT_RUNBOOK_PAGE, Diagnosis, runbook_link
+from doctor.whatif.advisor import Advisor
 
 # Families a diagnosis needs, each with the names it may carry across vLLM versions.
 EXPECTED = {
@@ -47,8 +48,16 @@ class Cycle:
 class Pipeline:
     """Holds the store, the rule engine and the classifier for a set of targets."""
 
-    def __init__(self, groups: list[RuleGroup], *, retention_s: float = 1800.0, job: str = "vllm") -> None:
+    def __init__(
+        self,
+        groups: list[RuleGroup],
+        *,
+        retention_s: float = 1800.0,
+        job: str = "vllm",
+        advisor: Advisor | None = None,
+    ) -> None:
         self.store = Store(retention_s=retention_s)
+        self.advisor = advisor  # predicted effects of the advice, when set
         self.rules = RuleEngine(groups, self.store)
         self.classifier = Classifier()
         self.job = job
@@ -82,6 +91,8 @@ class Pipeline:
         """Forget a target: its series go stale and age out."""
         self.store.mark_down(name, round(self.store.newest_ms))
         self.store.forget_source(name)
+        if self.advisor is not None:
+            self.advisor.forget(name)
         self.classifier.forget(name)
         for d in (self._targets, self._parsers):
             d.pop(name, None)  # type: ignore[attr-defined]
@@ -133,6 +144,8 @@ class Pipeline:
             missing=missing,
             live=live_capacity([s for s in scrape.samples if s.name in _CAPACITY_NAMES]),
         )
+        if self.advisor is not None:
+            self.advisor.observe(target, t, scrape.samples)
         return None
 
     def evaluate(self, t: float) -> Cycle:
@@ -166,6 +179,8 @@ class Pipeline:
     ) -> list[Diagnosis]:
         """The diagnoses at t from signals and the rules' outcome, for every target; runbook links made absolute."""
         diagnoses = self.classifier.classify(t, signals, evaluation.alerts, self.targets)
+        if self.advisor is not None:  # predicted effects on the advice, follow-ups as findings
+            diagnoses = self.advisor.annotate(diagnoses, t)
         for d in diagnoses:
             for f in d.findings:
                 f.runbook = runbook_link(self.runbook_url, f.runbook, f.name)

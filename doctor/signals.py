@@ -22,6 +22,9 @@ class Signal:
     unit: str  # one of UNITS
     rule: str = ""  # recording rule of the pack ("" when kvdoctor computes it, e.g. from cache_config_info)
     per_instance: bool = False  # the rule has no model_name label (facts about the server)
+    per_engine: bool = (
+        False  # the rule keeps the data-parallel `engine` label (read per engine, not per target)
+    )
     short: str = ""  # the status page's compact label (default: label)
     metric: str = ""  # kvdoctor_* gauge on /metrics ("" = not exposed)
     help: str = ""  # its HELP text
@@ -112,9 +115,55 @@ SIGNALS: dict[str, Signal] = _signals(
            short="generation p99"),
     Signal("kv_cache_tokens", "KV cache capacity", "tokens", short="KV cache size",
            metric="kvdoctor_kv_cache_capacity_tokens", help="Tokens the engine's KV cache holds (vllm:cache_config_info)."),
+    Signal("itl_batch_baseline_s", "ITL expected at this batch", "seconds", "kvdoctor:itl_seconds:batch_baseline",
+           short="ITL at this batch"),
+    Signal("itl_mean_30s", "ITL mean, 30s", "seconds", "kvdoctor:itl_seconds:mean30s", short="ITL mean 30s"),
+    Signal("itl_mean_baseline_s", "ITL mean, light load", "seconds", "kvdoctor:itl_seconds:mean_baseline",
+           short="ITL mean baseline"),
+    Signal("prefix_cache_hit_ratio_30s", "Prefix-cache hit rate, 30s", "pct", "kvdoctor:prefix_cache_hit:ratio30s",
+           short="prefix cache hits 30s"),
+    Signal("prefill_tokens_per_s", "Prefill throughput", "tok/s", "kvdoctor:prefill_tokens:rate1m",
+           short="prefill"),
+    Signal("prefill_decode_ratio", "Prompt tokens computed per generated token", "plain",
+           "kvdoctor:prefill_decode:ratio1m", short="prefill/decode"),
+    Signal("window_scrapes_1m", "Scrapes in the 1m window", "count", "kvdoctor:window:ready", short="window"),
+    Signal("requests_max_10s", "Requests seen in 10s", "count", "kvdoctor:requests:max10s", short="requests 10s"),
+    Signal("quiet", "Quiet (nothing running or waiting)", "plain", "kvdoctor:quiet", short="quiet"),
+    Signal("waiting_p25_1m", "Waiting, 1m p25", "count", "kvdoctor:waiting:p25_1m", short="waiting p25 1m"),
+    Signal("waiting_deferred", "Waiting (deferred), 30s peak", "count", "kvdoctor:waiting_deferred", short="deferred"),
+    Signal("imbalance_pressed_running", "Running on the queuing engine", "count",
+           "kvdoctor:engine_imbalance:pressed_running", short="queuing engine running"),
+    # per engine (label `engine`); split off by doctor.diagnosis.evidence as {engine: {key without engine_: value}}
+    Signal("engine_running_avg_1m", "Engine running, 1m avg", "count", "kvdoctor:engine_running:avg1m", per_engine=True),
+    Signal("engine_running_max_1m", "Engine running, 1m peak", "count", "kvdoctor:engine_running:max1m", per_engine=True),
+    Signal("engine_waiting_avg_1m", "Engine waiting, 1m avg", "count", "kvdoctor:engine_waiting:avg1m", per_engine=True),
+    Signal("engine_waiting_max_1m", "Engine waiting, 1m peak", "count", "kvdoctor:engine_waiting:max1m", per_engine=True),
+    Signal("engine_kv_usage_max_1m", "Engine KV usage, 1m peak", "pct", "kvdoctor:engine_kv_usage:max1m",
+           per_engine=True),
+    Signal("engine_preemptions_per_s", "Engine preemptions", "rate", "kvdoctor:engine_preemptions:rate1m",
+           per_engine=True),
+    Signal("engine_kv_bound", "Engine out of KV cache", "pct", "kvdoctor:engine_kv_bound:max30s", per_engine=True),
+    Signal("engine_batch_cap_plateau", "Engine batch cap", "count", "kvdoctor:engine_batch_cap:plateau",
+           per_engine=True),
+    Signal("engine_pressed", "Engine queuing", "count", "kvdoctor:engine_pressed:running_avg1m", per_engine=True),
+    Signal("engine_room", "Engine with room", "count", "kvdoctor:engine_room:running_avg1m", per_engine=True),
+    Signal("engine_requests_min_30s", "Engine requests, 30s minimum", "count", "kvdoctor:engine_requests:min30s",
+           per_engine=True),
+    Signal("engine_tokens_moved_30s", "Engine tokens in 30s", "tokens", "kvdoctor:engine_tokens:moved30s",
+           per_engine=True),
+    Signal("engine_gauge_changes_30s", "Engine gauge changes in 30s", "count", "kvdoctor:engine_gauges:changes30s",
+           per_engine=True),
+    Signal("engine_stalled_requests", "Engine stalled requests", "count", "kvdoctor:engine_stalled:requests",
+           per_engine=True),
     Signal("max_model_len", "max_model_len", "tokens", short="--max-model-len"),
     Signal("request_p99_tokens", "Request length p99", "tokens", short="request p99"),
     Signal("requests_observed", "Requests observed", "count", short="requests seen"),
+    # the what-if follow-up (doctor/whatif/followup.py): |predicted − measured| / measured after a restart
+    Signal("prediction_error_ttft_p50_s", "TTFT p50 prediction error", "pct", short="TTFT p50 error"),
+    Signal("prediction_error_itl_p50_s", "ITL p50 prediction error", "pct", short="ITL p50 error"),
+    Signal("prediction_error_generation_tokens_per_s", "Throughput prediction error", "pct",
+           short="throughput error"),
+    Signal("prediction_error_ttft_p95_s", "TTFT p95 prediction error", "pct", short="TTFT p95 error"),
 )  # fmt: skip
 
 FINDINGS: dict[str, FindingKind] = {
@@ -125,10 +174,16 @@ FINDINGS: dict[str, FindingKind] = {
         FindingKind("batch_cap", ("running_max_1m", "batch_cap_configured", "batch_cap_inferred", "waiting_avg_1m",
                                   "kv_usage_max_1m", "preemptions_per_s", "ttft_p95_s", "queue_time_p95_s"),
                     "Batch cap hit"),
-        FindingKind("compute", ("itl_p50_s", "itl_p95_s", "itl_baseline_s", "slo_itl_p95_s", "running_avg_1m",
-                                "waiting_avg_1m", "kv_usage_max_1m", "generation_tokens_per_s"), "Compute bound"),
+        FindingKind("compute", ("itl_p50_s", "itl_p95_s", "itl_baseline_s", "itl_batch_baseline_s", "slo_itl_p95_s",
+                                "ttft_p95_s", "slo_ttft_p95_s", "running_avg_1m", "waiting_avg_1m", "kv_usage_max_1m",
+                                "generation_tokens_per_s", "prefill_decode_ratio", "itl_mean_30s", "itl_mean_baseline_s"),
+                    "Compute bound"),
+        FindingKind("engine_imbalance", ("imbalance_pressed_running", "waiting_avg_1m", "running_avg_1m"),
+                    "Engines unevenly loaded"),
+        FindingKind("stalled", ("running", "waiting", "waiting_deferred", "kv_usage", "prompt_tokens_p99"),
+                    "Engine stalled"),
         FindingKind("preemption_storm", ("preemptions_per_s", "requests_per_s", "kv_usage_max_1m")),
-        FindingKind("prefix_cache_low_hit_rate", ("prefix_cache_hit_ratio", "prompt_tokens_p50")),
+        FindingKind("prefix_cache_low_hit_rate", ("prefix_cache_hit_ratio", "prefix_cache_hit_ratio_30s", "prompt_tokens_p50")),
         FindingKind("spec_decode_low_acceptance", ("spec_decode_acceptance",)),
         FindingKind("spec_decode_high_load", ("running_avg_1m", "itl_p50_s", "itl_baseline_s")),
         FindingKind("target_down", severity="critical", meaning=(
@@ -142,6 +197,16 @@ FINDINGS: dict[str, FindingKind] = {
             "be told apart."),
             advice="Scrape vLLM's own /metrics (not a proxy or a Ray-prefixed export); "
                    "check --disable-log-stats is off and the version is ≥ 0.8"),
+        FindingKind("prediction_check", ("prediction_error_ttft_p50_s", "prediction_error_itl_p50_s",
+                                         "prediction_error_generation_tokens_per_s", "prediction_error_ttft_p95_s"),
+                    "Prediction check", severity="info", meaning=(
+            "The engine restarted with another configuration (a new num_gpu_blocks in vllm:cache_config_info, or "
+            "a new batch-cap plateau) under a comparable load: kvdoctor's what-if prediction for that change, made "
+            "from the metrics before the restart, set against what the target measured since (error ratios, also "
+            "as kvdoctor_prediction_error_ratio)."),
+            advice="Nothing to change: it tells how far to trust the predicted effects next to the advice on this "
+                   "server. Errors well above 0.3 mean the step-time model or the workload inference missed "
+                   "something here; `kvdoctor whatif` prints the assumptions it made."),
         FindingKind("max_model_len_oversized", ("max_model_len", "request_p99_tokens", "requests_observed"),
                     severity="info", meaning=(
             "`--max-model-len` (from vllm:cache_config_info, or bounded by the token histograms' buckets) is at "
@@ -153,12 +218,14 @@ FINDINGS: dict[str, FindingKind] = {
 }  # fmt: skip
 
 
-def recorded(per_instance: bool | None = None) -> dict[str, str]:
-    """Evidence key -> recording rule, for the signals the pack records (per instance only, per model only, or all)."""
+def recorded(per_instance: bool | None = None, per_engine: bool | None = None) -> dict[str, str]:
+    """Evidence key -> recording rule, for the signals the pack records (per instance, model or engine, or all)."""
     return {
         s.key: s.rule
         for s in SIGNALS.values()
-        if s.rule and (per_instance is None or s.per_instance == per_instance)
+        if s.rule
+        and (per_instance is None or s.per_instance == per_instance)
+        and (per_engine is None or s.per_engine == per_engine)
     }
 
 

@@ -15,6 +15,7 @@ from doctor.diagnosis.target import TargetFacts
 from doctor.pipeline import Pipeline
 from doctor.query import recording_instance
 from doctor.rules.loader import RuleGroup
+from doctor.whatif.advisor import Advisor
 
 
 def _stderr(message: str) -> None:
@@ -49,9 +50,11 @@ def target_facts(spec: TargetSpec, warn: Callable[[str], None] = _stderr) -> Tar
     return replace(facts, estimate=est, gpu_fp8=gpu.fp8_compute if gpu is not None else None)
 
 
-def pipeline_for(cfg: Config, groups: list[RuleGroup], recordings: list[str] | None = None) -> Pipeline:
+def pipeline_for(
+    cfg: Config, groups: list[RuleGroup], recordings: list[str] | None = None, advisor: Advisor | None = None
+) -> Pipeline:
     """A pipeline with the config's targets declared; recordings map onto targets by name (or the only one)."""
-    pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+    pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor)
     pipeline.runbook_url = cfg.runbook_page()
     specs = {t.name: t for t in cfg.targets}
     names = [recording_instance(r) for r in recordings] if recordings is not None else list(specs)

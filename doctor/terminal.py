@@ -46,6 +46,8 @@ def advice_lines(d: Diagnosis, indent: str = "    ") -> list[str]:
         src = f"  [{a.source}]" if a.source else ""
         flag = f"{a.flag}: " if a.flag and not a.text.startswith("`") else ""
         out.append(f"{indent}* {flag}{a.text}{src}")
+        if a.effect is not None:
+            out.append(f"{indent}  predicted: {a.effect.summary()}")
     return out
 
 

@@ -15,6 +15,40 @@ RUNBOOK_PATH = "/runbook"
 DEFAULT_RUNBOOK_PAGE = "http://127.0.0.1:9860" + RUNBOOK_PATH  # on the daemon's default listen address
 
 
+# Quantities a predicted effect quotes, with how a person reads them.
+EFFECT_QUANTITIES = (
+    ("ttft_p95_s", "TTFT p95"),
+    ("itl_p50_s", "ITL p50"),
+    ("generation_tokens_per_s", "throughput"),
+)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What the what-if simulation predicts a change buys: quantities as simulated now and after, class after."""
+
+    change: dict[str, float | str]
+    now: dict[str, float | None]
+    after: dict[str, float | None]
+    bottleneck_after: str
+    t: float = 0.0  # when it was predicted
+    text: str = ""  # summary(), kept for the sinks that see the effect as a dict
+
+    def summary(self) -> str:
+        """`TTFT p95 7.3 s → ≈0.9 s, ITL p50 5 → ≈18 ms, throughput +170 % (then batch_cap)`."""
+        parts = []
+        for key, label in EFFECT_QUANTITIES:
+            a, b = self.now.get(key), self.after.get(key)
+            if a is None or b is None or a <= 0:
+                continue
+            if not key.endswith("_per_s"):
+                unit, k = ("ms", 1000.0) if max(a, b) < 1 else ("s", 1.0)
+                parts.append(f"{label} {a * k:.2g} → ≈{b * k:.2g} {unit}")
+            else:
+                parts.append(f"{label} {(b - a) / a:+.0%}")
+        return ", ".join(parts) + f" (then {self.bottleneck_after})"
+
+
 @dataclass(frozen=True)
 class Advice:
     """One change an operator can make: the vLLM flag and what it buys, with numbers where known."""
@@ -22,6 +56,8 @@ class Advice:
     flag: str
     text: str
     source: str = ""  # where the numbers come from, e.g. "cache_config_info" or "model arithmetic"
+    change: dict[str, float | str] | None = None  # the same change as `kvdoctor whatif --set` knobs
+    effect: Effect | None = None  # what the what-if predicts it buys, when predicted
 
 
 @dataclass

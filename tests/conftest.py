@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +38,13 @@ def shared_032() -> Path:
     if not d.exists():
         pytest.skip("../shared/recordings/vllm-0.32-cpu not present")
     return d
+
+
+@pytest.fixture(scope="session")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The report tests' six-hour synthetic fleet, replayed once (tests/support/fleet.py)."""
+    from tests.support.fleet import DIRS, Fleet
+
+    if not DIRS[""].exists():
+        pytest.skip("../shared/recordings/vllm-0.32-cpu not present")
+    return Fleet(tmp_path_factory.mktemp("fleet"))

@@ -30,13 +30,23 @@ def _daemon(targets: list[TargetSpec], clock: ManualClock | None = None, **kw) -
     return Daemon(cfg, load_files(default_rule_files()), clock=clock or time.time)
 
 
+def _watched(d: Daemon, name: str, server: ReplayServer, seconds: int = 20) -> Daemon:
+    """As if the daemon had scraped `name` every second for `seconds` already: a verdict needs a 15 s window."""
+    now = time.time()
+    for k in range(seconds, 0, -1):
+        frame = server.playlist.at(-k)
+        if frame is not None and frame.text is not None:
+            d.pipeline.observe(name, now - k, frame.text)
+    return d
+
+
 def test_faulty_targets_go_down_without_disturbing_a_good_one(kv_server):
     faults = {m: FaultServer(m) for m in MODES}
     try:
         targets = [TargetSpec(url=kv_server.url, name="good", http=HttpOptions(total_timeout=10.0))]
         targets += [TargetSpec(url=f.url, name=m, http=FAST) for m, f in faults.items()]
         targets.append(TargetSpec(url=refused_url(), name="refused", http=FAST))
-        d = _daemon(targets)
+        d = _watched(_daemon(targets), "good", kv_server)
         start = time.monotonic()
         for _ in range(3):
             diagnoses = {x.target: x for x in d.cycle()}
@@ -79,7 +89,7 @@ def test_restart_with_counter_reset_is_not_a_false_diagnosis(shared_032):
     try:
         d = _daemon([TargetSpec(url=server.url, name="h", http=FAST)], clock)
         seen = []
-        for _ in range(30):
+        for _ in range(80):  # 32 s: a verdict needs a 15 s window, before and after the restart
             seen += [x.bottleneck for x in d.cycle()]
             clock.advance(0.4)
         assert "healthy" in seen
@@ -92,7 +102,11 @@ def test_restart_with_counter_reset_is_not_a_false_diagnosis(shared_032):
 
 def test_state_file_keeps_firing_state_across_a_restart(kv_server, tmp_path):
     state = tmp_path / "state.json"
-    d = _daemon([TargetSpec(url=kv_server.url, name="good", http=FAST)], state_file=str(state))
+    d = _watched(
+        _daemon([TargetSpec(url=kv_server.url, name="good", http=FAST)], state_file=str(state)),
+        "good",
+        kv_server,
+    )
     for _ in range(2):
         first = d.cycle()
     since = first[0].since
@@ -112,7 +126,7 @@ def test_reload_with_a_broken_rule_file_keeps_the_last_good(kv_server, tmp_path)
     from doctor.daemon.runner import load_everything
 
     cfg, groups = load_everything(str(cfg_file), {})
-    d = Daemon(cfg, groups, str(cfg_file), {})
+    d = _watched(Daemon(cfg, groups, str(cfg_file), {}), cfg.targets[0].name, kv_server)
     assert d.cycle()[0].bottleneck == "kv_cache"
     rules.write_text("groups:\n  - name: x\n    rules:\n      - record: bad\n        expr: sum(rate(x[5m])\n")
     ok, message = d.reload()

@@ -1,50 +1,159 @@
 """On every labelled window of real vLLM recordings, the diagnosis carries the labelled class.
 
 Run at the recordings' own 1 s cadence and thinned to a 15 s scrape interval, the interval operators run at.
+Optional label keys: `findings` (each must fire in the window; `stalled` and `engine_imbalance` on no recording
+that does not list them) and `load_start`/`load_end` (the class begins / ends within a minute of them).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
+
 import pytest
 
-from doctor.ingest.recording import load_frames
+from doctor.ingest.recording import Frame, load_frames
 from doctor.pipeline import Pipeline
 from doctor.replay import replay
 from doctor.rules.loader import default_rule_files, load_files
 from tests.conftest import labelled_windows
+from tests.support.timeline import LIMITS, WITHIN_S, Timeline, onset_s, resolution_s, timeline
 
 WINDOWS = labelled_windows()
-LIMITS = {"kv_cache", "batch_cap", "compute"}
-
-
-def _classes(path, entry, interval_s: float, scrape_every_s: float) -> list[str]:
-    pipeline = Pipeline(load_files(default_rule_files()))
-    # Rates need two scrapes: right after the recording starts, or after the server was down, a verdict
-    # cannot exist yet (kvdoctor says `unknown`); those evaluations are not judged.
-    frames = load_frames(path)
-    warm = 2 * max(scrape_every_s, 1.0) + 0.5
-    restarts = [frames[0].t] + [f.t for f in frames if f.text is None]
-    got = []
-    for cycle in replay(pipeline, [path], interval_s=interval_s, scrape_every_s=scrape_every_s):
-        if any(0 <= cycle.t - r < warm for r in restarts):
-            continue
-        if entry["steady_from"] - 0.5 <= cycle.t <= entry["steady_to"] + 0.5:
-            got += [d.bottleneck for d in cycle.diagnoses if d.model_name]
-    return got
-
-
-@pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
-@pytest.mark.parametrize(
-    "entry", WINDOWS, ids=[f"{w['dir']}/{w['file']}:{w['expected']}@{w['steady_from']:.0f}" for w in WINDOWS]
+CADENCES = pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
+EXCLUSIVE = ("stalled", "engine_imbalance")  # findings that must fire only where a label says so
+WINDOW_S = (
+    15.0  # a verdict needs two scrapes at least this far apart (rules/kvdoctor.yml, kvdoctor:window:ready)
 )
+IDS = [f"{w['dir']}/{w['file']}:{w['expected']}@{w['steady_from']:.0f}" for w in WINDOWS]
+
+
+@lru_cache(maxsize=8)
+def _replay(path: Path, cadence: float) -> Timeline:
+    return timeline(replay(Pipeline(load_files(default_rule_files())), [path], 5.0, cadence))
+
+
+def _kept(frames: list[Frame], cadence: float) -> list[Frame]:
+    """The frames replay() feeds at this cadence."""
+    out, last = [], -1e18
+    for f in frames:
+        if not cadence or f.t - last >= cadence - 1e-6:
+            out.append(f)
+            last = f.t
+    return out
+
+
+def _starts(frames: list[Frame]) -> list[float]:
+    """When the engine's gauges (re)appear: the first scrape, after a failed one, or V0's first stats log."""
+    out, seen = [], False
+    for f in frames:
+        has = f.text is not None and "vllm:num_requests_running{" in f.text
+        if has and not seen:
+            out.append(f.t)
+        seen = has
+    return out
+
+
+def _judged(entry: dict, cadence: float) -> Timeline:
+    # Right after the gauges (re)appear there is no window yet and kvdoctor says `unknown` (idle needs two scrapes):
+    # those evaluations are not judged here; test_no_verdict_from_one_scrape checks them.
+    frames = load_frames(entry["path"])
+    step = max(cadence, 1.0)
+    warm = 2 * step if entry["expected"] == "idle" else max(2 * cadence, WINDOW_S + step)
+    starts = [frames[0].t, *_starts(frames)]
+    return [
+        (t, cls, found)
+        for t, cls, found in _replay(entry["path"], cadence)
+        if entry["steady_from"] - 0.5 <= t <= entry["steady_to"] + 0.5
+        and not any(0 <= t - s < warm + 0.5 for s in starts)
+    ]
+
+
+@CADENCES
+@pytest.mark.parametrize("entry", WINDOWS, ids=IDS)
 def test_labelled_window_gets_its_class(entry, cadence):
-    got = _classes(entry["path"], entry, interval_s=5.0, scrape_every_s=cadence)
+    got = [cls for _, cls, _ in _judged(entry, cadence)]
     if not got:
         pytest.skip("window shorter than one evaluation at this cadence")
     share = got.count(entry["expected"]) / len(got)
     assert share >= 0.9, f"{entry['expected']}: {share:.0%} of {got}"
     if entry["expected"] in ("healthy", "idle"):
         assert not LIMITS & set(got), got
+
+
+LABELLED_FINDINGS = [w for w in WINDOWS if w.get("findings")]
+
+
+@CADENCES
+@pytest.mark.parametrize("entry", LABELLED_FINDINGS, ids=[IDS[WINDOWS.index(w)] for w in LABELLED_FINDINGS])
+def test_labelled_findings_fire_in_their_window(entry, cadence):
+    got = _judged(entry, cadence)
+    if not got:
+        pytest.skip("window shorter than one evaluation at this cadence")
+    fired = set().union(*(found for _, _, found in got))
+    assert set(entry["findings"]) <= fired, (entry["findings"], fired)
+
+
+RECORDINGS = sorted({w["path"] for w in WINDOWS})
+
+
+@CADENCES
+@pytest.mark.parametrize("path", RECORDINGS, ids=[f"{p.parent.name}/{p.name}" for p in RECORDINGS])
+def test_stall_and_imbalance_fire_only_where_labelled(path, cadence):
+    allowed = {f for w in WINDOWS if w["path"] == path for f in w.get("findings", ())}
+    for t, _, found in _replay(path, cadence):
+        assert not (found & set(EXCLUSIVE)) - allowed, (t, found)
+
+
+TIMED = [w for w in WINDOWS if "load_start" in w or "load_end" in w]
+
+
+@CADENCES
+@pytest.mark.parametrize("entry", TIMED, ids=[IDS[WINDOWS.index(w)] for w in TIMED])
+def test_class_begins_and_ends_within_a_minute_of_the_load(entry, cadence):
+    tl = _replay(entry["path"], cadence)
+    if "load_start" in entry:
+        on = onset_s(tl, entry["expected"], entry["load_start"])
+        assert on is not None and on <= WITHIN_S, f"{entry['expected']} began {on} s after the load"
+    later = [
+        w["load_start"]
+        for w in WINDOWS
+        if w["path"] == entry["path"] and "load_start" in w and w is not entry
+    ]
+    later = [t for t in later if t >= entry.get("load_end", 0) - 1]
+    until = min(later, default=None)
+    chained = (
+        until is not None and until - entry.get("load_end", 0) < WITHIN_S
+    )  # the next phase's onset decides
+    if "load_end" in entry and entry["expected"] != "idle" and not chained:
+        off = resolution_s(tl, entry["expected"], entry["load_end"], until)
+        horizon = (until or tl[-1][0]) - entry["load_end"]
+        if off is None and horizon < WITHIN_S:
+            pytest.skip(f"the recording ends {horizon:.0f} s after the load, still {entry['expected']}")
+        assert off is not None and off <= WITHIN_S, f"{entry['expected']} ended {off} s after the load"
+
+
+@CADENCES
+@pytest.mark.parametrize("path", RECORDINGS, ids=[f"{p.parent.name}/{p.name}" for p in RECORDINGS])
+def test_no_verdict_from_one_scrape(path, cadence):
+    """One scrape since the gauges (re)appeared: `unknown`; before a 15 s window: nothing but unknown or idle."""
+    frames = _kept(load_frames(path), cadence)
+    scrapes = [f.t for f in frames if f.text is not None and "vllm:num_requests_running{" in f.text]
+    judged = 0
+    for start in _starts(frames):
+        prev = [s for s in scrapes if s < start]
+        if prev and start - prev[-1] < 60:
+            continue  # a short outage: the window still holds scrapes from before it
+        for t, cls, _ in _replay(path, cadence):
+            seen = [s for s in scrapes if start <= s <= t]
+            if t < start or not seen or seen[-1] - seen[0] >= WINDOW_S - 0.5:
+                continue
+            judged += 1
+            assert cls in ("unknown", "idle"), (t - start, cls)
+            if len(seen) == 1:
+                assert cls == "unknown", (t - start, cls)
+    if not judged:
+        pytest.skip("no evaluation before the window at this cadence")
 
 
 def test_there_are_labelled_windows_of_every_class():

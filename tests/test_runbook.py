@@ -103,7 +103,9 @@ def test_a_section_says_what_decides_it_and_what_to_change() -> None:
     html = get(app_with(), "/runbook")[2]
     kv = html[html.index('id="kv_cache"') : html.index('id="batch_cap"')]
     assert "VLLMKVCacheBound" in kv and "kvdoctor.yml:" in kv  # which rule, where
-    assert "kvdoctor:kv_usage:max30s &gt;= 0.85" in kv  # the expression that decides it
+    assert (
+        "max by (job, instance, model_name) (kvdoctor:engine_kv_bound:max30s)" in kv
+    )  # the expression that decides it
     assert "--kv-cache-dtype fp8" in kv  # the pack's advice
     assert (
         "kv_usage_max_30s" in kv and "max_over_time(vllm:kv_cache_usage_perc[30s])" in kv

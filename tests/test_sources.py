@@ -152,7 +152,8 @@ SIGNALS = {
     "kvdoctor:preemptions:rate1m": 0.3, "kvdoctor:generation_tokens:rate1m": 50,
 }  # fmt: skip
 HEALTHY = {"kvdoctor:running:avg1m": 2, "kvdoctor:running:max1m": 3, "kvdoctor:waiting:avg1m": 0,
-           "kvdoctor:generation_tokens:rate1m": 40, "kvdoctor:kv_usage:max1m": 0.1}  # fmt: skip
+           "kvdoctor:generation_tokens:rate1m": 40, "kvdoctor:kv_usage:max1m": 0.1,
+           "kvdoctor:window:ready": 4}  # fmt: skip
 
 
 def fleet_answer(n: int) -> Answer:

@@ -102,6 +102,7 @@ def kv_cache_advice(
                     f"{fmt.tokens(2 * b.tokens)} tokens{typical}; check accuracy on your own evals"
                 ),
                 b.source,
+                {"kv_cache_dtype": "fp8"},
             )
         )
     if spec is not None:
@@ -118,6 +119,7 @@ def kv_cache_advice(
                 f"raises the total cache from {fmt.tokens(b.tokens * b.engines)} to {fmt.tokens(total)} tokens"
             ),
             b.source,
+            {"replicas": b.engines + 1},
         )
     )
     return out

@@ -25,6 +25,8 @@ class GpuSpec:
     compute_capability: float | None = None  # None for non-NVIDIA parts
     arch: str = ""
     fp8_native: bool | None = None  # explicit for parts without a CUDA compute capability
+    bandwidth_bytes_per_s: float | None = None  # peak memory bandwidth (data sheet)
+    bf16_flops_per_s: float | None = None  # peak dense BF16 tensor throughput (data sheet)
 
     @property
     def fp8_compute(self) -> bool:
@@ -95,9 +97,11 @@ def get_gpu(name: str) -> GpuSpec:
     """The GpuSpec of a preset, by name or alias (case-insensitive)."""
     key = _find(_data()["gpus"], name, "GPU")
     e = _data()["gpus"][key]
+    bw, fl = e.get("bandwidth_gb_per_s"), e.get("bf16_tflops")
     return GpuSpec(
-        key, e["memory_mib"] * MIB, e.get("compute_capability"), e.get("arch", ""), e.get("fp8_compute")
-    )
+        key, e["memory_mib"] * MIB, e.get("compute_capability"), e.get("arch", ""), e.get("fp8_compute"),
+        bw * 1e9 if bw else None, fl * 1e12 if fl else None,
+    )  # fmt: skip
 
 
 def custom_gpu(memory_gib: float) -> GpuSpec:

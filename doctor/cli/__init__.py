@@ -21,6 +21,8 @@ SUBCOMMANDS = {
     "notify": "doctor.cli.notify",
     "config": "doctor.cli.config",
     "rules": "doctor.cli.rules",
+    "report": "doctor.cli.report",
+    "whatif": "doctor.cli.whatif",
 }
 
 

@@ -17,6 +17,8 @@ from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.targets import target_facts
 from doctor.verdicts import LIMITS, Diagnosis
 
+WINDOW_S = 15.0  # the pack names a limit once two scrapes lie this far apart (kvdoctor:window:ready)
+
 
 def add_parser(sub: Any) -> None:
     """Register the subcommand."""
@@ -59,6 +61,12 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"kvdoctor check: {exc}", file=sys.stderr)
         return 2
+    if duration < WINDOW_S + args.interval:
+        print(
+            f"kvdoctor check: --duration {args.duration} is shorter than the {WINDOW_S:.0f} s window a verdict "
+            "needs: a busy server stays `unknown`",
+            file=sys.stderr,
+        )
     cfg = load_config_or_exit(None)
     pipeline = build_pipeline(cfg, args.rules, recordings=[]) if cfg else None
     if pipeline is None:

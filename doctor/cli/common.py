@@ -11,6 +11,7 @@ from doctor.config.durations import EXAMPLES, parse_duration
 from doctor.pipeline import Pipeline
 from doctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_files
 from doctor.targets import pipeline_for
+from doctor.whatif.advisor import Advisor
 
 
 def duration_arg(text: str) -> float:
@@ -46,7 +47,8 @@ def build_pipeline(
 ) -> Pipeline | None:
     """A pipeline with the config's targets declared, or None after printing every rule error."""
     groups = load_rules(cfg, rules)
-    return None if groups is None else pipeline_for(cfg, groups, recordings)
+    # replay and check predict the advice's effects inline, on the recording's clock
+    return None if groups is None else pipeline_for(cfg, groups, recordings, advisor=Advisor())
 
 
 def existing(paths: list[str]) -> list[str]:

@@ -44,12 +44,13 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def add_source_arguments(p: argparse.ArgumentParser) -> None:
+def add_source_arguments(p: argparse.ArgumentParser, with_source: bool = True) -> None:
     """--source and the Prometheus connection flags (they replace the config's `prometheus:` section)."""
     g = p.add_argument_group("prometheus source (run on the fleet's Prometheus instead of scraping)")
-    g.add_argument(
-        "--source", choices=("scrape", "prometheus"), help="where series come from (default scrape)"
-    )
+    if with_source:
+        g.add_argument(
+            "--source", choices=("scrape", "prometheus"), help="where series come from (default scrape)"
+        )
     g.add_argument(
         "--prometheus-url",
         metavar="URL",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.pipeline import Pipeline
+from doctor.report.history import History
 from doctor.samples import Sample
 
 log = logging.getLogger(__name__)
@@ -18,8 +19,8 @@ VERSION = 1
 STATEFUL = ("kvdoctor:itl_seconds:baseline", "kvdoctor:batch_cap:plateau")
 
 
-def save(path: str | Path, pipeline: Pipeline) -> None:
-    """Write the state atomically (temp file + rename)."""
+def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -> None:
+    """Write the state (and the report's hourly history) atomically (temp file + rename)."""
     series = []
     for name in STATEFUL:
         for s in pipeline.store.select(name):
@@ -32,6 +33,8 @@ def save(path: str | Path, pipeline: Pipeline) -> None:
         "classifier": pipeline.classifier.to_state(),
         "series": series,
     }
+    if history is not None:
+        doc["report_history"] = history.to_state()
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
@@ -42,7 +45,7 @@ def save(path: str | Path, pipeline: Pipeline) -> None:
     os.replace(tmp, p)
 
 
-def load(path: str | Path, pipeline: Pipeline) -> bool:
+def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -> bool:
     """Restore state saved by save(); a missing or unreadable file starts fresh (and says why)."""
     p = Path(path)
     if not p.exists():
@@ -56,6 +59,8 @@ def load(path: str | Path, pipeline: Pipeline) -> bool:
         return False
     pipeline.rules.restore(doc.get("alerts") or [])
     pipeline.classifier.restore(doc.get("classifier") or {})
+    if history is not None:
+        history.restore(doc.get("report_history") or {})
     for item in doc.get("series") or []:
         labels = tuple(tuple(x) for x in item["labels"])
         name = dict(labels).get("__name__", "")

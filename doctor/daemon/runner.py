@@ -23,6 +23,8 @@ from doctor.daemon.scrape import Scraper, ScrapeResult, capped
 from doctor.notify import Notifier, parse_notify_config
 from doctor.notify.located import located_errors
 from doctor.pipeline import Cycle, Pipeline
+from doctor.report.history import History
+from doctor.report.live import report_response
 from doctor.rules.loader import RuleGroup, RuleLoadError
 from doctor.sources.daemon import DaemonSource
 from doctor.status.exposition import make_registry
@@ -30,6 +32,7 @@ from doctor.status.state import DaemonState
 from doctor.targets import target_facts
 from doctor.verdicts import Diagnosis
 from doctor.web.server import WebServer
+from doctor.whatif.advisor import Advisor
 
 __all__ = ["Daemon", "load_everything"]
 log = logging.getLogger("kvdoctor")
@@ -43,7 +46,10 @@ class Daemon:
                  clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
-        self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job)
+        # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation
+        self.pipeline = Pipeline(
+            groups, retention_s=cfg.retention_s, job=cfg.job, advisor=Advisor(background=True)
+        )
         self.pipeline.runbook_url = cfg.runbook_page()
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
         self.scraper = Scraper(cfg.scrape_max_connections, clock)
@@ -61,8 +67,9 @@ class Daemon:
         self._last: dict[tuple[str, str], str] = {}
         self._pace = Pace(self.state)
         self._thread: threading.Thread | None = None
+        self.history = History("kvdoctor serve")  # hourly summaries for `/report`
         if cfg.state_file:
-            persist.load(cfg.state_file, self.pipeline)
+            persist.load(cfg.state_file, self.pipeline, self.history)
         self._sync_targets()
         self.source: DaemonSource | None = (
             None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
@@ -77,7 +84,8 @@ class Daemon:
         if web:  # first: links in notifications point at the address it is bound to
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
                                  reload=self.reload, extra_status=self._notify_status,
-                                 rules=lambda: self.pipeline.rules.groups)  # fmt: skip
+                                 rules=lambda: self.pipeline.rules.groups,
+                                 report=lambda query: report_response(self.history, query))  # fmt: skip
             self.web.start()
             self.pipeline.runbook_url = self._runbook_page()
         try:
@@ -170,6 +178,7 @@ class Daemon:
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
         evaluated = time.monotonic()
         self.state.publish(cycle.diagnoses, cycle.t, evaluated - start, len(cycle.evaluation.errors))
+        self.history.observe(cycle.diagnoses, cycle.t, self.cfg.interval_s)
         if self.notifier is not None:
             self.notifier.observe(cycle.diagnoses, cycle.t)
         self._announce(cycle.diagnoses)
@@ -200,7 +209,7 @@ class Daemon:
     def _persist(self) -> None:
         if self.cfg.state_file:
             try:
-                persist.save(self.cfg.state_file, self.pipeline)
+                persist.save(self.cfg.state_file, self.pipeline, self.history)
             except OSError as exc:
                 log.error("cannot write state file %s: %s", self.cfg.state_file, exc)
 

@@ -19,7 +19,11 @@ def kv_cache(live: LiveCapacity | None, est: CapacityEstimate | None, ev: dict[s
     if out:
         return out
     return [
-        Advice("--max-model-len", "shorten `--max-model-len` to the longest request you must serve"),
+        Advice(
+            "--max-model-len",
+            "a shorter `--max-model-len` frees KV only when long requests are what fills the cache: V1 allocates "
+            "blocks as tokens arrive, so a large limit alone reserves nothing; it caps how much one request can hold",
+        ),
         Advice(
             "--kv-cache-dtype",
             "`--kv-cache-dtype fp8` halves KV bytes per token, doubling the cache in tokens",
@@ -33,9 +37,11 @@ def kv_cache(live: LiveCapacity | None, est: CapacityEstimate | None, ev: dict[s
     ]
 
 
-def batch_cap(ev: dict[str, float]) -> list[Advice]:
-    """Raise --max-num-seqs, by how much the KV cache allows."""
-    cap = ev.get("batch_cap_configured") or ev.get("running_max_1m") or ev.get("batch_cap_inferred")
+def batch_cap(ev: dict[str, float], plateau: float | None = None, engines: int = 1) -> list[Advice]:
+    """Raise --max-num-seqs, by how much the KV cache allows (per engine: the cap, queue and cache are each engine's)."""
+    cap = ev.get("batch_cap_configured") or plateau or ev.get("batch_cap_inferred")
+    if not cap and engines <= 1:
+        cap = ev.get("running_max_1m")
     kv = ev.get("kv_usage_max_1m")
     if not cap:
         return [
@@ -54,11 +60,14 @@ def batch_cap(ev: dict[str, float]) -> list[Advice]:
         )
     else:
         text += f" to {cap * 2}: the KV cache is nearly empty at the cap"
+    if engines > 1:
+        text += f" (per engine; {engines} data-parallel engines)"
     waiting = ev.get("waiting_avg_1m")
     if waiting:
         text += f"; {waiting:.0f} requests are waiting now"
+    change: dict[str, float | str] = {"max_num_seqs": target if kv is not None and kv > 0 else cap * 2}
     return [
-        Advice("--max-num-seqs", text + "; watch inter-token latency as the batch grows", "signals"),
+        Advice("--max-num-seqs", text + "; watch inter-token latency as the batch grows", "signals", change),
         Advice(
             "--max-num-batched-tokens",
             "keep `--max-num-batched-tokens` ≥ the new batch so prefills still fit",
@@ -66,14 +75,26 @@ def batch_cap(ev: dict[str, float]) -> list[Advice]:
     ]
 
 
+PREFILL_HEAVY = (
+    8.0  # prompt tokens computed per generated token (rules/kvdoctor.yml, kvdoctor:prefill_decode:ratio1m)
+)
+
+
 def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
-    """Compute options: scale out, quantize activations, stop speculating at peak."""
+    """Compute options: scale out, quantize activations, stop speculating at peak; prefill options on long prompts."""
     itl, base = ev.get("itl_p50_s"), ev.get("itl_baseline_s")
-    slo = ev.get("slo_itl_p95_s")
-    if itl and base:
-        why = f"inter-token latency p50 {itl * 1000:.0f} ms is {itl / base:.1f}× the light-load {base * 1000:.1f} ms"
-    elif slo and ev.get("itl_p95_s"):
+    batch_base = ev.get("itl_batch_baseline_s")
+    slo, slo_ttft = ev.get("slo_itl_p95_s"), ev.get("slo_ttft_p95_s")
+    if slo and ev.get("itl_p95_s", 0) > slo:
         why = f"inter-token latency p95 {ev['itl_p95_s'] * 1000:.0f} ms exceeds the SLO {slo * 1000:.0f} ms"
+    elif slo_ttft and ev.get("ttft_p95_s", 0) > slo_ttft:
+        why = f"time to first token p95 {ev['ttft_p95_s']:.2f} s exceeds the SLO {slo_ttft:.2f} s"
+    elif itl and base:
+        ref = batch_base or base
+        why = (
+            f"inter-token latency p50 {itl * 1000:.0f} ms is {itl / ref:.1f}× what this server does at this batch "
+            f"({ref * 1000:.1f} ms: light-load {base * 1000:.1f} ms + 0.4 % per running request)"
+        )
     elif itl:
         why = (
             f"inter-token latency p50 {itl * 1000:.0f} ms is above the {COLD_START_ITL_S * 1000:.0f} ms cold-start "
@@ -84,11 +105,21 @@ def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
     quant = "W8A8 (INT8) or FP8 quantization (`--quantization fp8`, compute capability ≥ 8.9) speeds up the matmuls"
     if gpu_fp8 is False:
         quant = "W8A8 INT8 quantization speeds up the matmuls (this GPU has no FP8 compute)"
+    ratio = ev.get("prefill_decode_ratio", 0.0)
+    if ratio >= PREFILL_HEAVY:
+        mean, mean_base = ev.get("itl_mean_30s"), ev.get("itl_mean_baseline_s")
+        if mean and mean_base and not (slo or slo_ttft):
+            why = (
+                f"mean inter-token latency {mean * 1000:.0f} ms is {mean / mean_base:.1f}× its light-load "
+                f"{mean_base * 1000:.1f} ms: prefill chunks stall decoding"
+            )
+        return _prefill(ev, why, ratio, quant)
     return [
         Advice(
             "replicas",
             f"{why}: add replicas or GPUs (`--tensor-parallel-size`) to spread the work",
             "signals",
+            {"replicas": 2},
         ),
         Advice("--quantization", quant),
         Advice(
@@ -98,6 +129,48 @@ def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
             "--max-num-batched-tokens",
             "a smaller `--max-num-batched-tokens` favours inter-token latency over TTFT",
         ),
+    ]
+
+
+def _prefill(ev: dict[str, float], why: str, ratio: float, quant: str) -> list[Advice]:
+    hit = ev.get("prefix_cache_hit_ratio")
+    if hit is not None and hit < 0.5:
+        prefix = (
+            f"the prefix-cache hit rate is {hit:.0%}: where prompts share a prefix (system prompt, RAG template), "
+            "keep it byte-stable and first so `--enable-prefix-caching` skips its prefill"
+        )
+    elif hit is not None:
+        prefix = (
+            f"the prefix cache already serves {hit:.0%} of prompt tokens; longer shared prefixes save more"
+        )
+    else:
+        prefix = (
+            "where prompts share a prefix, `--enable-prefix-caching` skips its prefill (keep it byte-stable)"
+        )
+    return [
+        Advice(
+            "prefill",
+            f"prefill-heavy load ({ratio:.0f} prompt tokens computed per generated token): {why}; first tokens wait "
+            "for prefill compute while the KV cache has room",
+            "signals",
+        ),
+        Advice("--enable-prefix-caching", prefix),
+        Advice(
+            "--max-num-batched-tokens",
+            "a larger `--max-num-batched-tokens` prefills more per step (better TTFT, worse inter-token latency); "
+            "a smaller one protects inter-token latency at the cost of TTFT",
+        ),
+        Advice(
+            "--long-prefill-token-threshold",
+            "`--long-prefill-token-threshold` (with `--max-num-partial-prefills`) stops one long prompt from "
+            "taking the whole step budget, so short requests still start",
+        ),
+        Advice(
+            "disaggregated prefill",
+            "at scale, separate prefill and decode instances (`--kv-transfer-config`, disaggregated prefill) so "
+            "long prefills never stall decodes; or add replicas",
+        ),
+        Advice("--quantization", quant),
     ]
 
 

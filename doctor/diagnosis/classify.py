@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from doctor.capacity.advice import max_model_len_finding_text
-from doctor.diagnosis import advise
-from doctor.diagnosis.evidence import Key
+from doctor.diagnosis import advise, engines, stall
+from doctor.diagnosis.engines import Engines
+from doctor.diagnosis.evidence import Key, split_engines
 from doctor.diagnosis.target import Target
 from doctor.rules.evaluate import Alert
 from doctor.signals import FINDINGS, evidence_for
@@ -70,10 +71,10 @@ class Classifier:
     def _one(
         self, t: float, key: Key, target: Target, ev: dict[str, float], alerts: list[Alert]
     ) -> Diagnosis:
-        ev = {k: v for k, v in ev.items() if not math.isnan(v)}
+        ev, per_engine = split_engines({k: v for k, v in ev.items() if not math.isnan(v)})
         if target.live and target.live.kv_cache_tokens:
             ev["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
-        findings = [self._finding(a, ev, target) for a in alerts if a.labels.get("finding")]
+        findings = [self._finding(a, ev, target, per_engine) for a in alerts if a.labels.get("finding")]
         if target.up is False:  # kvdoctor's own scrape verdict replaces the rule pack's slower one
             findings = [f for f in findings if f.name != "target_down"]
         findings.sort(
@@ -83,19 +84,33 @@ class Classifier:
             )
         )
         limits = [f.bottleneck for f in findings if f.bottleneck in LIMITS]
+        prev_verdict = self.since.get(key, ("", t))[0]
         if target.up is False:
             verdict = "unknown"
             findings.insert(0, _down(target))
+        elif any(f.name == "stalled" for f in findings):
+            verdict = "unknown"  # no token moves: no limit can be measured; the stalled finding says why
+        elif "quiet" in ev or (ev.get("requests_max_10s") == 0 and prev_verdict in (*LIMITS, "idle")):
+            # nothing running or waiting with counters flat, or right after a limit (a limited server never drains
+            # to zero by itself): a limit still kept firing ends here
+            verdict = "idle"
+            findings = [f for f in findings if f.bottleneck not in LIMITS]
         elif limits:
             verdict = min(limits, key=PRIORITY.index)
+        elif ev.get("waiting_deferred", 0) >= 1:
+            verdict = (
+                "unknown"  # requests held by a LoRA budget or a KV transfer: a limit kvdoctor does not name
+            )
         elif "running_avg_1m" not in ev:
             verdict = "unknown"
         elif _idle(ev):
             verdict = "idle"
-        elif "generation_tokens_per_s" not in ev:
-            verdict = "unknown"  # busy, but fewer than two scrapes so far: no rates yet
+        elif "generation_tokens_per_s" not in ev or "window_scrapes_1m" not in ev:
+            verdict = "unknown"  # busy, but no 15 s of scrapes yet: no verdict without a window
         else:
             verdict = "healthy"
+        evidence: dict[str, float | str] = dict(ev)
+        evidence.update(engines.explain(verdict, per_engine) or engines.summary(per_engine))
         if target.up:
             findings += _python_findings(target, key[1], ev)
         findings = list({f.name: f for f in reversed(findings)}.values())[::-1]  # one of each, first wins
@@ -103,20 +118,35 @@ class Classifier:
         since = prev[1] if prev and prev[0] == verdict else t
         self.since[key] = (verdict, since)
         advice = next((f.advice for f in findings if f.bottleneck == verdict), [])
-        return Diagnosis(key[0], key[1], t, verdict, since, findings, _round(ev), advice)
+        return Diagnosis(key[0], key[1], t, verdict, since, findings, _round(evidence), advice)
 
-    def _finding(self, a: Alert, ev: dict[str, float], target: Target) -> Finding:
+    def _finding(self, a: Alert, ev: dict[str, float], target: Target, per_engine: Engines) -> Finding:
         name = a.labels["finding"]
         bottleneck = a.labels.get("bottleneck", "")
-        evidence = {k: ev[k] for k in evidence_for(name) if k in ev}
+        evidence: dict[str, float | str] = {k: ev[k] for k in evidence_for(name) if k in ev}
+        evidence.update(engines.explain(bottleneck, per_engine) if bottleneck else {})
         if bottleneck == "kv_cache":
-            advice = advise.kv_cache(target.live, target.facts.estimate, ev)
+            advice = engines.balance_first(per_engine) + advise.kv_cache(
+                target.live, target.facts.estimate, ev
+            )
             if target.live and target.live.kv_cache_tokens:
                 evidence["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
         elif bottleneck == "batch_cap":
-            advice = advise.batch_cap(ev)
+            cap = a.value if a.value > 0 else None  # the engines' plateau: max_num_seqs is per engine
+            advice = engines.balance_first(per_engine) + advise.batch_cap(ev, cap, len(per_engine))
+            if len(per_engine) > 1 and cap:
+                evidence.pop("running_max_1m", None)
+                evidence["batch_cap_per_engine"] = cap
         elif bottleneck == "compute":
             advice = advise.compute(ev, target.facts.gpu_fp8)
+        elif name == "engine_imbalance":
+            evidence.update(engines.imbalance_evidence(per_engine))
+            advice = engines.imbalance_advice(per_engine)
+        elif name == "stalled":
+            evidence.update(stall.evidence(ev, per_engine, target.live))
+            if a.labels.get("engine"):
+                evidence["engine"] = a.labels["engine"]
+            advice = stall.advice(ev, per_engine, target.live)
         else:
             advice = [Advice("", a.annotations["advice"])] if a.annotations.get("advice") else []
         return Finding(
@@ -140,8 +170,9 @@ class Classifier:
 
 
 def _idle(ev: dict[str, float]) -> bool:
+    # two scrapes at least (a token rate exists): never a verdict from one scrape
     quiet = ev.get("running_max_1m", 0) == 0 and ev.get("waiting_avg_1m", 0) == 0
-    return quiet and not ev.get("generation_tokens_per_s")
+    return quiet and ev.get("generation_tokens_per_s", 1.0) == 0
 
 
 def _down(target: Target) -> Finding:

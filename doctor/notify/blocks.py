@@ -91,6 +91,8 @@ def advice_text(alerts: list[dict[str, Any]]) -> str:
             flag = f"`{adv['flag']}`: " if adv.get("flag") else ""
             src = f" _({adv['source']})_" if adv.get("source") else ""
             lines.append(f"• {flag}{adv['text']}{src}")
+            if adv.get("predicted"):
+                lines.append(f"   _predicted: {adv['predicted']}_")
     return _cut("*What to change*\n" + "\n".join(lines), MAX_TEXT) if lines else ""
 
 

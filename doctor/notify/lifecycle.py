@@ -101,7 +101,8 @@ def _snapshot(f: Finding, d: Diagnosis) -> dict[str, Any]:
     clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in evidence.items()}
     return {"summary": f.summary, "description": f.description, "evidence": clean, "runbook": f.runbook,
             "bottleneck": f.bottleneck, "since": f.since,
-            "advice": [{"flag": a.flag, "text": a.text, "source": a.source} for a in f.advice]}  # fmt: skip
+            "advice": [{"flag": a.flag, "text": a.text, "source": a.source,
+                        "predicted": a.effect.text if a.effect else ""} for a in f.advice]}  # fmt: skip
 
 
 def material_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -78,6 +78,42 @@ class PromClient:
             ) from None
         raise SourceError(f"{self.base}: query {_short(expr, 80)!r}: expected a vector, got {kind!r}")
 
+    def query_range(
+        self, expr: str, start: float, end: float, step: float
+    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """Evaluate expr over [start, end] every step seconds; (labels, [(t, value)]) per series; raises SourceError."""
+        with self._lock:
+            self.queries_total += 1
+        form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        data = self._post("/api/v1/query_range", form, expr).get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            raise SourceError(f"{self.base}: query_range {_short(expr, 80)!r}: expected a matrix")
+        try:
+            return [
+                (dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SourceError(
+                f"{self.base}: query_range {_short(expr, 80)!r}: malformed matrix: {exc}"
+            ) from None
+
+    def query_range_samples(
+        self, expr: str, t: float
+    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """The raw samples a range selector expr (e.g. `x[1h]`) holds at t, per series; raises SourceError."""
+        with self._lock:
+            self.queries_total += 1
+        data = self._post("/api/v1/query", {"query": expr, "time": f"{t:.3f}"}, expr).get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            raise SourceError(f"{self.base}: query {_short(expr, 80)!r}: expected a matrix")
+        return _matrix(self.base, expr, data)
+
+    def query_raw(
+        self, selector: str, lookback_s: float, t: float
+    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """The raw samples of selector over the lookback_s before t, with their own timestamps, per series."""
+        return self.query_range_samples(f"{selector}[{max(1, round(lookback_s))}s]", t)
+
     def _post(self, path: str, form: dict[str, str], expr: str) -> dict[str, Any]:
         what = f"{self.base}: query {_short(expr, 80)!r}"
         h = self.http
@@ -108,6 +144,15 @@ class PromClient:
             err = f"{body.get('errorType', 'error')}: {_short(body.get('error', 'no error message'))}"
             raise SourceError(f"{what}: HTTP {resp.status_code} {err}")
         return body
+
+
+def _matrix(
+    base: str, expr: str, data: dict[str, Any]
+) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+    try:
+        return [(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SourceError(f"{base}: query {_short(expr, 80)!r}: malformed matrix: {exc}") from None
 
 
 def finite(series: InstantVector) -> InstantVector:

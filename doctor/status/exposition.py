@@ -24,6 +24,9 @@ CODE_HELP = "Current bottleneck as a number for state timelines: " + ", ".join(
 )
 
 
+PREDICTION_ERROR = "prediction_error_"  # evidence keys of the what-if follow-up finding
+
+
 class DiagnosisCollector:
     """Yields kvdoctor_* families from a DaemonState snapshot (fresh each collect, no lingering series)."""
 
@@ -41,7 +44,14 @@ class DiagnosisCollector:
         finding = GaugeMetricFamily("kvdoctor_finding", "Findings that hold now (1).",
                                     labels=["target", "model_name", "finding", "severity"])  # fmt: skip
         fams = {k: GaugeMetricFamily(n, h, labels=["target", "model_name"]) for k, (n, h) in gauges().items()}
+        error = GaugeMetricFamily("kvdoctor_prediction_error_ratio", "After a restart with a new configuration: "
+                                  "|predicted - measured| / measured, per quantity, of the what-if prediction for "
+                                  "that change.", labels=["target", "model_name", "quantity"])  # fmt: skip
         for d in snap["diagnoses"]:
+            for f in d.findings:
+                for k, v in f.evidence.items():
+                    if k.startswith(PREDICTION_ERROR) and isinstance(v, int | float):
+                        error.add_metric([d.target, d.model_name, k[len(PREDICTION_ERROR) :]], float(v))
             for b in VERDICTS:
                 one_hot.add_metric([d.target, d.model_name, b], 1.0 if d.verdict == b else 0.0)
             code.add_metric([d.target, d.model_name], float(VERDICTS.index(d.verdict)))
@@ -55,7 +65,7 @@ class DiagnosisCollector:
                 v = evidence.get(key)
                 if isinstance(v, int | float):
                     fam.add_metric([d.target, d.model_name], float(v))
-        yield from (one_hot, code, since, finding, *fams.values())
+        yield from (one_hot, code, since, finding, error, *fams.values())
         yield from self._targets(snap)
         yield from self._self(snap)
 

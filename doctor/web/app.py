@@ -37,6 +37,8 @@ TYPES = {
 }
 Reload = Callable[[], tuple[bool, str]]
 Rules = Callable[[], list[RuleGroup]]
+# the capacity report of the daemon's history: query -> (status, body, content type)
+Report = Callable[[dict[str, list[str]]], tuple[int, bytes, str]]
 
 
 @dataclass
@@ -92,7 +94,7 @@ def load_static() -> dict[str, tuple[bytes, str, str]]:
 
 
 class App:
-    """Routes: /metrics, /api/v1/*, /-/healthy, /-/ready, /-/reload, /, /runbook and /static/*."""
+    """Routes: /metrics, /api/v1/*, /-/healthy, /-/ready, /-/reload, /, /runbook, /report and /static/*."""
 
     def __init__(
         self,
@@ -101,9 +103,10 @@ class App:
         reload: Reload | None = None,
         extra_status: Callable[[], dict[str, Any]] | None = None,
         rules: Rules | None = None,
+        report: Report | None = None,
     ) -> None:
         self.state, self.registry = state, registry
-        self.reload, self.extra_status = reload, extra_status
+        self.reload, self.extra_status, self.report = reload, extra_status, report
         self.rules = rules  # the rule groups in force (the runbook follows reloads); None: the shipped pack
         self._shipped: list[RuleGroup] | None = None
         self.static = load_static()
@@ -124,7 +127,7 @@ class App:
             return self._reload(method, headers)
         known = (
             path in self.api
-            or path in ("/", "/metrics", "/-/healthy", "/-/ready", "/runbook")
+            or path in ("/", "/metrics", "/-/healthy", "/-/ready", "/runbook", "/report")
             or path.startswith("/static/")
         )
         if known and method not in ("GET", "HEAD"):
@@ -136,6 +139,11 @@ class App:
                 return api_error(400, "bad_data", str(exc))
         if path == "/metrics":
             return self._metrics(query, headers)
+        if path == "/report":
+            if self.report is None:
+                return text(404, "no report: kvdoctor keeps no history here")
+            status, body, content_type = self.report(query)
+            return Response(status, body, content_type)
         if path == "/-/healthy":
             return text(200, "kvdoctor is Healthy.")
         if path == "/-/ready":

@@ -25,7 +25,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
 from doctor.status.state import DaemonState
-from doctor.web.app import App, Reload, Response, Rules, api_error, text
+from doctor.web.app import App, Reload, Report, Response, Rules, api_error, text
 from doctor.web.request import MAX_HEADER_BYTES, Refused, read_head, status_line
 from doctor.web.webconfig import WebConfig, WebConfigWatcher
 
@@ -78,8 +78,9 @@ class WebServer:
         reload: Reload | None = None,
         extra_status: Callable[[], dict[str, Any]] | None = None,
         rules: Rules | None = None,
+        report: Report | None = None,
     ) -> None:
-        self.app = App(state, registry, reload, extra_status, rules)
+        self.app = App(state, registry, reload, extra_status, rules, report)
         self.listen = parse_listen(listen)
         self.watcher = WebConfigWatcher(web_config) if web_config else None
         self._path = web_config

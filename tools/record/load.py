@@ -7,6 +7,12 @@ A recording may have several phases run one after the other while the scraper ke
     --phase concurrency=2,duration=60,out_max=64 --phase concurrency=24,duration=90,prompt_min=200
 Each --phase overrides the top-level load options. Extra phase keys: pause=S (idle seconds before the phase),
 wait_health=1 (then wait until GET /health answers 200, e.g. after a server restart).
+List-valued options take '/'-separated values (commas separate phase keys): --models a/b spreads requests over
+served model names (LoRA adapters), --dp-ranks 0/0/0/1 sends an X-data-parallel-rank header (worker i, or request i
+in open loop, gets entry i mod len). --unique-head N puts N random words, unique per request, before the shared
+prefix (a request ID or timestamp in a system prompt: defeats prefix caching). A failed request (server down) is
+retried after 0.5 s, so a closed loop keeps going across a restart without spinning. --warmup sends one short
+request and waits for it before the first scrape (0.16 took 18-45 s to serve its very first request).
 """
 
 import argparse
@@ -23,6 +29,8 @@ import aiohttp
 VOCAB = 4092  # words w0..w4091, one token each (see make_model.py)
 PHASE_KEYS = ["concurrency", "rate", "duration", "drain", "ramp", "prompt_min", "prompt_max", "out_min"]
 PHASE_KEYS += ["out_max", "shared_prefix", "max_requests", "seed", "pause", "wait_health"]
+PHASE_KEYS += ["unique_head", "models", "dp_ranks"]
+RETRY_PAUSE = 0.5
 
 
 def words(rng, n):
@@ -54,14 +62,23 @@ async def scraper(session, base, fh, stop_evt, cpu_log):
         await asyncio.sleep(max(0.0, 1.0 - (time.time() - t0)))
 
 
-async def one_request(session, a, prompt, max_tokens, stats):
-    body = {"model": a.model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
+def pick(values, i):
+    """Entry i (mod len) of a '/'-separated option, or None when it is empty."""
+    vs = [v for v in str(values).split("/") if v]
+    return vs[i % len(vs)] if vs else None
+
+
+async def one_request(session, a, prompt, max_tokens, stats, i=0):
+    model = pick(a.models, i) or a.model
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
     body.update(temperature=1.0, stream=True)
+    rank = pick(a.dp_ranks, i)
+    headers = {"X-data-parallel-rank": rank} if rank is not None else None
     t0 = time.time()
     ttft, n = None, 0
     try:
         async with session.post(
-            a.base + "/v1/completions", json=body, timeout=aiohttp.ClientTimeout(total=600)
+            a.base + "/v1/completions", json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=600)
         ) as r:
             async for line in r.content:
                 if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
@@ -69,18 +86,24 @@ async def one_request(session, a, prompt, max_tokens, stats):
                         ttft = time.time() - t0
                     n += 1
             ok = r.status == 200
+            err = None if ok else f"HTTP {r.status}"
     except asyncio.CancelledError:
         stats.append({"ok": False, "cancelled": True, "ttft": ttft, "e2e": time.time() - t0, "chunks": n})
         raise
     except Exception as e:
-        stats.append({"ok": False, "err": str(e)[:200], "ttft": ttft, "e2e": time.time() - t0, "chunks": n})
-        return
-    stats.append({"ok": ok, "ttft": ttft, "e2e": time.time() - t0, "chunks": n})
+        ok, err = False, str(e)[:200]
+    stats.append({"ok": ok, "err": err, "ttft": ttft, "e2e": time.time() - t0, "chunks": n, "model": model})
+    if not ok:
+        await asyncio.sleep(RETRY_PAUSE)
 
 
 def make_prompt(rng, p, shared):
     prompt = words(rng, rng.randint(p.prompt_min, p.prompt_max))
-    return shared + " " + prompt if shared else prompt
+    if shared:
+        prompt = shared + " " + prompt
+    if p.unique_head:  # its own RNG, so the rest of the prompt is the same with or without the head
+        prompt = words(random.Random(time.time_ns()), p.unique_head) + " " + prompt
+    return prompt
 
 
 async def worker(wid, session, p, deadline, stats, counter):
@@ -89,7 +112,7 @@ async def worker(wid, session, p, deadline, stats, counter):
     while time.time() < deadline and counter[0] < p.max_requests:
         counter[0] += 1
         prompt = make_prompt(rng, p, shared)
-        await one_request(session, p, prompt, rng.randint(p.out_min, p.out_max), stats)
+        await one_request(session, p, prompt, rng.randint(p.out_min, p.out_max), stats, wid)
 
 
 async def open_loop(session, p, deadline, stats, counter):
@@ -105,7 +128,7 @@ async def open_loop(session, p, deadline, stats, counter):
             continue
         counter[0] += 1
         prompt = make_prompt(rng, p, shared)
-        coro = one_request(session, p, prompt, rng.randint(p.out_min, p.out_max), stats)
+        coro = one_request(session, p, prompt, rng.randint(p.out_min, p.out_max), stats, counter[0] - 1)
         inflight.add(asyncio.create_task(coro))
     if inflight:
         await asyncio.gather(*inflight, return_exceptions=True)
@@ -163,6 +186,9 @@ async def run_phase(session, p):
         "client_e2e_p50": pct([s["e2e"] for s in okv], 50),
         "client_e2e_p95": pct([s["e2e"] for s in okv], 95),
         "errors": [s.get("err") for s in stats if s.get("err")][:5],
+        "requests_ok_by_model": {
+            m: sum(1 for s in okv if s.get("model") == m) for m in sorted({s.get("model") for s in okv})
+        },
     }
 
 
@@ -183,6 +209,10 @@ async def main(a):
     phases = [phase_args(a, s) for s in (a.phase or [""])]
     cpu_log, results = [], []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        if a.warmup:
+            t0 = time.time()
+            await one_request(session, a, words(random.Random(0), 16), 4, [])
+            print(f"warm-up request took {time.time() - t0:.1f} s", flush=True)
         stop_evt = asyncio.Event()
         with open(f"{a.out}/{a.scenario}.jsonl", "w") as fh:
             st = asyncio.create_task(scraper(session, a.base, fh, stop_evt, cpu_log))
@@ -231,5 +261,9 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--pause", type=float, default=0.0, help="(phase key) idle s before the phase")
     ap.add_argument("--wait-health", type=int, default=0, help="(phase key) wait for /health first")
+    ap.add_argument("--unique-head", type=int, default=0, help="N random words unique to each request, first")
+    ap.add_argument("--models", default="", help="served model names to spread requests over, a/b/c")
+    ap.add_argument("--dp-ranks", default="", help="X-data-parallel-rank per worker (or request), 0/0/1")
+    ap.add_argument("--warmup", action="store_true", help="one short request before the first scrape")
     ap.add_argument("--phase", action="append", help="key=value,... overriding options (repeatable)")
     asyncio.run(main(ap.parse_args()))

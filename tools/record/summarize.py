@@ -4,6 +4,7 @@ usage: tools/record/summarize.py REC.jsonl[.gz] [--start T0 --end T1]
 Columns: seconds since the first scrape, unix time, KV usage (kv_cache_usage_perc, else gpu_cache_usage_perc),
 running, waiting, preemptions (cumulative), mean inter-token latency over the last interval (from the histogram's
 _sum/_count deltas). With --start/--end also prints the medians over that window and the preemptions in it.
+Series are summed over engines (data parallel: one `engine` label per engine) unless --engine N picks one.
 """
 
 import argparse
@@ -17,11 +18,14 @@ KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
 
 
-def samples(text):
-    """Sum of each metric name over its label sets (one engine here)."""
+def samples(text, engine=None):
+    """Sum of each metric name over its label sets (or over those of one engine)."""
     out = {}
+    tag = f'engine="{engine}"' if engine is not None else None
     for line in text.splitlines():
         m = SAMPLE.match(line)
+        if tag and m and 'engine="' in (m.group(2) or "") and tag not in m.group(2):
+            continue
         if m and not line.startswith("#") and "_bucket" not in m.group(1):
             out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
     return out
@@ -31,7 +35,7 @@ def first(s, names, suffix=""):
     return next((s[n + suffix] for n in names if n + suffix in s), None)
 
 
-def rows(path):
+def rows(path, engine=None):
     with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     prev = None
@@ -40,7 +44,7 @@ def rows(path):
             yield {"t": r["t"], "error": r["error"]}
             prev = None
             continue
-        s = samples(r["text"])
+        s = samples(r["text"], engine)
         row = {"t": r["t"], "kv": first(s, KV), "run": s.get("vllm:num_requests_running")}
         row.update(wait=s.get("vllm:num_requests_waiting"), pre=s.get("vllm:num_preemptions_total"), itl=None)
         itl_sum, itl_n = first(s, ITL, "_sum"), first(s, ITL, "_count")
@@ -60,8 +64,9 @@ def main():
     ap.add_argument("--start", type=float)
     ap.add_argument("--end", type=float)
     ap.add_argument("--quiet", action="store_true", help="only the window summary")
+    ap.add_argument("--engine", help="only the series of this engine label (data parallel)")
     a = ap.parse_args()
-    rs = list(rows(a.rec))
+    rs = list(rows(a.rec, a.engine))
     t0 = rs[0]["t"]
     for r in rs if not a.quiet else []:
         if "error" in r:

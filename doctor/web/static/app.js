@@ -221,6 +221,7 @@ function adviceList(advice) {
     if (a.flag) li.append(el("code", "flag", a.flag), document.createTextNode(" "));
     richText(li, a.text);
     if (a.source) li.append(el("span", "source", " (" + a.source + ")"));
+    if (a.effect && a.effect.text) li.append(el("div", "predicted", "predicted: " + a.effect.text));
     ul.append(li);
   }
   return ul;

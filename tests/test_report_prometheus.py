@@ -1,0 +1,106 @@
+"""The same report from a real Prometheus holding the fleet (backfilled with promtool) as from the recordings."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from doctor.cli import main
+from doctor.export.openmetrics import export_openmetrics
+from doctor.report.build import ReportError, build_report
+from doctor.report.economics import Prices
+from doctor.report.promrange import from_prometheus
+from doctor.sources.client import PromClient
+from tests.support.fleet import LAST_GRID, STEP_S, T0, Fleet
+from tests.support.openmetrics import recordings_to_openmetrics
+from tests.support.prometheus import PrometheusServer, backfill, binaries
+
+PRICES = Prices(gpu_hour_usd=2.5, gpus_per_target=2, api_in_usd=0.5, api_out_usd=1.5)
+COUNTED = {"vllm:request_success", "vllm:prompt_tokens", "vllm:generation_tokens"}
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(binaries() is None, reason="prometheus/promtool not installed"),
+]
+
+
+def _serve(fleet: Fleet, work: Path, extra: str) -> Iterator[str]:
+    raw, om = work / "raw.om", work / "fleet.om"
+    recs = [(str(p), p.name.removesuffix(".jsonl.gz"), 0.0) for p in fleet.paths]
+    recordings_to_openmetrics(recs, raw, keep=lambda name: name in COUNTED)
+    om.write_text(raw.read_text().removesuffix("# EOF\n") + extra + "# EOF\n")
+    found = binaries()
+    assert found is not None
+    storage = work / "tsdb"
+    backfill(om, storage, promtool=found[1])
+    with PrometheusServer(storage, work, binary=found[0]) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def prometheus(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus holding the fleet's raw vLLM counters and the kvdoctor_* series its replay exposed."""
+    out = io.StringIO()
+    export_openmetrics(fleet.cycles, out)
+    yield from _serve(fleet, tmp_path_factory.mktemp("prom"), out.getvalue().removesuffix("# EOF\n"))
+
+
+@pytest.fixture(scope="module")
+def prometheus_pack(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus that ran the rule pack over the fleet (its kvdoctor:* series and ALERTS) but never saw kvdoctor."""
+    out = io.StringIO()
+    fleet.write_pack_series(out)
+    yield from _serve(fleet, tmp_path_factory.mktemp("prom-pack"), out.getvalue())
+
+
+def test_same_report_as_from_the_recordings(fleet: Fleet, prometheus: str, tmp_path: Path) -> None:
+    want = build_report(fleet.history, PRICES, now=0)
+    out = tmp_path / "r.json"
+    args = ["report", "--prometheus-url", prometheus, "--start", str(T0), "--end", str(LAST_GRID),
+            "--step", "60s", "--gpu-hour-cost", "2.5", "--gpus-per-target", "2", "--api-price-in", "0.5",
+            "--api-price-out", "1.5", "--format", "json", "-o", str(out)]  # fmt: skip
+    assert main(args) == 0
+    got = json.loads(out.read_text())
+    assert got["source"] == f"Prometheus {prometheus}"
+    for doc in (got, want):
+        doc.pop("source"), doc.pop("generated")
+    assert got["fleet"] == json.loads(json.dumps(want["fleet"]))
+    assert got == json.loads(json.dumps(want))
+
+
+def test_same_report_from_the_rule_packs_series_alone(fleet: Fleet, prometheus_pack: str) -> None:
+    want = build_report(fleet.history, PRICES, now=0)
+    history = from_prometheus(PromClient(prometheus_pack), T0, LAST_GRID, STEP_S)
+    assert history.source.endswith("(classified from the rule pack's series)")
+    got = build_report(history, PRICES, now=0)
+    for doc in (got, want):
+        doc.pop("source")
+    assert got == want
+
+
+def test_chunked_ranges_give_the_same_history(fleet: Fleet, prometheus: str) -> None:
+    shown: list[tuple[int, int]] = []
+    small = from_prometheus(
+        PromClient(prometheus), T0, LAST_GRID, STEP_S, lambda d, n: shown.append((d, n)), chunk_points=100
+    )
+    whole = from_prometheus(PromClient(prometheus), T0, LAST_GRID, STEP_S)
+    assert shown == [(1, 4), (2, 4), (3, 4), (4, 4)]  # 360 points in pieces of 100
+    assert build_report(small, PRICES, now=0) == build_report(whole, PRICES, now=0)
+
+
+def test_a_prometheus_without_kvdoctor_series_is_named(prometheus: str) -> None:
+    with pytest.raises(
+        ReportError,
+        match=r"no kvdoctor_bottleneck_code series and no kvdoctor:\* recorded signals .* scrape `kvdoctor serve`",
+    ):
+        from_prometheus(PromClient(prometheus), T0 - 86400, T0 - 3600, STEP_S)
+
+
+def test_cli_says_when_prometheus_is_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--prometheus-url", "http://127.0.0.1:9", "--since", "1h"]) == 2
+    assert "cannot connect" in capsys.readouterr().err

@@ -1,0 +1,87 @@
+"""The V1 scheduler simulation against cases worked out by hand from vllm/v1/core/sched/scheduler.py."""
+
+from __future__ import annotations
+
+from doctor.whatif.model import Engine, LengthDist, Request, StepModel, Workload
+from doctor.whatif.sim import Simulator
+
+UNIT = StepModel(c0=1.0, c_decode=0.0, c_prefill=0.0)  # every step takes 1 s: times count steps
+
+
+def _run(engine: Engine, reqs: list[Request], step: StepModel = UNIT, duration: float = 100.0):
+    sim = Simulator(engine, step)
+    sim.trace = []
+    res = sim.run([(q.arrival, i, q) for i, q in enumerate(reqs)], duration)
+    return res, sim.trace
+
+
+def test_chunked_prefill_takes_the_budget_left_after_older_requests():
+    engine = Engine(max_num_seqs=8, max_num_batched_tokens=100, num_gpu_blocks=1000, block_size=16)
+    res, trace = _run(engine, [Request(0.0, 250, 1), Request(0.0, 30, 1)])
+    # step 0: 100 of A; step 1: 100 of A; step 2: A's last 50, then B's 30 in the same step
+    assert [s[2] for s in trace[:3]] == [100, 100, 80]
+    assert [s[3] for s in trace[:3]] == [1, 0, 1]  # B waits behind A until A's chunk leaves budget over
+    assert sorted(res.ttft) == [3.0, 3.0]
+    assert res.queue == [0.0, 2.0]
+
+
+def test_youngest_request_is_preempted_recomputed_and_requeued_at_the_front():
+    # 4 usable blocks of 4 tokens; A and B both 4-token prompts, 10 output tokens
+    engine = Engine(max_num_seqs=8, max_num_batched_tokens=100, num_gpu_blocks=5, block_size=4)
+    a, b = Request(0.0, 4, 10), Request(0.0, 4, 10)
+    res, trace = _run(engine, [a, b])
+    assert res.preemptions == 1
+    # step 5: A (older) needs its 3rd block, the cache is full, so B (admitted last) is evicted
+    assert trace[5][4] is True and trace[5][3] == 0
+    # B now needs 9 tokens recomputed (3 blocks): blocked until A finishes at t=10, re-prefilled in step 10
+    assert all(s[5] == 1 for s in trace[6:10])
+    assert trace[10][2] == 9 and trace[10][3] == 1
+    assert res.finished == 2
+    assert len(trace) == 15  # B's last token in step 14
+    assert sorted(res.ttft) == [1.0, 1.0]  # the preempted request keeps its first-token time
+
+
+def test_no_admission_in_a_step_that_preempted():
+    engine = Engine(max_num_seqs=64, max_num_batched_tokens=512, num_gpu_blocks=40, block_size=16)
+    w = Workload("open", 4.0, 0, 0.0, LengthDist(((100, 300, 1.0),), 200), LengthDist(((50, 200, 1.0),), 125))
+    sim = Simulator(engine, StepModel(0.02, 0.001, 0.0001))
+    sim.trace = []
+    res = sim.run_workload(w, 60.0, 0.0, seed=3)
+    preempting = [s for s in sim.trace if s[4]]
+    assert res.preemptions > 0 and preempting
+    assert all(s[3] == 0 for s in preempting)
+    assert all(s[6] <= engine.usable_blocks for s in sim.trace)
+
+
+def test_head_of_line_blocking_keeps_a_small_request_behind_a_big_one():
+    # 6 usable blocks of 16; A holds 3; B (head) needs 5 blocks, C needs 1 and would fit, but waits behind B
+    engine = Engine(max_num_seqs=8, max_num_batched_tokens=2048, num_gpu_blocks=7, block_size=16)
+    a, b, c = Request(0.0, 40, 20), Request(0.5, 70, 2), Request(0.5, 10, 2)
+    res, trace = _run(engine, [a, b, c])
+    # A decodes alone until it finishes; only then B and C are admitted, in order
+    admitted = [(i, s[3]) for i, s in enumerate(trace) if s[3]]
+    assert admitted[0] == (0, 1)
+    assert admitted[1][1] == 2 and admitted[1][0] >= 19
+    assert res.finished == 3
+
+
+def test_max_num_seqs_caps_the_running_set():
+    engine = Engine(max_num_seqs=4, max_num_batched_tokens=2048, num_gpu_blocks=10000, block_size=16)
+    w = Workload(
+        "closed", 0.0, 24, 0.0, LengthDist(((100, 300, 1.0),), 200), LengthDist(((64, 256, 1.0),), 160)
+    )
+    res = Simulator(engine, StepModel(0.01, 0.001, 0.00001)).run_workload(w, 60.0, 10.0, seed=1)
+    assert res.running_max == 4
+    assert 3.5 < res.running_area / res.span_s <= 4.0
+    assert 19 < res.waiting_area / res.span_s <= 20.0
+
+
+def test_prefix_hits_on_full_blocks_skip_their_prefill():
+    engine = Engine(max_num_seqs=8, max_num_batched_tokens=4096, num_gpu_blocks=1000, block_size=16)
+    step = StepModel(c0=0.0001, c_decode=0.0, c_prefill=0.001)
+    w = Workload("open", 0.5, 0, 0.0, LengthDist.fixed(1040), LengthDist.fixed(2))
+    cold = Simulator(engine, step).run_workload(w, 60.0, 0.0, seed=1)
+    warm = Simulator(engine, step, prefix_hit_ratio=0.985).run_workload(w, 60.0, 0.0, seed=1)
+    # a 1024-token shared prefix is 64 full blocks: 16 of 1040 tokens are computed instead of all
+    assert max(cold.ttft) > 1.0
+    assert max(warm.ttft) < 0.02
