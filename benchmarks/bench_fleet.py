@@ -1,24 +1,31 @@
-"""Fleet scale: kvdoctor's Prometheus source against its scrape source at 10, 100 and 1,000 vLLM targets.
+"""Fleet scale: kvdoctor's scrape source at 10 to 5,000 vLLM targets, per target, against its Prometheus source.
 
-usage: python benchmarks/bench_fleet.py [--sizes 10,100,1000] [--span 120] [--step 5] [--cycles 5] [--keep DIR]
+usage: python benchmarks/bench_fleet.py [--sizes 10,100,1000,5000] [--prom-sizes 10,100,1000]
+           [--rss-sizes 10,100,1000,5000] [--pre-parsed-from 5000] [--span 120] [--step 5] [--cycles 5] [--keep DIR]
 
-The fleet is synthetic but every series is real: N targets (`instance` vllm-0000:8000 …), each a copy of one of the
-real vLLM 0.32 recordings (kv_bound, batch_cap, healthy, compute_bound; ../shared/recordings, else the demo copies),
-thinned to one scrape every --step seconds over their last --span seconds. For each size a Prometheus 2.42 gets
-(a) the vLLM series the rule pack and the source read, plus `up`, backfilled with `promtool tsdb create-blocks-from
-openmetrics`, and (b) the pack's recording rules backfilled with `promtool tsdb create-blocks-from rules`, one layer
-of dependent rules at a time (Prometheus restarted in between). Then it measures
+The fleet is synthetic but every series is real (fleet_data.py): N targets (`instance` vllm-0000:8000 …), each a
+copy of one of the real vLLM 0.32 recordings (kv_bound, batch_cap, healthy, compute_bound), thinned to one scrape
+every --step seconds over their last --span seconds. For each of --prom-sizes a Prometheus 2.42 gets (a) the vLLM
+series the rule pack and the source read, plus `up`, backfilled with `promtool tsdb create-blocks-from openmetrics`,
+and (b) the pack's recording rules backfilled with `promtool tsdb create-blocks-from rules`, one layer of dependent
+rules at a time (Prometheus restarted in between). Then it measures
   * the Prometheus source: wall time of one cycle (PrometheusEvaluator.evaluate at the end of the data) and the
     queries it sent, median of --cycles cycles;
-  * the scrape source: wall time of one cycle of a Pipeline ingesting the same N recorded expositions (parse,
-    store, every rule of the pack, classification; no HTTP), median of the last --cycles cycles (earlier frames
-    are ingested to fill the windows, the rules run on the last --cycles + 3).
-Needs `prometheus` and `promtool` on PATH; not run in CI. Absolute times depend on the machine.
+  * the scrape source, at every size: wall time of one cycle of a Pipeline ingesting the same N recorded
+    expositions (parse, store, every rule of the pack, classification; no HTTP), median of the last --cycles
+    cycles (earlier frames fill the windows, the rules run on the last --cycles + 3), per target, and the
+    evaluation's share of it;
+  * for --rss-sizes, in a process of its own (fleet_rss.py), the resident memory per target once 30 minutes of
+    scrapes every 15 s and of the pack's recorded series are held (sizes from --pre-parsed-from replay scrapes
+    parsed once and evaluate once a minute, to keep the run short).
+Needs `prometheus` and `promtool` on PATH; not run in CI. Absolute times depend on the machine; the ratios do not.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import re
 import shutil
 import statistics
@@ -26,75 +33,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from doctor.capacity.live import CACHE_INFO  # noqa: E402
-from doctor.ingest.parse import Parser  # noqa: E402
-from doctor.ingest.recording import load_frames  # noqa: E402
-from doctor.pipeline import EXPECTED, Pipeline  # noqa: E402
+from fleet_data import PACK, RECORDINGS, Template, fleet, kept_names, recording_dir  # noqa: E402
+
+from doctor.pipeline import Pipeline  # noqa: E402
 from doctor.rules.loader import default_rule_files, load_files  # noqa: E402
 from doctor.sources.client import PromClient  # noqa: E402
 from doctor.sources.prometheus import PrometheusEvaluator  # noqa: E402
 from tests.support.prometheus import PrometheusServer, backfill, binaries  # noqa: E402
 
-RECORDINGS = ("kv_bound", "batch_cap", "healthy", "compute_bound")
-PACK = default_rule_files()[0]
-
-
-def recording_dir() -> Path:
-    """The shared recordings when present, else the copies shipped for the demo."""
-    shared = ROOT.parent / "shared" / "recordings" / "vllm-0.32-cpu"
-    return shared if (shared / "kv_bound.jsonl.gz").exists() else ROOT / "doctor" / "demo"
-
-
-def kept_names() -> set[str]:
-    """The vLLM sample names the pack's rules and the Prometheus source read."""
-    names = set(re.findall(r"vllm:[a-z_:]*[a-z_]", PACK.read_text()))
-    names |= {CACHE_INFO} | {a.replace("_bucket", "_count") for alts in EXPECTED.values() for a in alts}
-    return names
-
-
-class Template:
-    """One real recording, thinned: frame offsets (s), exposition texts, and the kept series per frame."""
-
-    def __init__(self, path: Path, span: float, step: float, keep: set[str]) -> None:
-        frames = [f for f in load_frames(path) if f.text is not None]
-        end = frames[-1].t
-        self.offsets: list[float] = []
-        self.texts: list[str] = []
-        next_t = end - span
-        for f in frames:
-            if f.t >= next_t:
-                self.offsets.append(round(f.t - (end - span), 3))
-                self.texts.append(f.text or "")
-                next_t = f.t + step - 0.5
-        # sample name -> label text -> [(frame index, value)]
-        self.series: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
-        parser = Parser()
-        for k, text in enumerate(self.texts):
-            for s in parser.parse(text).samples:
-                if s.name in keep:
-                    labels = ",".join(f'{n}="{_esc(v)}"' for n, v in s.labels)
-                    self.series[s.name][labels].append((k, s.value))
-
-
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
 
 def _fmt(v: float) -> str:
     return "NaN" if v != v else ("+Inf" if v == float("inf") else repr(v))
-
-
-def fleet(n: int) -> list[tuple[str, int, float]]:
-    """(instance, template index, scrape phase in s) per target."""
-    return [(f"vllm-{i:04d}:8000", i % len(RECORDINGS), (i * 37 % 1000) / 1000) for i in range(n)]
 
 
 def write_openmetrics(
@@ -177,42 +135,96 @@ def bench_prometheus(url: str, t: float, cycles: int, n: int) -> tuple[float, in
 
 def bench_scrape(
     targets: list[tuple[str, int, float]], templates: list[Template], t0: float, cycles: int
-) -> tuple[float, Counter[str]]:
-    """Median seconds of the last `cycles` scrape-source cycles (ingest N expositions + evaluate)."""
-    groups = load_files(default_rule_files())
-    pipeline = Pipeline(groups)
+) -> tuple[float, float, float, Counter[str]]:
+    """Medians over the last `cycles` scrape-source cycles (ingest N expositions + evaluate): wall seconds, CPU
+    seconds, CPU seconds of the evaluation part; and the classes of the last cycle."""
+    pipeline = Pipeline(load_files(default_rule_files()))
     for instance, _, _ in targets:
         pipeline.add_target(instance)
     frames = min(len(t.offsets) for t in templates)
-    times, last = [], None
+    walls, cpus, evals, last = [], [], [], None
     for k in range(frames):
-        start = time.perf_counter()
+        if k == frames - cycles - 3:
+            # The windows are filled: collect once so the cycles measured are the steady state, not the
+            # collections Python's GC runs while the heap grows from nothing during the first frames.
+            gc.collect()
+        wall, cpu = time.perf_counter(), time.process_time()
         for instance, ti, phase in targets:
             pipeline.observe(instance, t0 + templates[ti].offsets[k] + phase, templates[ti].texts[k])
-        # Early frames only fill the windows (at 1,000 targets a cycle takes tens of seconds); the last ones
-        # run the whole cycle, with a few unmeasured first so `for` clauses and rates have settled.
+        # Early frames only fill the windows; the last ones run the whole cycle, with a few unmeasured
+        # first so `for` clauses and rates have settled.
         if k >= frames - cycles - 3:
+            mid = time.process_time()
             last = pipeline.evaluate(t0 + templates[0].offsets[k] + 1.0)
-            times.append(time.perf_counter() - start)
+            walls.append(time.perf_counter() - wall)
+            cpus.append(time.process_time() - cpu)
+            evals.append(time.process_time() - mid)
     assert last is not None
-    return statistics.median(times[-cycles:]), Counter(d.bottleneck for d in last.diagnoses)
+    med = [statistics.median(x[-cycles:]) for x in (walls, cpus, evals)]
+    return med[0], med[1], med[2], Counter(d.bottleneck for d in last.diagnoses)
+
+
+def bench_rss(n: int, pre_parsed: bool) -> dict[str, float]:
+    """fleet_rss.py's measurement for n targets, in a process of its own (large fleets: pre-parsed, the pack
+    evaluated once a minute)."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "fleet_rss.py"), str(n)]
+    proc = subprocess.run(
+        cmd + ["--pre-parsed", "--eval-every", "4"] * pre_parsed, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"fleet_rss.py {n} failed: {proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def bench_prometheus_fleet(
+    n: int, templates: list[Template], t0: float, end: float, args: argparse.Namespace, base: Path
+) -> tuple[float, int, Counter[str]]:
+    """Backfill a Prometheus with n targets and the pack's rules; the Prometheus source's cycle on it."""
+    prom_bin, promtool = binaries() or ("prometheus", "promtool")
+    work = base / f"fleet-{n}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    start = time.perf_counter()
+    samples = write_openmetrics(work / "fleet.om", fleet(n), templates, t0)
+    backfill(work / "fleet.om", work / "tsdb", promtool=promtool)
+    (work / "fleet.om").unlink()
+    prom = PrometheusServer(work / "tsdb", work, binary=prom_bin)
+    prom.start(timeout=120)
+    try:
+        backfill_rules(prom, promtool, int(t0) - 60, int(end) + 60, work)
+        print(
+            f"  {n} targets: {samples:,} samples backfilled with rules in {time.perf_counter() - start:.0f}s"
+        )
+        return bench_prometheus(prom.url, end, args.cycles, n)
+    finally:
+        prom.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> int:
     """Run the benchmark and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="10,100,1000")
+    ap.add_argument("--sizes", default="10,100,1000,5000")
+    ap.add_argument(
+        "--prom-sizes", default="10,100,1000", help="sizes also run against a backfilled Prometheus"
+    )
+    ap.add_argument(
+        "--rss-sizes", default="10,100,1000,5000", help="sizes whose RSS at 30 min retention is measured"
+    )
+    ap.add_argument(
+        "--pre-parsed-from", type=int, default=5000, help="RSS runs this large replay pre-parsed scrapes"
+    )
     ap.add_argument("--span", type=float, default=120.0, help="seconds of each recording to use")
     ap.add_argument("--step", type=float, default=5.0, help="seconds between kept scrapes")
     ap.add_argument("--cycles", type=int, default=5)
     ap.add_argument("--keep", help="work directory to keep (default: a temporary one, removed)")
     args = ap.parse_args()
-    found = binaries()
-    if found is None:
+    if binaries() is None:
         print("bench_fleet: needs prometheus and promtool on PATH", file=sys.stderr)
         return 2
-    promtool = found[1]
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes, prom_sizes, rss_sizes = (
+        [int(x) for x in v.split(",") if x] for v in (args.sizes, args.prom_sizes, args.rss_sizes)
+    )
     src = recording_dir()
     print(f"recordings: {src} ({', '.join(RECORDINGS)}); {args.span:g}s each, a scrape every {args.step:g}s")
     templates = [Template(src / f"{r}.jsonl.gz", args.span, args.step, kept_names()) for r in RECORDINGS]
@@ -222,44 +234,44 @@ def main() -> int:
     rows = []
     try:
         for n in sizes:
-            targets = fleet(n)
-            work = base / f"fleet-{n}"
-            shutil.rmtree(work, ignore_errors=True)
-            work.mkdir(parents=True)
-            start = time.perf_counter()
-            samples = write_openmetrics(work / "fleet.om", targets, templates, t0)
-            backfill(work / "fleet.om", work / "tsdb", promtool=promtool)
-            (work / "fleet.om").unlink()
-            prom = PrometheusServer(work / "tsdb", work, binary=found[0])
-            prom.start(timeout=120)
-            try:
-                backfill_rules(prom, promtool, int(t0) - 60, int(end) + 60, work)
-                load_s = time.perf_counter() - start
-                p_s, p_q, p_classes = bench_prometheus(prom.url, end, args.cycles, n)
-            finally:
-                prom.stop()
-            s_s, s_classes = bench_scrape(targets, templates, t0, args.cycles)
-            rows.append((n, samples, load_s, p_s, p_q, s_s, p_classes, s_classes))
-            print(f"  {n} targets: {samples:,} samples backfilled with rules in {load_s:.0f}s", flush=True)
+            prom = bench_prometheus_fleet(n, templates, t0, end, args, base) if n in prom_sizes else None
+            s_s, c_s, e_s, s_classes = bench_scrape(fleet(n), templates, t0, args.cycles)
+            rss = bench_rss(n, n >= args.pre_parsed_from) if n in rss_sizes else None
+            rows.append((n, prom, s_s, c_s, e_s, s_classes, rss))
+            print(f"  {n} targets: scrape source {s_s:.3f}s per cycle ({c_s:.3f}s CPU)", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
-    print()
-    print(
-        f"{'targets':>8} | {'prometheus source':>18} | {'queries/cycle':>13} | {'scrape source':>14} | ratio"
-    )
-    print(f"{'':>8} | {'s per cycle':>18} | {'':>13} | {'s per cycle':>14} | scrape/prom")
-    for n, _, _, p_s, p_q, s_s, _, _ in rows:
-        print(f"{n:>8} | {p_s:>18.3f} | {p_q:>13} | {s_s:>14.3f} | {s_s / p_s:>6.1f}×")
-    print()
-    for n, _, _, _, _, _, pc, sc in rows:
-        print(
-            f"classes at {n}: prometheus source {dict(sorted(pc.items()))}; scrape source {dict(sorted(sc.items()))}"
+    print(f"\n{'targets':>8} | {'prometheus source':>17} | {'queries':>7} | {'scrape source':>13} | {'per target':>10} "
+          f"| {'of which':>8} | {'ratio':>11} | {'RSS per target':>14}")  # fmt: skip
+    print(f"{'':>8} | {'s per cycle':>17} | {'/cycle':>7} | {'s per cycle':>13} | {'CPU ms':>10} "
+          f"| {'eval ms':>8} | {'scrape/prom':>11} | {'MB at 30m/15s':>14}")  # fmt: skip
+    for n, prom, s_s, c_s, e_s, _, rss in rows:
+        p_s, p_q = (f"{prom[0]:.3f}", str(prom[1])) if prom else ("-", "-")
+        ratio = f"{s_s / prom[0]:.1f}×" if prom else "-"
+        mb = (
+            f"{(rss['rss_after'] - rss['rss_before']) / n / 2**20:.2f}{'*' * rss['pre_parsed']}"
+            if rss
+            else "-"
         )
-    constant = len({r[4] for r in rows}) == 1
+        print(f"{n:>8} | {p_s:>17} | {p_q:>7} | {s_s:>13.3f} | {c_s / n * 1e3:>10.3f} | {e_s / n * 1e3:>8.3f} "
+              f"| {ratio:>11} | {mb:>14}")  # fmt: skip
+    if any(r[6] and r[6]["pre_parsed"] for r in rows):
+        print("* scrapes pre-parsed once per frame and shared by the targets (parser caches not counted), the pack "
+              "evaluated once a minute (recorded series hold a quarter of their samples)")  # fmt: skip
     print(
-        f"\nqueries per cycle constant from {sizes[0]} to {sizes[-1]} targets: {'yes' if constant else 'NO'}"
+        "(seconds per cycle are wall time; per target is CPU time of the cycle: the machine may be shared)\n"
     )
+    for n, prom, *_, sc, _ in rows:
+        pc = dict(sorted(prom[2].items())) if prom else "-"
+        print(f"classes at {n}: prometheus source {pc}; scrape source {dict(sorted(sc.items()))}")
+    per_target = [r[3] / r[0] for r in rows]
+    spread = max(per_target) / min(per_target)
+    print(f"\nscrape source CPU per target: {min(per_target) * 1e3:.3f}-{max(per_target) * 1e3:.3f} ms, "
+          f"max/min {spread:.2f}")  # fmt: skip
+    queries = {r[1][1] for r in rows if r[1]}
+    constant = len(queries) <= 1
+    print(f"queries per cycle constant over {prom_sizes}: {'yes' if constant else 'NO'}")
     return 0 if constant else 1
 
 

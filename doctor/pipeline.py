@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from doctor.capacity.live import LiveCapacity, live_capacity
+from doctor.capacity.live import B125, CACHE_INFO, LiveCapacity, live_capacity
 from doctor.diagnosis.classify import Classifier
 from doctor.diagnosis.evidence import Key, collect
 from doctor.diagnosis.target import Target, TargetFacts
@@ -32,6 +33,7 @@ EXPECTED = {
         "vllm:time_per_output_token_seconds_bucket",
     ),
 }
+_CAPACITY_NAMES = {CACHE_INFO, *B125}  # the samples live_capacity reads
 
 
 @dataclass
@@ -64,7 +66,6 @@ class Pipeline:
             DEFAULT_RUNBOOK_PAGE  # where findings' runbook links point (the daemon sets its own)
         )
         self._parsers: dict[str, Parser] = {}
-        self._last: dict[str, Scrape] = {}
 
     def set_rules(self, groups: list[RuleGroup]) -> None:
         """Swap in a new rule pack, keeping the alert state of rules that still exist."""
@@ -93,7 +94,7 @@ class Pipeline:
         if self.advisor is not None:
             self.advisor.forget(name)
         self.classifier.forget(name)
-        for d in (self._targets, self._parsers, self._last):
+        for d in (self._targets, self._parsers):
             d.pop(name, None)  # type: ignore[attr-defined]
 
     def set_health(
@@ -135,13 +136,32 @@ class Pipeline:
         self.store.ingest(target, t_ms, scrape.samples, extra)
         self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 1.0)], extra)
         state.record(t, True, duration_s=duration_s, samples=len(scrape.samples))
-        self._last[target] = scrape
+        # read what the diagnosis needs from the scrape now, so its samples do not outlive the ingest
+        names = {s.name for s in scrape.samples}
+        missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
+        self.set_inventory(
+            name=target,
+            missing=missing,
+            live=live_capacity([s for s in scrape.samples if s.name in _CAPACITY_NAMES]),
+        )
         if self.advisor is not None:
             self.advisor.observe(target, t, scrape.samples)
         return None
 
     def evaluate(self, t: float) -> Cycle:
         """Run the rule pack at t and classify every (target, model)."""
+        # A cycle's temporaries are acyclic (reference counting frees them); without this, the allocation count
+        # sets off cyclic collections that walk a heap which grows with the fleet, the only cost per target
+        # that did (1.36 -> 2.47 ms from 10 to 5,000 targets; flat with the collector paused).
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._evaluate(t)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _evaluate(self, t: float) -> Cycle:
         self._inject_config(t)
         evaluation = self.rules.evaluate(t)
         t_ms = round(t * 1000)
@@ -151,12 +171,6 @@ class Pipeline:
                 v = s.at(t_ms, self.store.lookback_ms)
                 if v is not None and not math.isnan(v):
                     series.append((s.labels, v))
-        for name, st in self._targets.items():
-            scrape = self._last.get(name)
-            if scrape is not None and st.up:
-                names = {s.name for s in scrape.samples}
-                missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
-                self.set_inventory(name, missing, live_capacity(scrape.samples))
         diagnoses = self.classify(t, collect(series), evaluation)
         return Cycle(t, diagnoses, evaluation)
 

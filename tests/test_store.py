@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from doctor.samples import Sample
 from doctor.store import Store
 
@@ -73,3 +75,78 @@ def test_retention_bounds_memory():
     g = only(st, "g")
     assert g.ts[0] >= 999_000 - 60_000
     assert len(st) <= 62  # g plus the churned series still inside retention
+
+
+def _reference_run(steps: int, seed: int, retention_s: float) -> None:
+    """Random scrapes, vanishing series, failed scrapes and late writes, against a plain model of the semantics."""
+    rng = random.Random(seed)
+    st = Store(retention_s=retention_s)
+    model: dict[tuple, list[tuple[int, float | None]]] = {}
+    present: dict[str, set[tuple]] = {"a": set(), "b": set()}
+
+    def put(key: tuple, t: int, v: float | None) -> None:
+        pts = model.setdefault(key, [])
+        if not pts or t > pts[-1][0]:
+            pts.append((t, v))
+
+    labels = {n: (("i", n),) for n in "uvwxyz"}  # the same tuples every scrape, as the parser hands out
+    for k in range(1, steps):
+        for src in ("a", "b"):
+            t = k * 1_000 - (500 if rng.random() < 0.05 else 0)
+            roll = rng.random()
+            if roll < 0.1:
+                st.mark_down(src, t)
+                for key in present[src]:
+                    put(key, t, None)
+                present[src] = set()
+                continue
+            names = list("uvwxyz") if roll < 0.7 else rng.sample("uvwxyz", rng.randint(0, 6))
+            if rng.random() < 0.1:
+                names.append(names[0] if names else "u")  # a duplicate series in one scrape
+            batch = [Sample("g", labels[n], float(rng.randint(0, 9))) for n in names]
+            st.ingest(src, t, batch, (("src", src),))
+            now: set[tuple] = set()
+            for s in batch:
+                key = (("__name__", "g"), ("i", s.labels[0][1]), ("src", src))
+                if key not in now:
+                    now.add(key)
+                    put(key, t, s.value)
+            for key in present[src] - now:
+                put(key, t, None)
+            present[src] = now
+        cutoff = st.newest_ms - st.retention_ms
+        by_key = {s.labels: s for s in st.select("g")}
+        for key, pts in model.items():
+            want = [(t, v) for t, v in pts if t >= cutoff]
+            if not any(v is not None for _, v in want):
+                continue  # may have aged out
+            s = by_key[key]
+            got = [(t, v) for t, v in zip(s.ts, s.vs, strict=True) if t >= cutoff]
+            assert got == want, (k, key)
+            assert s.at(k * 1_000) == (pts[-1][1] if pts[-1][0] >= k * 1_000 - 300_000 else None)
+
+
+def test_store_matches_a_plain_model_of_prometheus_semantics():
+    _reference_run(300, seed=1, retention_s=1e9)
+
+
+def test_store_matches_the_model_while_trimming_by_retention():
+    _reference_run(400, seed=2, retention_s=40)
+
+
+def test_series_that_stop_after_a_failed_scrape_keep_their_own_history():
+    st = Store()
+    labels = {n: (("i", n),) for n in "uvw"}
+    for k in range(1, 4):
+        st.ingest("t", k * 1_000, [Sample("g", labels[n], float(k)) for n in "uvw"])
+    st.mark_down("t", 4_000)
+    st.ingest("t", 5_000, [Sample("g", labels["u"], 5.0)])
+    st.ingest("t", 6_000, [Sample("g", labels["u"], 6.0)])
+    got = {x.labels[1][1]: (x.ts, x.vs) for x in st.select("g")}
+    assert got["u"] == ([1_000, 2_000, 3_000, 4_000, 5_000, 6_000], [1.0, 2.0, 3.0, None, 5.0, 6.0])
+    assert got["w"] == ([1_000, 2_000, 3_000, 4_000], [1.0, 2.0, 3.0, None])
+    assert only_w(st).window(0, 10_000) == ([1_000, 2_000, 3_000], [1.0, 2.0, 3.0])
+
+
+def only_w(st: Store):
+    return next(x for x in st.select("g") if ("i", "w") in x.labels)

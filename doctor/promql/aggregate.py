@@ -5,23 +5,17 @@ from __future__ import annotations
 import math
 
 from doctor.promql.quantile import quantile
-from doctor.promql.values import NAME, Elem, EvalError, Labels, Vector
+from doctor.promql.values import Elem, EvalError, Labels, Vector, grouping
 
 SUPPORTED = {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk", "bottomk", "quantile"}
 
 
-def _group_key(labels: Labels, by: bool, names: set[str]) -> Labels:
-    if by:
-        return tuple(p for p in labels if p[0] in names)  # `by (__name__)` keeps the name, as in Prometheus
-    return tuple(p for p in labels if p[0] not in names and p[0] != NAME)
-
-
 def aggregate(op: str, vec: Vector, by: bool, names: list[str], param: float | None) -> Vector:
     """Aggregate vec grouped by (or without) names."""
-    nameset = set(names)
+    group_of = grouping(by, names)
     groups: dict[Labels, list[Elem]] = {}
     for e in vec:
-        groups.setdefault(_group_key(e.labels, by, nameset), []).append(e)
+        groups.setdefault(group_of(e.labels), []).append(e)
     if op in ("topk", "bottomk"):
         return _topk(op, groups, param)
     out: Vector = []

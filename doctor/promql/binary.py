@@ -6,7 +6,6 @@ import math
 from collections.abc import Callable
 
 from doctor.promql.values import (
-    NAME,
     Elem,
     EvalError,
     Labels,
@@ -14,6 +13,7 @@ from doctor.promql.values import (
     Vector,
     drop_name,
     get_label,
+    grouping,
     set_label,
 )
 
@@ -103,12 +103,7 @@ class Matching:
 
     def __init__(self, card: str, on: bool, labels: list[str], include: list[str]) -> None:
         self.card, self.on, self.labels, self.include = card, on, set(labels), include
-
-    def signature(self, labels: Labels) -> Labels:
-        """The labels two elements must share to match."""
-        if self.on:
-            return tuple(p for p in labels if p[0] in self.labels)
-        return tuple(p for p in labels if p[0] not in self.labels and p[0] != NAME)
+        self.signature = grouping(on, self.labels)  # the labels two elements must share to match
 
 
 def set_op(op: str, lhs: Vector, rhs: Vector, m: Matching) -> Vector:

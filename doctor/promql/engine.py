@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import promql_parser as pp
@@ -41,13 +43,66 @@ class Engine(Calls):
         self.lookback_ms = store.lookback_ms
         self.subquery_step_ms = subquery_step_ms
         self._regex: dict[str, re.Pattern[str]] = {}
+        # id(node) -> (node, its text, the metric names it reads); the node is kept so its id stays unique
+        self._nodes: dict[int, tuple[Any, str, frozenset[str] | None]] = {}
+        self._memo: dict[tuple[str, int], Value] | None = None
+        self._readers: dict[
+            str | None, list[tuple[str, int]]
+        ] = {}  # name (None: any) -> memo keys reading it
+        # selector text -> (the name's series list it was matched against, the matches)
+        self._selected: dict[str, tuple[list[Series], list[Series]]] = {}
+        self.computed = 0  # subexpressions evaluated (not served from the memo), for tests and benchmarks
 
     def instant(self, expr: pp.Expr, t_ms: int) -> Value:
         """The value of expr at t_ms."""
         return self._eval(expr, t_ms)
 
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """Within the block, an expression met again at the same instant (in any rule) is not evaluated again."""
+        self._memo, self._readers = {}, {}
+        try:
+            yield
+        finally:
+            self._memo, self._readers = None, {}
+
+    def written(self, name: str) -> None:
+        """Series named `name` just changed (a recording rule wrote them): forget shared results that read them."""
+        memo = self._memo
+        if memo:
+            for key in (*self._readers.pop(name, ()), *self._readers.pop(None, ())):
+                memo.pop(key, None)
+
+    def _node(self, node: Any) -> tuple[Any, str, frozenset[str] | None]:
+        known = self._nodes.get(id(node))
+        if known is None:
+            if len(self._nodes) > 100_000:  # ad-hoc queries each bring new nodes
+                self._nodes.clear()
+                self._selected.clear()
+            text = str(node)
+            if _quoted(node):  # str() prints strings unescaped: two different expressions could print alike
+                text = f"{text}\x00{id(node)}"
+            known = self._nodes[id(node)] = (node, text, _names_read(node))
+        return known
+
     # -- dispatch ---------------------------------------------------------------------------------------
     def _eval(self, node: Any, t: int) -> Value:
+        memo = self._memo
+        if memo is None or isinstance(node, pp.NumberLiteral | pp.StringLiteral):
+            return self._compute(node, t)
+        _, text, names = self._node(node)
+        key = (text, t)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        value = self._compute(node, t)
+        memo[key] = value
+        for name in names if names is not None else (None,):
+            self._readers.setdefault(name, []).append(key)
+        return value
+
+    def _compute(self, node: Any, t: int) -> Value:
+        self.computed += 1
         if isinstance(node, pp.NumberLiteral):
             return Scalar(float(node.val))
         if isinstance(node, pp.StringLiteral):
@@ -78,12 +133,20 @@ class Engine(Calls):
         return t - ms(node.offset)
 
     def _matching(self, node: pp.VectorSelector) -> list[Series]:
-        out = [
-            s
-            for s in self.store.select(node.name)
-            if all(self._match(m, s.labels) for m in node.matchers.matchers)
-        ]
-        out.sort(key=lambda s: s.labels)  # Prometheus returns series in label order; topk ties depend on it
+        """The selector's series in label order (Prometheus' order; topk ties depend on it), from the name index.
+
+        The matches are kept until a series of that name comes or goes (the store then hands out a new list).
+        """
+        base = self.store.sorted_series(node.name)
+        matchers = node.matchers.matchers
+        if not matchers:
+            return base
+        text = self._node(node)[1]
+        hit = self._selected.get(text)
+        if hit is not None and hit[0] is base:
+            return hit[1]
+        out = [s for s in base if all(self._match(m, s.labels) for m in matchers)]
+        self._selected[text] = (base, out)
         return out
 
     def _match(self, m: Any, labels: Labels) -> bool:
@@ -105,9 +168,10 @@ class Engine(Calls):
 
     def _vector(self, node: pp.VectorSelector, t: int) -> Vector:
         ref = self._ref_time(node, t)
+        lookback = self.lookback_ms
         out: Vector = []
         for s in self._matching(node):
-            v = s.at(ref, self.lookback_ms)
+            v = s.at(ref, lookback)
             if v is not None:
                 out.append(Elem(s.labels, v))
         return out
@@ -179,6 +243,42 @@ class Engine(Calls):
         by = mod is None or mod.type == pp.AggModifierType.By
         labels = list(mod.labels) if mod is not None else []
         return aggregate.aggregate(op, as_vector(self._eval(node.expr, t)), by, labels, param)
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, pp.MatrixSelector):
+        return [node.vector_selector]
+    if isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
+        return [node.expr]
+    if isinstance(node, pp.BinaryExpr):
+        return [node.lhs, node.rhs]
+    if isinstance(node, pp.AggregateExpr):
+        return [node.expr] + ([node.param] if node.param is not None else [])
+    if isinstance(node, pp.Call):
+        return list(node.args)
+    return []
+
+
+def _names_read(node: Any) -> frozenset[str] | None:
+    """The metric names an expression selects (None: it may read any series)."""
+    if isinstance(node, pp.VectorSelector):
+        return frozenset([node.name]) if node.name else None
+    names: set[str] = set()
+    for child in _children(node):
+        sub = _names_read(child)
+        if sub is None:
+            return None
+        names |= sub
+    return frozenset(names)
+
+
+def _quoted(node: Any) -> bool:
+    """True when a string in the expression holds a quote or a backslash."""
+    if isinstance(node, pp.VectorSelector):
+        return any('"' in m.value or "\\" in m.value for m in node.matchers.matchers)
+    if isinstance(node, pp.StringLiteral):
+        return '"' in node.val or "\\" in node.val
+    return any(_quoted(c) for c in _children(node))
 
 
 def _matching_of(mod: Any, op: str) -> binary.Matching:

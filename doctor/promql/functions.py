@@ -16,6 +16,7 @@ from doctor.promql.values import (
     check_unique,
     drop_name,
     get_label,
+    grouping,
     set_label,
 )
 
@@ -150,17 +151,30 @@ def label_join(vec: Vector, dst: str, sep: str, srcs: list[str]) -> Vector:
     return check_unique(out)
 
 
+_WITHOUT_LE = grouping(False, {"le"})
+_BOUNDS: dict[str, float | None] = {}
+
+
+def _upper_bound(le: str) -> float | None:
+    if le in _BOUNDS:
+        return _BOUNDS[le]
+    try:
+        upper: float | None = float(le)
+    except ValueError:
+        upper = None
+    if len(_BOUNDS) < 100_000:
+        _BOUNDS[le] = upper
+    return upper
+
+
 def histogram_quantile(q: float, vec: Vector) -> Vector:
     """histogram_quantile(φ, buckets): one value per label set without `le`."""
     groups: dict[Labels, list[tuple[float, float]]] = {}
     for e in vec:
-        le = get_label(e.labels, "le")
-        try:
-            upper = float(le)
-        except ValueError:
+        upper = _upper_bound(get_label(e.labels, "le"))
+        if upper is None:
             continue  # a bucket without a parsable `le` is ignored, as in Prometheus
-        key = tuple(p for p in e.labels if p[0] not in (NAME, "le"))
-        groups.setdefault(key, []).append((upper, e.v))
+        groups.setdefault(_WITHOUT_LE(e.labels), []).append((upper, e.v))
     return [Elem(k, bucket_quantile(q, b)) for k, b in groups.items()]
 
 

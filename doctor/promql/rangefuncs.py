@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from itertools import islice
+from operator import le
 
 from doctor.promql.quantile import quantile
 
@@ -19,7 +21,7 @@ def _extrapolated(
     if n < 2:
         return None
     result = vs[-1] - vs[0]
-    if counter:
+    if counter and not (vs[0] >= 0 and all(map(le, vs, islice(vs, 1, None)))):  # a reset (or NaN) to correct
         last = 0.0
         for v in vs:
             if v < last:
@@ -163,9 +165,14 @@ def _sum(ts, vs, s, e, r, a):
     return total if math.isinf(total + c) else total + c
 
 
-def _extreme(vs: list[float], better: Callable[[float, float], bool]) -> float | None:
+def _extreme(
+    vs: list[float], better: Callable[[float, float], bool], plain: Callable[..., float]
+) -> float | None:
     if not vs:
         return None
+    total = sum(vs)
+    if total == total:  # no NaN: the builtin keeps the first extreme as the loop does
+        return plain(vs)
     best = vs[0]
     for v in vs:
         if better(v, best) or math.isnan(best):
@@ -196,8 +203,8 @@ FUNCTIONS: dict[str, RangeFn] = {
     "avg_over_time": _avg,
     "sum_over_time": _sum,
     "count_over_time": lambda ts, vs, s, e, r, a: float(len(vs)) if vs else None,
-    "min_over_time": lambda ts, vs, s, e, r, a: _extreme(vs, lambda x, y: x < y),
-    "max_over_time": lambda ts, vs, s, e, r, a: _extreme(vs, lambda x, y: x > y),
+    "min_over_time": lambda ts, vs, s, e, r, a: _extreme(vs, lambda x, y: x < y, min),
+    "max_over_time": lambda ts, vs, s, e, r, a: _extreme(vs, lambda x, y: x > y, max),
     "last_over_time": lambda ts, vs, s, e, r, a: vs[-1] if vs else None,
     "present_over_time": lambda ts, vs, s, e, r, a: 1.0 if vs else None,
     "quantile_over_time": lambda ts, vs, s, e, r, a: quantile(a[0], vs) if vs else None,

@@ -74,6 +74,45 @@ def get_label(labels: Labels, name: str) -> str:
     return ""
 
 
+class Grouping:
+    """The labels `by (...)`/`on (...)` keep, or `without (...)`/`ignoring (...)` leave, memoized per label set.
+
+    Series keep their label tuples from one evaluation to the next, so each is projected once, not per rule per cycle.
+    """
+
+    __slots__ = ("cache", "keep", "names")
+
+    def __init__(self, keep: bool, names: frozenset[str]) -> None:
+        self.keep, self.names = keep, names
+        self.cache: dict[Labels, Labels] = {}
+
+    def __call__(self, labels: Labels) -> Labels:
+        """The projected label set."""
+        key = self.cache.get(labels)
+        if key is None:
+            if self.keep:  # `by (__name__)` keeps the name, as in Prometheus
+                key = tuple(p for p in labels if p[0] in self.names)
+            else:
+                key = tuple(p for p in labels if p[0] not in self.names and p[0] != NAME)
+            if len(self.cache) >= _GROUPING_LIMIT:
+                self.cache.clear()
+            self.cache[labels] = key
+        return key
+
+
+_GROUPING_LIMIT = 1 << 22
+_GROUPINGS: dict[tuple[bool, frozenset[str]], Grouping] = {}
+
+
+def grouping(keep: bool, names: frozenset[str] | set[str] | list[str]) -> Grouping:
+    """The shared Grouping for keep/names (one per distinct clause across all rules)."""
+    k = (keep, frozenset(names))
+    g = _GROUPINGS.get(k)
+    if g is None:
+        g = _GROUPINGS[k] = Grouping(keep, k[1])
+    return g
+
+
 def check_unique(vec: Vector) -> Vector:
     """Raise as Prometheus does when dropping names left two elements with one label set."""
     if len({e.labels for e in vec}) != len(vec):

@@ -64,20 +64,22 @@ class RuleEngine:
         t_ms = round(t * 1000)
         errors: list[str] = []
         seen: set[tuple[str, Labels]] = set()
-        for group in self.groups:
-            for i, rule in enumerate(group.rules):
-                try:
-                    value = self.engine.instant(rule.ast, t_ms)
-                except EvalError as exc:
-                    errors.append(f"{rule.file}:{rule.line}: rule {rule.name!r}: {exc}")
-                    continue
-                vec = [Elem((), value.v)] if isinstance(value, Scalar) else value
-                if rule.kind == "record":
-                    err = self._record(group, i, rule, vec, t_ms)  # type: ignore[arg-type]
-                    if err:
-                        errors.append(f"{rule.file}:{rule.line}: rule {rule.name!r}: {err}")
-                else:
-                    seen |= self._alert(rule, vec, t)  # type: ignore[arg-type]
+        with self.engine.shared():  # one cycle over the whole fleet: shared subexpressions computed once
+            for group in self.groups:
+                for i, rule in enumerate(group.rules):
+                    try:
+                        value = self.engine.instant(rule.ast, t_ms)
+                    except EvalError as exc:
+                        errors.append(f"{rule.file}:{rule.line}: rule {rule.name!r}: {exc}")
+                        continue
+                    vec = [Elem((), value.v)] if isinstance(value, Scalar) else value
+                    if rule.kind == "record":
+                        err = self._record(group, i, rule, vec, t_ms)  # type: ignore[arg-type]
+                        self.engine.written(rule.name)
+                        if err:
+                            errors.append(f"{rule.file}:{rule.line}: rule {rule.name!r}: {err}")
+                    else:
+                        seen |= self._alert(rule, vec, t)  # type: ignore[arg-type]
         self._resolve(seen, t)
         for e in errors:
             log.warning("rule evaluation failed: %s", e)
@@ -95,9 +97,11 @@ class RuleEngine:
         samples = []
         seen: set[Labels] = set()
         for e in vec:
-            labels = dict(drop_name(e.labels))
-            labels.update(rule.labels)
-            key = tuple(sorted(labels.items()))
+            key = drop_name(e.labels)  # already in canonical order
+            if rule.labels:
+                labels = dict(key)
+                labels.update(rule.labels)
+                key = tuple(sorted(labels.items()))
             if key in seen:
                 return "vector contains metrics with the same labelset after applying rule labels"
             seen.add(key)
