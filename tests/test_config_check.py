@@ -91,7 +91,7 @@ def test_every_error_of_config_notify_web_config_rules_and_file_sd_is_printed(tm
     err = capsys.readouterr().err
     assert f"{cfg}:1: interval: not a duration: 'soon'" in err
     assert f"{cfg}:8: notify.slack.timeout: must be a duration" in err
-    assert f"{web}: colour: unknown key" in err
+    assert f"{web}:1: colour: unknown key" in err
     assert f"{rules}:4: rule 'x': expr parse error" in err
     assert f"{sd}:1: group 0: needs a `targets` list" in err
     assert f"{cfg}: target g:8000: unknown model 'Llama-9'" in err

@@ -83,11 +83,13 @@ colour: blue
     with pytest.raises(WebConfigError) as exc:
         load_web_config(path)
     errors = exc.value.errors
-    assert f"{path}: basic_auth_users.alice: not a bcrypt hash" in "\n".join(errors)
-    for key in ("tls_server_config.cert_file", "tls_server_config.key_file", "tls_server_config.client_auth_type",
-                "tls_server_config.min_version", "http_server_config.headers.X-Evil",
-                "http_server_config.headers.X-Frame-Options", "colour"):  # fmt: skip
-        assert any(e.startswith(f"{path}: {key}: ") for e in errors), (key, errors)
+    assert f"{path}:7: basic_auth_users.alice: not a bcrypt hash" in "\n".join(errors)
+    # each error at file:line of its key (a missing key: the line of the section that lacks it)
+    for line, key in ((3, "tls_server_config.cert_file"), (2, "tls_server_config.key_file"),
+                      (4, "tls_server_config.client_auth_type"), (5, "tls_server_config.min_version"),
+                      (11, "http_server_config.headers.X-Evil"), (12, "http_server_config.headers.X-Frame-Options"),
+                      (13, "colour")):  # fmt: skip
+        assert any(e.startswith(f"{path}:{line}: {key}: ") for e in errors), (key, errors)
     assert not any("bob" in e for e in errors)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import bcrypt
 import yaml
 
-from doctor.config.yamlpos import broken_line
+from doctor.config.yamlpos import broken_line, locate
 from doctor.errors import ValidationError
 from doctor.web.tlsconfig import parse_tls
 
@@ -103,7 +103,8 @@ def _basic(header: str | None) -> tuple[str | None, str | None]:
 def load_web_config(path: str) -> WebConfig:
     """Read and validate a web-config.yml; raises WebConfigError listing every problem at once."""
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        located = locate(Path(path).read_text(encoding="utf-8"), path)
+        raw = located.value
     except OSError as exc:
         raise WebConfigError([f"{path}: {exc.strerror or exc}"]) from None
     except yaml.YAMLError as exc:
@@ -113,7 +114,7 @@ def load_web_config(path: str) -> WebConfig:
     errors: list[str] = []
 
     def err(key: str, msg: str) -> None:
-        errors.append(f"{path}: {key}: {msg}")
+        errors.append(f"{located.where(*key.split('.'))}: {key}: {msg}")
 
     if raw is None:
         raw = {}
