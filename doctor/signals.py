@@ -29,6 +29,9 @@ class Signal:
     metric: str = ""  # kvdoctor_* gauge on /metrics ("" = not exposed)
     help: str = ""  # its HELP text
     history: bool = False  # kept per evaluation for the status page's charts
+    chart: str = ""  # title of the status page's chart that draws it ("" = none; needs history)
+    chart_style: str = ""  # "fill" (area under the line), "dash" (a limit drawn dashed, only when present)
+    chart_line: str = ""  # evidence key drawn on the same chart as a horizontal line (an SLO)
     summary: bool = False  # shown in the one-line evidence of a report or timeline
 
     def to_dict(self) -> dict[str, Any]:
@@ -61,30 +64,30 @@ def _signals(*items: Signal) -> dict[str, Signal]:
 SIGNALS: dict[str, Signal] = _signals(
     Signal("kv_usage", "KV cache usage", "pct", "kvdoctor:kv_usage:ratio", short="KV usage",
            metric="kvdoctor_kv_cache_usage_ratio", help="KV-cache usage 0-1 (rule kvdoctor:kv_usage:ratio from vllm:kv_cache_usage_perc).",
-           history=True, summary=True),
+           history=True, summary=True, chart="KV cache usage", chart_style="fill"),
     Signal("kv_usage_max_30s", "KV usage, 30s peak", "pct", "kvdoctor:kv_usage:max30s", short="KV usage max 30s"),
     Signal("kv_usage_max_1m", "KV usage, 1m peak", "pct", "kvdoctor:kv_usage:max1m", short="KV usage max 1m",
            metric="kvdoctor_kv_cache_usage_max_1m_ratio", help="Peak KV-cache usage over 1m (rule kvdoctor:kv_usage:max1m)."),
     Signal("kv_usage_avg_1m", "KV usage, 1m avg", "pct", "kvdoctor:kv_usage:avg1m", short="KV usage avg 1m"),
     Signal("running", "Running", "count", "kvdoctor:running", short="running", metric="kvdoctor_requests_running",
-           help="Requests in the batch (vllm:num_requests_running, summed over engines).", history=True, summary=True),
+           help="Requests in the batch (vllm:num_requests_running, summed over engines).", history=True, summary=True, chart="running vs waiting vs cap"),
     Signal("running_max_1m", "Running, 1m peak", "count", "kvdoctor:running:max1m", short="running max 1m"),
     Signal("running_avg_1m", "Running, 1m avg", "count", "kvdoctor:running:avg1m", short="running avg 1m"),
     Signal("batch_cap_configured", "Batch cap (max_num_seqs)", "count", "kvdoctor:batch_cap:configured",
            per_instance=True, short="--max-num-seqs", metric="kvdoctor_batch_cap_configured_requests",
-           help="--max-num-seqs configured for the target in kvdoctor's config.", history=True, summary=True),
+           help="--max-num-seqs configured for the target in kvdoctor's config.", history=True, summary=True, chart="running vs waiting vs cap", chart_style="dash"),
     Signal("batch_cap_inferred", "Batch cap (inferred)", "count", "kvdoctor:batch_cap:inferred",
            short="batch cap inferred", metric="kvdoctor_batch_cap_inferred_requests",
            help="Running plateau while requests waited: the inferred --max-num-seqs (rule kvdoctor:batch_cap:inferred).",
-           history=True, summary=True),
+           history=True, summary=True, chart="running vs waiting vs cap", chart_style="dash"),
     Signal("waiting", "Waiting", "count", "kvdoctor:waiting", short="waiting", metric="kvdoctor_requests_waiting",
-           help="Requests waiting (vllm:num_requests_waiting, summed over engines).", history=True, summary=True),
+           help="Requests waiting (vllm:num_requests_waiting, summed over engines).", history=True, summary=True, chart="running vs waiting vs cap"),
     Signal("waiting_avg_1m", "Waiting, 1m avg", "count", "kvdoctor:waiting:avg1m", short="waiting avg 1m"),
     Signal("preemptions_per_s", "Preemptions", "rate", "kvdoctor:preemptions:rate1m", short="preemptions",
            metric="kvdoctor_preemptions_per_second",
            help="Preemptions per second over 1m (rate of vllm:num_preemptions_total).", summary=True),
     Signal("ttft_p95_s", "TTFT p95", "seconds", "kvdoctor:ttft_seconds:p95_1m", metric="kvdoctor_ttft_p95_seconds",
-           help="Time to first token p95 over 1m (vllm:time_to_first_token_seconds).", history=True, summary=True),
+           help="Time to first token p95 over 1m (vllm:time_to_first_token_seconds).", history=True, summary=True, chart="TTFT p95", chart_line="slo_ttft_p95_s"),
     Signal("itl_p50_s", "ITL p50", "seconds", "kvdoctor:itl_seconds:p50_1m", metric="kvdoctor_itl_p50_seconds",
            help="Inter-token latency p50 over 1m (vllm:inter_token_latency_seconds).", history=True, summary=True),
     Signal("itl_p95_s", "ITL p95", "seconds", "kvdoctor:itl_seconds:p95_1m", metric="kvdoctor_itl_p95_seconds",

@@ -81,3 +81,12 @@ def test_every_signal_has_a_known_unit_and_every_finding_names_registered_eviden
 def test_every_recorded_signal_is_a_rule_of_the_pack():
     rules = {r.name for g in load_files(default_rule_files()) for r in g.rules if r.kind == "record"}
     assert {s.rule for s in SIGNALS.values() if s.rule} <= rules
+
+
+def test_charted_signals_are_kept_in_history_and_named_for_the_page():
+    charted = [s for s in SIGNALS.values() if s.chart]
+    assert {s.chart for s in charted} >= {"KV cache usage", "TTFT p95"}
+    for s in charted:
+        assert s.history, s.key  # the page draws from the kept history
+        assert s.chart_style in ("", "fill", "dash"), s.key
+        assert not s.chart_line or s.chart_line in SIGNALS, s.key

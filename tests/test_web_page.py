@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from doctor.signals import SIGNALS
 from doctor.status.exposition import make_registry
 from doctor.status.state import DaemonState
 from doctor.web import WebServer
@@ -111,6 +112,13 @@ def test_page_renders_every_target(page: tuple[str, DaemonState], tmp_path: Path
         text = re.sub(r"\s+", " ", cards[target]["text"])
         for n in numbers:
             assert n in text, (target, n, text[:1500])
+    # the charts are the registry's: every chart title, with its series' labels in the legend
+    charts = {s.chart for s in SIGNALS.values() if s.chart}
+    assert charts and cards["kv_bound"]["svg"] >= len(charts)
+    for title in charts:
+        assert title in cards["kv_bound"]["text"], title
+    for key in ("kv_usage", "running", "waiting", "ttft_p95_s"):
+        assert (SIGNALS[key].short or SIGNALS[key].label) in cards["kv_bound"]["text"], key
     assert "--kv-cache-dtype" in cards["kv_bound"]["text"]
     assert "--max-num-seqs" in cards["batch_cap"]["text"]
     assert "Cannot reach kvdoctor" not in run.stdout

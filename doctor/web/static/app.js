@@ -10,7 +10,8 @@ const CLASS_LABEL = {
 };
 // worst first, so problems are on top
 const RANK = { down: 0, kv_cache: 1, compute: 2, batch_cap: 3, unknown: 4, healthy: 5, idle: 6 };
-const COLORS = { kv: "#dc2626", running: "#2563eb", waiting: "#ea580c", cap: "#6b7280", ttft: "#7c3aed", slo: "#dc2626" };
+// series colours by position in their chart (registry order)
+const PALETTE = ["#2563eb", "#6b7280", "#9ca3af", "#ea580c", "#7c3aed", "#dc2626"];
 
 const history = new Map(); // "target\u0000model" -> points, oldest first
 let newestT = null;
@@ -55,9 +56,18 @@ function clock(t) {
 // evidence key -> [label, formatter], from kvdoctor's signal registry (GET api/v1/signals, loaded once)
 const UNIT_FMT = { pct, count, rate: perSec, seconds: dur, "tok/s": tokRate, tokens, plain: count };
 let FIELDS = null;
+let CHARTS = []; // [{title, unit, line, series: [{key, label, style}]}], in registry order
 async function loadFields() {
   const reg = await getJSON("api/v1/signals");
   FIELDS = Object.fromEntries(reg.signals.map((s) => [s.key, [s.short, UNIT_FMT[s.unit] || count]]));
+  const byTitle = new Map();
+  for (const s of reg.signals.filter((x) => x.chart)) {
+    if (!byTitle.has(s.chart)) byTitle.set(s.chart, { title: s.chart, unit: s.unit, line: "", series: [] });
+    const c = byTitle.get(s.chart);
+    c.series.push({ key: s.key, label: s.short, style: s.chart_style });
+    c.line = c.line || s.chart_line;
+  }
+  CHARTS = [...byTitle.values()];
 }
 function fmtKey(key, v) {
   if (typeof v !== "number") return [key.replace(/_/g, " "), String(v)];
@@ -159,17 +169,14 @@ function chart(title, points, series, opts) {
 
 function charts(points, ev) {
   const row = el("div", "charts");
-  const capKey = points.some((p) => typeof p.batch_cap_configured === "number") ? "batch_cap_configured" : "batch_cap_inferred";
-  row.append(
-    chart("KV cache usage", points, [{ key: "kv_usage", label: "now", color: COLORS.kv, fill: true }], { fmt: pct, yMax: 1 }),
-    chart("running vs waiting vs cap", points, [
-      { key: "running", label: "running", color: COLORS.running },
-      { key: "waiting", label: "waiting", color: COLORS.waiting },
-      { key: capKey, label: "cap", color: COLORS.cap, dash: true, optional: true },
-    ], { fmt: count }),
-    chart("TTFT p95", points, [{ key: "ttft_p95_s", label: "now", color: COLORS.ttft }],
-      { fmt: dur, hline: typeof ev.slo_ttft_p95_s === "number" ? ev.slo_ttft_p95_s : undefined }),
-  );
+  for (const c of CHARTS) {
+    const series = c.series.map((s, i) => ({
+      key: s.key, label: s.label, color: PALETTE[i % PALETTE.length],
+      fill: s.style === "fill", dash: s.style === "dash", optional: s.style === "dash",
+    }));
+    const hline = c.line && typeof ev[c.line] === "number" ? ev[c.line] : undefined;
+    row.append(chart(c.title, points, series, { fmt: UNIT_FMT[c.unit] || count, yMax: c.unit === "pct" ? 1 : undefined, hline }));
+  }
   return row;
 }
 
