@@ -54,3 +54,9 @@ def build_pipeline(
 def existing(paths: list[str]) -> list[str]:
     """Paths that do not exist, for a usage error."""
     return [p for p in paths if not Path(p).exists()]
+
+
+def usage(p: argparse.ArgumentParser) -> int:
+    """Print a subcommand group's help on stderr and return 2 (an action is missing)."""
+    p.print_help(sys.stderr)
+    return 2

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from doctor.cli.common import usage
 from doctor.config import Config, check_config
 from doctor.config.filesd import read_file_sd
 from doctor.notify import parse_notify_config
@@ -30,12 +31,7 @@ def add_parser(sub: Any) -> None:
     )
     c.add_argument("file", help="the kvdoctor config (YAML)")
     c.set_defaults(run=run_check)
-    p.set_defaults(run=lambda args: _usage(p))
-
-
-def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_help(sys.stderr)
-    return 2
+    p.set_defaults(run=lambda args: usage(p))
 
 
 def config_errors(path: str) -> list[str]:

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from doctor.cli.common import load_config_or_exit
+from doctor.cli.common import load_config_or_exit, usage
 from doctor.config import Config
 from doctor.notify import Notifier
 from doctor.notify.config import NotifyConfig, parse_notify_config
@@ -34,12 +34,7 @@ def add_parser(sub: Any) -> None:
     )
     t.add_argument("--config", help="kvdoctor config with a notify: section")
     t.set_defaults(run=run_test)
-    p.set_defaults(run=lambda args: _usage(p))
-
-
-def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_help(sys.stderr)
-    return 2
+    p.set_defaults(run=lambda args: usage(p))
 
 
 def notify_config(cfg: Config, env: Mapping[str, str], prog: str) -> NotifyConfig | None:
