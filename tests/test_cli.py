@@ -103,3 +103,43 @@ def test_check_healthy_exits_zero_and_dead_target_exits_two(shared_032, capsys):
     assert main(["check", "http://127.0.0.1:9/metrics", "--duration", "1", "--interval", "0.5"]) == 2
     err = capsys.readouterr().err
     assert "no successful scrape" in err and "shorter than the 15 s window" in err
+
+
+def test_replay_refuses_a_zero_interval_instead_of_looping(kv_bound, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", kv_bound, "--interval", "0"])
+    assert exc.value.code == 2
+    assert "--interval: must be above zero" in capsys.readouterr().err
+
+
+def test_replay_names_an_unwritable_export_file(kv_bound, tmp_path, capsys):
+    out = tmp_path / "missing-dir" / "out.om"
+    assert main(["replay", kv_bound, "--export-openmetrics", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--export-openmetrics {out}: No such file or directory" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model", "Qwen3-8b-typo"], "--model: unknown model 'Qwen3-8b-typo'; known: Qwen3-8B"),
+        (["--gpu", "H1OO"], "--gpu: unknown GPU 'H1OO'; known:"),
+        (
+            ["--bearer-token-file", "/nonexistent/token"],
+            "--bearer-token-file /nonexistent/token: No such file",
+        ),
+    ],
+)
+def test_check_refuses_bad_flags_before_scraping(flags, message, capsys):
+    assert main(["check", "http://127.0.0.1:9/metrics", "--duration", "1", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "no successful scrape" not in err
+
+
+def test_check_refuses_a_non_positive_max_num_seqs_and_interval(capsys):
+    for flags in (["--max-num-seqs", "0"], ["--interval", "0s"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["check", "http://127.0.0.1:9/metrics", *flags])
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--max-num-seqs: must be at least 1" in err and "--interval: must be above zero" in err

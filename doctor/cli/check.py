@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 from doctor import fmt, terminal
-from doctor.cli.common import build_pipeline, duration_arg, load_config_or_exit
+from doctor.capacity.presets import PresetError, get_gpu, get_model
+from doctor.cli.common import build_pipeline, interval_arg, load_config_or_exit, positive_int_arg
 from doctor.config import TargetSpec
 from doctor.config.durations import duration_seconds, parse_duration
 from doctor.config.targets import metrics_url
@@ -25,9 +26,9 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("check", help="sample a live vLLM server and report its limit")
     p.add_argument("url", help="the server's /metrics URL (or http://host:port)")
     p.add_argument("--duration", default="60s", help="how long to sample (default 60s)")
-    p.add_argument("--interval", type=duration_arg, default=2.0, help="time between scrapes (default 2s)")
+    p.add_argument("--interval", type=interval_arg, default=2.0, help="time between scrapes (default 2s)")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
-    p.add_argument("--max-num-seqs", type=int, help="the server's --max-num-seqs, if known")
+    p.add_argument("--max-num-seqs", type=positive_int_arg, help="the server's --max-num-seqs, if known")
     p.add_argument("--slo-itl", help="inter-token latency p95 SLO, e.g. 100ms")
     p.add_argument("--slo-ttft", help="time-to-first-token p95 SLO, e.g. 2s")
     p.add_argument("--model", help="capacity preset for quantified advice, e.g. Qwen3-8B")
@@ -41,9 +42,19 @@ def add_parser(sub: Any) -> None:
 def _spec(args: argparse.Namespace) -> TargetSpec:
     token = None
     if args.bearer_token_file:
-        with open(args.bearer_token_file, encoding="utf-8") as fh:
-            token = fh.read().strip()
+        try:
+            with open(args.bearer_token_file, encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except OSError as exc:
+            raise ValueError(f"--bearer-token-file {args.bearer_token_file}: {exc.strerror}") from None
     url = metrics_url(args.url)
+    # a misspelt preset is a usage error, not a warning the advice numbers silently lack
+    for flag, name, lookup in (("--model", args.model, get_model), ("--gpu", args.gpu, get_gpu)):
+        if name:
+            try:
+                lookup(name)
+            except PresetError as exc:
+                raise ValueError(f"{flag}: {exc.args[0]}") from None
     slo_itl = parse_duration(args.slo_itl) if args.slo_itl else None
     slo_ttft = parse_duration(args.slo_ttft) if args.slo_ttft else None
     http = HttpOptions(

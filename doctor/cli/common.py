@@ -22,6 +22,25 @@ def duration_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (give one {EXAMPLES})") from None
 
 
+def interval_arg(text: str) -> float:
+    """argparse type of a cadence flag: a duration above zero (0 would loop without advancing)."""
+    seconds = duration_arg(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be above zero, got {text!r}")
+    return seconds
+
+
+def positive_int_arg(text: str) -> int:
+    """argparse type of a count flag such as --max-num-seqs: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
 def load_config_or_exit(path: str | None) -> Config | None:
     """The config, or None after printing every error."""
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor import terminal
-from doctor.cli.common import build_pipeline, duration_arg, load_config_or_exit
+from doctor.cli.common import build_pipeline, duration_arg, interval_arg, load_config_or_exit
 from doctor.cli.notify import NO_SINKS, has_sinks, notify_config
 from doctor.export.openmetrics import export_openmetrics
 from doctor.ingest.recording import RecordingError
@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object with every evaluation in `timeline`")
     p.add_argument(
-        "--interval", type=duration_arg, default=15.0, help="time between evaluations (default 15s)"
+        "--interval", type=interval_arg, default=15.0, help="time between evaluations (default 15s)"
     )
     p.add_argument(
         "--scrape-interval", type=duration_arg, default=0.0, help="thin the recording to this scrape cadence"
@@ -95,8 +95,15 @@ def run(args: argparse.Namespace) -> int:
     finally:
         undelivered = notify_close(notifier, tmp) if notifier is not None else False
     if args.export_openmetrics:
-        with open(args.export_openmetrics, "w", encoding="utf-8") as out:
-            n = export_openmetrics(cycles, out)
+        try:
+            with open(args.export_openmetrics, "w", encoding="utf-8") as out:
+                n = export_openmetrics(cycles, out)
+        except OSError as exc:
+            print(
+                f"kvdoctor replay: --export-openmetrics {args.export_openmetrics}: {exc.strerror}",
+                file=sys.stderr,
+            )
+            return 2
         print(f"wrote {n} samples to {args.export_openmetrics}", file=sys.stderr)
     if args.json:
         print(json.dumps({"recordings": names, "interval": args.interval, "timeline": timeline}))

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from doctor.cli.common import duration_arg
+from doctor.cli.common import interval_arg
 from doctor.config import ConfigError
 from doctor.config.durations import parse_duration
 from doctor.config.schema import PrometheusSource, check_url
@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
         "--target", action="append", default=[], metavar="URL", help="a vLLM /metrics URL (repeatable)"
     )
     p.add_argument("--listen", help="HOST:PORT for /metrics, the API and the page (default 127.0.0.1:9860)")
-    p.add_argument("--interval", type=duration_arg, help="time between cycles (default 15s)")
+    p.add_argument("--interval", type=interval_arg, help="time between cycles (default 15s)")
     p.add_argument("--state-file", help="where to keep pending/firing state across restarts")
     p.add_argument("--log-format", choices=("text", "json"))
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")
