@@ -49,6 +49,11 @@ def num(x: float) -> str:
     return f"{x:.2g}"
 
 
+def sig3(x: float) -> str:
+    """Three significant figures without exponents: 0.162, 5.13, 607, 1,303 (a table cell an operator reads)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
 def seconds(x: float) -> str:
     """Latency: 850 ms, 1.2 s, 45 s, 3m 10s."""
     if math.isnan(x):

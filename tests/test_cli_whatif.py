@@ -53,6 +53,14 @@ def test_text_output_is_side_by_side(capsys):
     assert "traffic ×1.2 (more clients)" in out
 
 
+def test_throughput_above_a_thousand_is_written_out_not_in_exponent_notation(shared_032, capsys):
+    assert main(["whatif", str(shared_032 / "batch_cap.jsonl.gz"), "--set", "max_num_seqs=12"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("Generation tokens/s"))
+    assert "e+0" not in out
+    assert any(float(cell.replace(",", "")) >= 1000 for cell in row.split()[2:]), row
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(["--set", "max_num_sequences=12"], "unknown knob 'max_num_sequences'"),

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from doctor import fmt
 from doctor.capacity.presets import get_gpu, get_model
 from doctor.cli.common import build_pipeline, load_config_or_exit
 from doctor.config.durations import duration_seconds
@@ -198,7 +199,7 @@ def _cell(v: Any, kind: str) -> str:
     if kind == "%":
         return f"{v:.0%}"
     if kind == "n":
-        return f"{v:.3g}"
+        return fmt.sig3(v)
     return str(v)
 
 

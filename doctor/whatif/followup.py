@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from doctor import fmt
 from doctor.verdicts import Finding
 from doctor.whatif.compare import COMPARED, errors
 from doctor.whatif.model import Workload
@@ -59,7 +60,7 @@ class FollowUp:
 def _fmt(key: str, v: float) -> str:
     if not key.endswith("_per_s"):
         return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
-    return f"{v:.3g} tok/s"
+    return f"{fmt.sig3(v)} tok/s"
 
 
 def inferred_change(before: list[Snap], after: list[Snap]) -> dict[str, float | str] | None:
