@@ -174,6 +174,21 @@ def test_bad_input_gets_a_clear_message(
     assert "--start 'yesterday': expected unix seconds or RFC 3339" in capsys.readouterr().err
 
 
+def test_output_path_errors_name_the_file_and_write_nothing(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = list(map(str, fleet.paths))
+    missing = tmp_path / "no-such-dir" / "week.html"
+    assert main(["report", *paths, "-o", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"-o {missing}: No such file or directory" in err and "Traceback" not in err
+    assert main(["report", *paths, "-o", str(tmp_path / "week.pdf")]) == 2
+    assert "the suffix picks the format, give .html, .md or .json" in capsys.readouterr().err
+    assert not (tmp_path / "week.pdf").exists()
+    assert main(["report", *paths, "-o", str(tmp_path / "week.txt"), "--format", "md"]) == 0
+    assert (tmp_path / "week.txt").read_text(encoding="utf-8").startswith("# kvdoctor capacity review")
+
+
 def test_traffic_shape_by_hour_of_day(fleet: Fleet, doc: dict) -> None:  # type: ignore[type-arg]
     hod = doc["fleet"]["traffic"]["hour_of_day"]
     # T0 is 01:00 UTC on a Monday: six observed hours, 01:00-06:00, the peak at 04:00

@@ -139,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
         if step is not None and step <= 0:
             raise ValueError(f"--step {args.step}: must be positive")
         suffix = Path(args.output).suffix.lower() if args.output else ""
+        if args.output and not args.format and suffix not in FORMATS:
+            raise ValueError(
+                f"-o {args.output}: the suffix picks the format, give .html, .md or .json (or --format)"
+            )
         fmt = args.format or FORMATS.get(suffix, "md")
         history = _history(args, step)
         if history is None:
@@ -150,7 +154,11 @@ def run(args: argparse.Namespace) -> int:
     renderers = {"json": lambda d: json.dumps(d, indent=1) + "\n", "md": render_markdown, "html": render_html}
     text = renderers[fmt](doc)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            print(f"kvdoctor report: -o {args.output}: {exc.strerror}", file=sys.stderr)
+            return 2
         print(f"kvdoctor report: wrote {args.output} ({fmt})", file=sys.stderr)
     else:
         sys.stdout.write(text)
