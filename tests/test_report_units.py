@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import pytest
 
+from doctor.cli import main
 from doctor.cli.report import parse_time
 from doctor.report.build import build_report
 from doctor.report.economics import Prices, parse_usd, replicas_for
@@ -67,3 +70,14 @@ def test_times_and_replicas() -> None:
     assert replicas_for(8.0, 10.0, 0.2) == 1  # exactly at 80 % of one replica
     assert replicas_for(8.1, 10.0, 0.2) == 2
     assert replicas_for(5.0, None, 0.2) is None  # no capacity known, no count made up
+
+
+def test_short_ranges_keep_gpu_hours_apart_in_the_advice(
+    shared_032: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recs = [str(shared_032 / "kv_bound.jsonl.gz"), str(shared_032 / "batch_cap.jsonl.gz")]
+    assert main(["report", *recs, "--format", "json", "--gpu-hour-cost", "2.49"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    f = doc["fleet"]
+    text = next(r["text"] for r in doc["recommendations"] if "Following the traffic" in r["text"])
+    assert f"{f['gpu_hours_following_traffic']:.2f} GPU-hours instead of {f['gpu_hours']:.2f}" in text

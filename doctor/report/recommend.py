@@ -29,6 +29,11 @@ def _usd(v: float) -> str:
     return f"${v:,.2f}"
 
 
+def _hours(v: float) -> str:
+    # a short range's 0.08 and 0.11 GPU-hours must not both read "0.1"
+    return f"{v:.2f}" if v < 10 else f"{v:,.1f}"
+
+
 def _rec(kind: str, text: str, numbers: dict[str, Any], evidence: str) -> dict[str, Any]:
     return {"kind": kind, "text": text, "numbers": numbers, "evidence": evidence}
 
@@ -61,7 +66,7 @@ def _scaling(doc: dict[str, Any], prices: Prices) -> dict[str, Any] | None:
     heavy = [e["target"] for e in doc["targets"] if e["idle_share"] >= IDLE_HEAVY]
     text = (
         f"{len(heavy)} of {n} replicas were idle at least half the time; the fleet was idle "
-        f"{f['idle_share'] * 100:.0f} % of its {f['gpu_hours']:.1f} GPU-hours."
+        f"{f['idle_share'] * 100:.0f} % of its {_hours(f['gpu_hours'])} GPU-hours."
     )
     numbers: dict[str, Any] = {"replicas": n, "idle_replicas": len(heavy), "idle_share": f["idle_share"],
                                "gpu_hours": f["gpu_hours"], "peak_replicas_needed": peak,
@@ -69,8 +74,8 @@ def _scaling(doc: dict[str, Any], prices: Prices) -> dict[str, Any] | None:
     if peak is not None and quiet is not None:
         text += (
             f" The traffic needed {peak} at the peak hour and {quiet} in quiet hours: scale to {quiet} off-peak."
-            f" Following the traffic hour by hour would have used {f['gpu_hours_following_traffic']:.1f} "
-            f"GPU-hours instead of {f['gpu_hours']:.1f}"
+            f" Following the traffic hour by hour would have used {_hours(f['gpu_hours_following_traffic'])} "
+            f"GPU-hours instead of {_hours(f['gpu_hours'])}"
         )
         numbers["gpu_hours_following_traffic"] = f["gpu_hours_following_traffic"]
         if f["cost_usd"] is not None and f["cost_following_traffic_usd"] is not None:
