@@ -58,6 +58,16 @@ def test_fp8_weights_only_where_the_gpu_computes_fp8():
     assert "--quantization" not in _by_flag(fp8_ckpt)  # already FP8
 
 
+def test_fp8_weights_with_a_cache_given_in_bytes_say_the_gain_needs_the_cache_resized():
+    est = estimate(Deployment(QWEN, kv_cache_bytes=50 * 2**30, max_model_len=32_768))
+    text = _by_flag(kv_cache_advice(None, est, None))["--quantization"].text
+    assert text == (
+        "`--quantization fp8` (or an FP8 checkpoint): it frees 8.2 GB of weights per GPU (FP8 compute needs "
+        "compute capability ≥ 8.9; older GPUs run it weight-only) → +56k tokens (364k → 420k) once the freed "
+        "memory goes to the cache"
+    )
+
+
 def test_utilization_headroom_only_below_095():
     at_092 = _by_flag(kv_cache_advice(None, estimate(Deployment(QWEN, get_gpu("H100"))), None))
     gpu_mem = get_gpu("H100").memory_bytes

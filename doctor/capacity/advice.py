@@ -136,20 +136,21 @@ def _fp8_weights(b: _Base, est: CapacityEstimate, live: LiveCapacity | None) -> 
         return []
     freed = est.weights_bytes_per_gpu - weights_bytes(d.model.params, "fp8") / max(1, d.tensor_parallel)
     gain = int(freed // b.bytes_per_token)
+    how, note = "it ", ""
     if d.gpu is not None and d.gpu.compute_capability is not None and not d.gpu.fp8_compute:
         how = f"on {d.gpu.name} (cc {d.gpu.compute_capability}, below 8.9) FP8 runs weight-only (Marlin): it "
     elif d.gpu is None or (d.gpu.compute_capability is None and d.gpu.fp8_native is None):
-        how = "it (FP8 compute needs compute capability ≥ 8.9; older GPUs run it weight-only) "
-    else:
-        how = "it "
-    fixed = " once the freed memory goes to the cache" if live and live.kv_cache_memory_bytes else ""
+        note = " (FP8 compute needs compute capability ≥ 8.9; older GPUs run it weight-only)"
+    # a cache sized in bytes (--kv-cache-memory-bytes, or --kv-cache-bytes here) does not grow by itself
+    fixed = (live is not None and bool(live.kv_cache_memory_bytes)) or d.kv_cache_bytes is not None
+    then = " once the freed memory goes to the cache" if fixed else ""
     src = f"{LIVE} + {ARITH}" if b.source == LIVE else ARITH
     return [
         Advice(
             "--quantization",
             (
-                f"`--quantization fp8` (or an FP8 checkpoint): {how}frees {fmt.gb(freed)} of weights per GPU → "
-                f"+{fmt.tokens(gain)} tokens ({fmt.tokens(b.tokens)} → {fmt.tokens(b.tokens + gain)}){fixed}"
+                f"`--quantization fp8` (or an FP8 checkpoint): {how}frees {fmt.gb(freed)} of weights per GPU{note} → "
+                f"+{fmt.tokens(gain)} tokens ({fmt.tokens(b.tokens)} → {fmt.tokens(b.tokens + gain)}){then}"
             ),
             src,
         )
