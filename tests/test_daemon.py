@@ -8,6 +8,7 @@ import pytest
 
 from doctor.config import Config, TargetSpec
 from doctor.daemon.runner import Daemon
+from doctor.daemon.scrape import capped
 from doctor.ingest.fetch import HttpOptions
 from doctor.replayserver import Playlist, ReplayServer
 from doctor.rules.loader import default_rule_files, load_files
@@ -126,3 +127,19 @@ def test_reload_with_a_broken_rule_file_keeps_the_last_good(kv_server, tmp_path)
     assert d.cycle()[0].bottleneck == "kv_cache"  # the old pack still runs
     rules.write_text((default_rule_files()[0]).read_text())
     assert d.reload()[0] and d.state.snapshot()["reload_ok"] is True
+
+
+def test_a_timeout_cut_to_the_interval_names_all_targets_or_says_more_exist(caplog):
+    def specs(names):
+        return {
+            n: TargetSpec(url=f"http://{n}:8000/metrics", name=n, http=HttpOptions(total_timeout=3.0))
+            for n in names
+        }
+
+    with caplog.at_level("WARNING"):
+        out = capped(specs(["a", "b", "c"]), 2.0, set())
+        capped(specs(["a", "b", "c", "d"]), 2.0, set())
+    assert all(s.http.total_timeout == 2.0 for s in out.values())
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("3 targets (a, b, c): scrape timeout 3s is longer than the 2s interval")
+    assert lines[1].startswith("4 targets (a, b, c, …): scrape timeout 3s")

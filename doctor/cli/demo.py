@@ -65,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
             speed=args.speed,
         ).start()
         servers.append(server)
-        targets.append(TargetSpec(url=server.url, name=name, http=HttpOptions(total_timeout=3.0)))
+        targets.append(
+            TargetSpec(url=server.url, name=name, http=HttpOptions(total_timeout=min(3.0, args.interval)))
+        )
     cfg = Config(targets=targets, interval_s=args.interval, listen=args.listen, retention_s=900.0)
     daemon = Daemon(cfg, load_files(default_rule_files()), on_change=_print_change)
     try:

@@ -235,7 +235,12 @@ def capped(
             spec = replace(spec, http=h)
         out[name] = spec
     for timeout, names in news.items():  # one line per setting, not one per target of a large fleet
-        who = f"target {names[0]}" if len(names) == 1 else f"{len(names)} targets ({', '.join(names[:3])}, …)"
+        more = ", …" if len(names) > 3 else ""
+        who = (
+            f"target {names[0]}"
+            if len(names) == 1
+            else f"{len(names)} targets ({', '.join(names[:3])}{more})"
+        )
         log.warning("%s: scrape timeout %gs is longer than the %gs interval; using %gs (set the target's "
                     "`timeout:` or `scrape.timeout` to at most the interval)", who, timeout, interval, interval)  # fmt: skip
     return out
