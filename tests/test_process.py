@@ -102,7 +102,8 @@ def test_demo_prints_changes_and_the_status_page():
         cwd=ROOT, capture_output=True, text=True, timeout=90,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "scrape timeout" not in proc.stderr  # the demo's own settings warn about nothing the user can change
+    # the demo's own settings warn about nothing the user can change
+    assert "scrape timeout" not in proc.stderr
     out = proc.stdout
     assert f"status page: http://127.0.0.1:{port}/" in out
     assert re.search(r"vllm-c · tiny  compute \(was", out)
