@@ -81,3 +81,10 @@ def test_short_ranges_keep_gpu_hours_apart_in_the_advice(
     f = doc["fleet"]
     text = next(r["text"] for r in doc["recommendations"] if "Following the traffic" in r["text"])
     assert f"{f['gpu_hours_following_traffic']:.2f} GPU-hours instead of {f['gpu_hours']:.2f}" in text
+
+
+def test_report_help_does_not_mention_a_source_flag_it_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = capsys.readouterr().out
+    assert "--prometheus-url URL" in out and "--source" not in out and "instead of scraping" not in out

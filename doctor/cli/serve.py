@@ -46,7 +46,9 @@ def add_parser(sub: Any) -> None:
 
 def add_source_arguments(p: argparse.ArgumentParser, with_source: bool = True) -> None:
     """--source and the Prometheus connection flags (they replace the config's `prometheus:` section)."""
-    g = p.add_argument_group("prometheus source (run on the fleet's Prometheus instead of scraping)")
+    title = "run on the fleet's Prometheus instead of scraping" if with_source else "read from Prometheus"
+    g = p.add_argument_group(f"prometheus source ({title})")
+    implies = " (implies --source prometheus)" if with_source else ""
     if with_source:
         g.add_argument(
             "--source", choices=("scrape", "prometheus"), help="where series come from (default scrape)"
@@ -54,7 +56,7 @@ def add_source_arguments(p: argparse.ArgumentParser, with_source: bool = True) -
     g.add_argument(
         "--prometheus-url",
         metavar="URL",
-        help="query API base, e.g. http://prometheus:9090 (implies --source prometheus)",
+        help=f"query API base, e.g. http://prometheus:9090{implies}",
     )
     g.add_argument("--prometheus-bearer-token-file", metavar="FILE", help="file holding a bearer token")
     g.add_argument(
