@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -143,3 +144,14 @@ def test_check_refuses_a_non_positive_max_num_seqs_and_interval(capsys):
         assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--max-num-seqs: must be at least 1" in err and "--interval: must be above zero" in err
+
+
+def test_replay_server_names_a_bad_or_busy_listen_address(kv_bound, capsys):
+    assert main(["replay-server", kv_bound, "--listen", "localhost"]) == 2
+    assert "--listen 'localhost': expected HOST:PORT" in capsys.readouterr().err
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        addr = f"127.0.0.1:{busy.getsockname()[1]}"
+        assert main(["replay-server", kv_bound, "--listen", addr]) == 2
+    assert f"--listen {addr}: Address already in use" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from typing import Any
 from doctor.cli.common import duration_arg
 from doctor.ingest.recording import RecordingError
 from doctor.replayserver import Playlist, ReplayServer
+from doctor.web.server import parse_listen
 
 
 def add_parser(sub: Any) -> None:
@@ -37,9 +38,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         playlist = Playlist(args.recordings, args.start, args.loop)
-        server = ReplayServer(playlist, args.listen, args.speed)
     except (RecordingError, OSError, ValueError) as exc:
         print(f"kvdoctor replay-server: {exc}", file=sys.stderr)
+        return 2
+    try:
+        parse_listen(args.listen)
+        server = ReplayServer(playlist, args.listen, args.speed)
+    except ValueError:
+        print(f"kvdoctor replay-server: --listen {args.listen!r}: expected HOST:PORT", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"kvdoctor replay-server: --listen {args.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
