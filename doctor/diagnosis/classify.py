@@ -90,9 +90,13 @@ class Classifier:
             findings.insert(0, _down(target))
         elif any(f.name == "stalled" for f in findings):
             verdict = "unknown"  # no token moves: no limit can be measured; the stalled finding says why
-        elif "quiet" in ev or (ev.get("requests_max_10s") == 0 and prev_verdict in (*LIMITS, "idle")):
+        elif "quiet" in ev or (
+            ev.get("requests_max_10s") == 0
+            and (prev_verdict in LIMITS or (prev_verdict == "idle" and limits))
+        ):
             # nothing running or waiting with counters flat, or right after a limit (a limited server never drains
-            # to zero by itself): a limit still kept firing ends here
+            # to zero by itself): a limit still kept firing ends here. Without a limit firing, an idle server that
+            # serves again is judged afresh (a light load's scrape often catches nothing in flight).
             verdict = "idle"
             findings = [f for f in findings if f.bottleneck not in LIMITS]
         elif limits:
