@@ -88,3 +88,11 @@ def test_report_help_does_not_mention_a_source_flag_it_lacks(capsys: pytest.Capt
         main(["report", "--help"])
     out = capsys.readouterr().out
     assert "--prometheus-url URL" in out and "--source" not in out and "instead of scraping" not in out
+
+
+def test_busiest_hour_without_an_itl_baseline_says_so(
+    shared_032: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(shared_032 / "compute_bound.jsonl.gz"), "--format", "md"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Busiest hour"))
+    assert "no ITL baseline learned yet" in line and "–×" not in line, line

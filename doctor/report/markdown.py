@@ -61,7 +61,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if busiest:
         out += ["", f"Busiest hour {busiest['start_iso']}: KV peaked at {_pct(busiest['kv_usage_max'])} "
                 f"({busiest['kv_cache_closeness']:.2f} of the KV limit), running/cap {_pct(busiest['batch_cap_closeness'])}, "
-                f"ITL at {_n(busiest['itl_ratio_max'], 2)}× its baseline; minutes at each limit: "
+                + (f"ITL at {_n(busiest['itl_ratio_max'], 2)}× its baseline"
+                   if busiest["itl_ratio_max"] else "no ITL baseline learned yet")
+                + "; minutes at each limit: "
                 + ", ".join(f"{k} {v}" for k, v in busiest["limit_minutes"].items()) + "."]  # fmt: skip
     out += ["", "## Economics (reservation-based: idle hours are paid)", "",
             "| target | GPU-hours | cost | per 1M gen | per 1M prompt | idle unpaid | per 1M gen, idle unpaid "
