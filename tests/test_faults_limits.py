@@ -12,13 +12,13 @@ from prometheus_client.exposition import generate_latest
 from doctor.config import Config, TargetSpec, load_config
 from doctor.config.schema import ScrapeDefaults
 from doctor.daemon.runner import Daemon, load_everything
-from doctor.ingest.fetch import HttpOptions
+from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from doctor.ingest.parse import LimitExceeded, Parser, ScrapeLimits
 from doctor.ingest.recording import load_frames
 from doctor.replayserver import Playlist, ReplayServer
 from doctor.rules.loader import default_rule_files, load_files
 from tests.conftest import recording_dirs
-from tests.faults import SERIES, FaultServer, million_series
+from tests.faults import SERIES, FaultServer, million_series, refused_url
 from tests.support.daemon import watched
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=2.0, total_timeout=3.0)
@@ -172,3 +172,12 @@ def test_yaml_errors_point_at_the_broken_line(tmp_path):
         with pytest.raises(ValueError) as err:
             load_config(str(cfg))
         assert str(err.value).startswith(f"{cfg}:{line}: invalid YAML: ") and what in str(err.value), text
+
+
+def test_a_failed_scrape_never_shows_the_urls_password():
+    url = refused_url().replace("http://", "http://ops:hunter2@")
+    with pytest.raises(ScrapeError) as exc:
+        fetch(url, HttpOptions(total_timeout=2.0))
+    message = str(exc.value)
+    assert "hunter2" not in message and "ops:" not in message
+    assert message.startswith(url.replace("ops:hunter2@", "")) and "connection refused" in message

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import ssl
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -62,6 +64,7 @@ def new_session(max_connections: int = 100) -> aiohttp.ClientSession:
 
 async def fetch_async(session: aiohttp.ClientSession, url: str, opts: HttpOptions) -> str:
     """GET url within opts' limits and return the body as text; raise ScrapeError on any failure."""
+    shown = _without_userinfo(url)  # errors reach logs, the API and the page: never user:password
     headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip", **dict(opts.headers)}
     if opts.bearer_token:
         headers["Authorization"] = f"Bearer {opts.bearer_token}"
@@ -72,49 +75,49 @@ async def fetch_async(session: aiohttp.ClientSession, url: str, opts: HttpOption
     try:
         sslopt = _ssl(opts.verify, opts.client_cert)
     except (OSError, ssl.SSLError) as exc:
-        raise ScrapeError(f"{url}: TLS settings unusable: {exc}") from None
+        raise ScrapeError(f"{shown}: TLS settings unusable: {exc}") from None
     try:
         async with session.get(url, headers=headers, auth=auth, ssl=sslopt, timeout=timeout) as resp:
             if resp.status != 200:
-                raise ScrapeError(f"{url}: HTTP {resp.status} {resp.reason or ''}".rstrip())
+                raise ScrapeError(f"{shown}: HTTP {resp.status} {resp.reason or ''}".rstrip())
             ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
             if ctype not in _OK_TYPES:
-                raise ScrapeError(f"{url}: unexpected content type {ctype!r} (want text/plain)")
+                raise ScrapeError(f"{shown}: unexpected content type {ctype!r} (want text/plain)")
             declared = resp.headers.get("Content-Length", "")
             if declared.isdigit() and int(declared) > opts.max_bytes:
                 raise ScrapeError(
-                    f"{url}: body of {int(declared)} bytes exceeds the {opts.max_bytes}-byte limit"
+                    f"{shown}: body of {int(declared)} bytes exceeds the {opts.max_bytes}-byte limit"
                 )
             body = bytearray()
             async for chunk in resp.content.iter_chunked(_CHUNK):  # decompressed: a gzip bomb stops here too
                 body += chunk
                 if len(body) > opts.max_bytes:
-                    raise ScrapeError(f"{url}: body exceeds the {opts.max_bytes}-byte limit")
+                    raise ScrapeError(f"{shown}: body exceeds the {opts.max_bytes}-byte limit")
     except ScrapeError:
         raise
     except aiohttp.ConnectionTimeoutError:
-        raise ScrapeError(f"{url}: connect timed out after {opts.connect_timeout:g}s") from None
+        raise ScrapeError(f"{shown}: connect timed out after {opts.connect_timeout:g}s") from None
     except aiohttp.SocketTimeoutError:
-        raise ScrapeError(f"{url}: read timed out after {opts.read_timeout:g}s") from None
+        raise ScrapeError(f"{shown}: read timed out after {opts.read_timeout:g}s") from None
     except TimeoutError:
-        raise ScrapeError(f"{url}: timed out after {opts.total_timeout:g}s") from None
+        raise ScrapeError(f"{shown}: timed out after {opts.total_timeout:g}s") from None
     except aiohttp.ClientPayloadError:
         raise ScrapeError(
-            f"{url}: body truncated: the connection closed before the declared length"
+            f"{shown}: body truncated: the connection closed before the declared length"
         ) from None
     except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
-        raise ScrapeError(f"{url}: TLS error: {_short(exc)}") from None
+        raise ScrapeError(f"{shown}: TLS error: {_short(exc)}") from None
     except aiohttp.ClientConnectorError as exc:
         reason = "connection refused" if isinstance(exc.os_error, ConnectionRefusedError) else _short(exc)
-        raise ScrapeError(f"{url}: connection failed: {reason}") from None
+        raise ScrapeError(f"{shown}: connection failed: {reason}") from None
     except aiohttp.InvalidURL:
-        raise ScrapeError(f"{url}: not a valid URL") from None
+        raise ScrapeError(f"{shown}: not a valid URL") from None
     except (aiohttp.ClientError, OSError, ValueError) as exc:
-        raise ScrapeError(f"{url}: {type(exc).__name__}: {_short(exc)}") from None
+        raise ScrapeError(f"{shown}: {type(exc).__name__}: {_short(exc)}") from None
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ScrapeError(f"{url}: body is not UTF-8 text (byte {exc.start})") from None
+        raise ScrapeError(f"{shown}: body is not UTF-8 text (byte {exc.start})") from None
 
 
 async def _once(url: str, opts: HttpOptions) -> str:
@@ -127,8 +130,14 @@ def fetch(url: str, opts: HttpOptions | None = None) -> str:
     return asyncio.run(_once(url, opts or HttpOptions()))
 
 
+def _without_userinfo(url: str) -> str:
+    u = urlsplit(url)
+    return urlunsplit(u._replace(netloc=u.netloc.rsplit("@", 1)[-1])) if "@" in u.netloc else url
+
+
 def _short(exc: Exception) -> str:
-    text = str(exc) or type(exc).__name__
+    # aiohttp names the SSL context as "ssl:<ssl.SSLContext object at 0x…>": noise to an operator
+    text = re.sub(r" ssl:(<[^>]*>|\S+)", "", str(exc)) or type(exc).__name__
     if "refused" in text.lower():
         return "connection refused"
     return text if len(text) <= 200 else text[:197] + "..."
