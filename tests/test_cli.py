@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -155,3 +157,23 @@ def test_replay_server_names_a_bad_or_busy_listen_address(kv_bound, capsys):
         addr = f"127.0.0.1:{busy.getsockname()[1]}"
         assert main(["replay-server", kv_bound, "--listen", addr]) == 2
     assert f"--listen {addr}: Address already in use" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["serve", "--target", "http://127.0.0.1:9/metrics"], ["demo"]])
+def test_a_malformed_listen_flag_is_a_usage_error(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--listen", "localhost"])
+    assert exc.value.code == 2
+    assert "--listen: expected HOST:PORT, got 'localhost'" in capsys.readouterr().err
+
+
+def test_serve_names_a_missing_web_config_instead_of_a_traceback(tmp_path):
+    missing = tmp_path / "web.yml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "doctor", "serve", "--target", "http://127.0.0.1:9/metrics", "--listen",
+         "127.0.0.1:0", "--web-config", str(missing)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"kvdoctor serve: {missing}: No such file or directory" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -11,6 +11,7 @@ from doctor.config.durations import EXAMPLES, parse_duration
 from doctor.pipeline import Pipeline
 from doctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_files
 from doctor.targets import pipeline_for
+from doctor.web.server import parse_listen
 from doctor.whatif.advisor import Advisor
 
 
@@ -28,6 +29,15 @@ def interval_arg(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"must be above zero, got {text!r}")
     return seconds
+
+
+def listen_arg(text: str) -> str:
+    """argparse type of --listen: HOST:PORT, checked before anything starts."""
+    try:
+        parse_listen(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}") from None
+    return text
 
 
 def positive_int_arg(text: str) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor import terminal
-from doctor.cli.common import duration_arg, interval_arg
+from doctor.cli.common import duration_arg, interval_arg, listen_arg
 from doctor.config import Config, TargetSpec
 from doctor.daemon.logs import setup_logging
 from doctor.daemon.runner import Daemon
@@ -33,7 +33,12 @@ STAGES = {
 def add_parser(sub: Any) -> None:
     """Register the subcommand."""
     p = sub.add_parser("demo", help="watch replayed real vLLM servers hit their limits (no GPU needed)")
-    p.add_argument("--listen", default="127.0.0.1:9860", help="status page address (default 127.0.0.1:9860)")
+    p.add_argument(
+        "--listen",
+        type=listen_arg,
+        default="127.0.0.1:9860",
+        help="status page address (default 127.0.0.1:9860)",
+    )
     p.add_argument("--interval", type=interval_arg, default=2.0, help="time between cycles (default 2s)")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed of the recordings (default 1)")
     p.add_argument(

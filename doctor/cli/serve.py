@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from doctor.cli.common import interval_arg
+from doctor.cli.common import interval_arg, listen_arg
 from doctor.config import ConfigError
 from doctor.config.durations import parse_duration
 from doctor.config.schema import PrometheusSource, check_url
@@ -17,6 +17,7 @@ from doctor.daemon.runner import Daemon, load_everything
 from doctor.ingest.fetch import HttpOptions
 from doctor.rules.loader import RuleLoadError
 from doctor.sources.client import SourceError
+from doctor.web import WebConfigError
 
 
 def add_parser(sub: Any) -> None:
@@ -26,7 +27,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--target", action="append", default=[], metavar="URL", help="a vLLM /metrics URL (repeatable)"
     )
-    p.add_argument("--listen", help="HOST:PORT for /metrics, the API and the page (default 127.0.0.1:9860)")
+    p.add_argument(
+        "--listen",
+        type=listen_arg,
+        help="HOST:PORT for /metrics, the API and the page (default 127.0.0.1:9860)",
+    )
     p.add_argument("--interval", type=interval_arg, help="time between cycles (default 15s)")
     p.add_argument("--state-file", help="where to keep pending/firing state across restarts")
     p.add_argument("--log-format", choices=("text", "json"))
@@ -170,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         daemon = Daemon(cfg, groups, args.config, flags)
         daemon.handle_signals()
         daemon.start()
-    except (ConfigError, RuleLoadError, SourceError) as exc:
+    except (ConfigError, RuleLoadError, SourceError, WebConfigError) as exc:
         for e in str(exc).splitlines():
             print(f"kvdoctor serve: {e}", file=sys.stderr)
         return 2
