@@ -156,4 +156,4 @@ def test_a_roofline_prior_shapes_the_fit_where_the_history_shows_one_batch_size(
     ratio = roofline.c_decode / roofline.c0
     assert abs(shaped.c_decode / shaped.c0 - ratio) < abs(plain.c_decode / plain.c0 - ratio)
     for x, y, _ in history_rows(snaps, 2048):  # still the target's own step times
-        assert abs(shaped.duration(x[1], x[2], x[3]) - y) / y < 0.6
+        assert abs(shaped.duration(*x[1:]) - y) / y < 0.6
