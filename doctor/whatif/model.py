@@ -44,27 +44,38 @@ class Engine:
 
 @dataclass(frozen=True)
 class StepModel:
-    """Step time t = c0 + c_decode·decoding requests + c_prefill·prefill tokens + c_kv·context tokens read."""
+    """Step time t = c0 + c_decode·decoding + c_prefill·prefill tokens + c_kv·context read + c_attn·prefill pairs.
+
+    A prefill pair is one prefill token attending to one earlier token of its request: a chunk of n tokens after c
+    computed ones makes n·(c + n/2) of them, so a long prompt costs more per token than a short one.
+    """
 
     c0: float
     c_decode: float
     c_prefill: float
     c_kv: float = 0.0
+    c_attn: float = 0.0
     source: str = ""  # "fit", "fit+prior(...)" — how each coefficient was obtained
     residual_ratio: float = math.nan  # relative RMS error of the fit on the history it came from
     points: int = 0  # distinct operating points (running levels) the fit saw
     notes: tuple[str, ...] = ()
 
-    def duration(self, decoding: float, prefill_tokens: float, context_tokens: float) -> float:
+    def duration(
+        self, decoding: float, prefill_tokens: float, context_tokens: float, prefill_pairs: float = 0.0
+    ) -> float:
         """Seconds one step takes."""
         return (
-            self.c0 + self.c_decode * decoding + self.c_prefill * prefill_tokens + self.c_kv * context_tokens
+            self.c0
+            + self.c_decode * decoding
+            + self.c_prefill * prefill_tokens
+            + self.c_kv * context_tokens
+            + self.c_attn * prefill_pairs
         )
 
     def scaled(self, factor: float) -> StepModel:
         """The same shape with every coefficient multiplied by factor."""
         return StepModel(self.c0 * factor, self.c_decode * factor, self.c_prefill * factor, self.c_kv * factor,
-                         self.source, self.residual_ratio, self.points, self.notes)  # fmt: skip
+                         self.c_attn * factor, self.source, self.residual_ratio, self.points, self.notes)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ class Prediction:
                 "c_decode_s": _r(s.c_decode),
                 "c_prefill_s": _r(s.c_prefill),
                 "c_kv_s": _r(s.c_kv),
+                "c_attn_s": _r(s.c_attn),
                 "source": s.source,
                 "residual_ratio": _r(s.residual_ratio),
                 "operating_points": s.points,

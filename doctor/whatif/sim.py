@@ -59,7 +59,7 @@ class Simulator:
         e, sm = self.e, self.step
         bs, budget_max, max_seqs = e.block_size, e.max_num_batched_tokens, e.max_num_seqs
         r, k = e.accepted_per_step, e.draft_tokens
-        c0, c_dec, c_pre, c_kv = sm.c0, sm.c_decode, sm.c_prefill, sm.c_kv
+        c0, c_dec, c_pre, c_kv, c_attn = sm.c0, sm.c_decode, sm.c_prefill, sm.c_kv, sm.c_attn
         usable = e.usable_blocks
         shared_b = shared // bs
         closed = workload is not None and workload.kind == "closed"
@@ -231,10 +231,12 @@ class Simulator:
             # 4. the step's duration and its effects
             prefill_tokens = 0
             pctx = 0
+            pairs = 0.0
             for q in pre[:n_pre]:
                 prefill_tokens += q.chunk
                 pctx += q.c + q.chunk
-            d = c0 + c_dec * n_dec + c_pre * prefill_tokens + c_kv * (ctx + pctx)
+                pairs += q.chunk * (q.c + q.chunk / 2)
+            d = c0 + c_dec * n_dec + c_pre * prefill_tokens + c_kv * (ctx + pctx) + c_attn * pairs
             if self.trace is not None:
                 self.trace.append(
                     (t, n_dec, prefill_tokens, n_pre - n_running, preempted, len(waiting), pool.used)

@@ -5,7 +5,8 @@ step period when the engine never idled (interval / steps), and the mean prefill
 finished. Decoding requests per step are ITL observations per step; prefill tokens per step are scheduled tokens
 (`iteration_tokens_total`) minus decode tokens. A first fit shares one per-token cost between decode and prefill
 tokens (a compute-bound, CPU-like linear shape); the free fit is pulled toward it where the history spans too few
-batch sizes to tell the two apart.
+batch sizes to tell the two apart. The fit keeps every coefficient ≥ 0 by refitting without a negative one; a
+prompt's attention cost (P²/2 token pairs however it is chunked) is its own term, so long prompts cost more per token.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 from dataclasses import replace
 
 from doctor.whatif.model import StepModel
-from doctor.whatif.window import Snap, delta, hist_name, mean_of
+from doctor.whatif.window import Snap, delta, delta_buckets, hist_name, mean_of
 
 INTERVAL_S = 5.0
 MIN_ITL = 5  # ITL observations an interval needs to count
@@ -22,7 +23,7 @@ PRIOR_WEIGHT = 0.3  # ridge strength toward the shared-per-token shape, relative
 
 Row = tuple[
     list[float], float, float
-]  # features (1, decoding, prefill tokens, context tokens), y seconds, weight
+]  # features (1, decoding, prefill tokens, context tokens, prefill pairs), y seconds, weight
 
 
 def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INTERVAL_S) -> list[Row]:
@@ -46,23 +47,29 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         tokens = delta(a, b, "vllm:iteration_tokens_total_sum")
         decoding = n_itl / steps
         per_request = _context(a, b)
+        half = _half_prompt(a, b)
         # iteration_tokens counts a prompt once, at its first token: a preempted request's recompute is not in
         # it, so add what each preemption costs again (its context so far, on average)
         recompute = delta(a, b, "vllm:num_preemptions_total") * per_request
         prefill = (max(0.0, tokens - n_itl) + recompute) / steps
         ctx = decoding * per_request
+        pairs = prefill * half  # a prompt of P tokens makes P²/2 pairs however it is chunked
         y = delta(a, b, f"{itl}_sum") / n_itl
         window = [s for s in snaps if a.t <= s.t <= b.t]
         # the ITL mean weighs each step by its decoding requests: when the batch swings (open-loop arrivals) it
         # answers for the decoder-weighted batch Σr²/Σr, not the plain mean, read from the running gauge
         run = [s.get("vllm:num_requests_running", 0.0) for s in window]
         if sum(run) > 0:
-            weighted = decoding * (sum(r * r for r in run) / sum(run)) / (sum(run) / len(run))
-            rows.append(([1.0, weighted, prefill, weighted * per_request], y, n_itl))
+            mean_run = sum(run) / len(run)
+            weighted = decoding * (sum(r * r for r in run) / sum(run)) / mean_run
+            # a step's prefill reaches the ITL mean only through the decoders it delays: a lone request's prefill
+            # step records no ITL at all; a prefilling request shares its step with the others running
+            shared = prefill * steps * min(decoding, max(0.0, mean_run - 1.0)) / n_itl
+            rows.append(([1.0, weighted, shared, weighted * per_request, shared * half], y, n_itl))
         else:
-            rows.append(([1.0, decoding, prefill, ctx], y, n_itl))
+            rows.append(([1.0, decoding, prefill, ctx, pairs], y, n_itl))
         if all(s.get("vllm:num_requests_running", 0) > 0 for s in window):
-            rows.append(([1.0, decoding, prefill, ctx], (b.t - a.t) / steps, steps))
+            rows.append(([1.0, decoding, prefill, ctx, pairs], (b.t - a.t) / steps, steps))
         n_pre = delta(a, b, "vllm:request_prefill_time_seconds_count")
         computed = mean_of(a, b, "vllm:request_prefill_kv_computed_tokens")
         if not math.isfinite(computed):
@@ -72,7 +79,8 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         clean = delta(a, b, "vllm:num_preemptions_total") == 0
         if clean and n_pre >= 2 and math.isfinite(computed) and computed <= prefill_budget:
             y_pre = mean_of(a, b, "vllm:request_prefill_time_seconds")
-            pre_rows.append(([1.0, decoding, max(computed, prefill), ctx], y_pre, n_pre))
+            n = max(computed, prefill)
+            pre_rows.append(([1.0, decoding, n, ctx, n * half], y_pre, n_pre))
     # prefill times are few (one per request) beside ITLs (one per token): weigh them as much in total, or the
     # fit would trade TTFT for ITL
     total, total_pre = sum(r[2] for r in rows), sum(r[2] for r in pre_rows)
@@ -86,6 +94,23 @@ def _context(a: Snap, b: Snap) -> float:
     return (p if math.isfinite(p) else 0.0) + (g / 2 if math.isfinite(g) else 0.0)
 
 
+def _half_prompt(a: Snap, b: Snap) -> float:
+    """E[P²] / 2E[P] over the interval's prompts, uniform within each bucket: prefill pairs per prefill token."""
+    buckets = sorted(delta_buckets(a, b, "vllm:request_prompt_tokens").items())
+    lo, prev, sq, lin = 0.0, 0.0, 0.0, 0.0
+    for hi, cum in buckets:
+        n = cum - prev
+        if n > 0 and math.isfinite(hi):
+            sq += n * (lo * lo + lo * hi + hi * hi) / 3
+            lin += n * (lo + hi) / 2
+        prev, lo = cum, hi
+    if lin <= 0:
+        return 0.0
+    mean = mean_of(a, b, "vllm:request_prompt_tokens")
+    scale = mean / (lin / prev) if math.isfinite(mean) and prev > 0 else 1.0
+    return sq / lin / 2 * scale
+
+
 def fit_step_model(snaps: list[Snap], prefill_budget: int, physical: StepModel | None = None) -> StepModel:
     """t = c0 + c_decode·decoding + c_prefill·prefill tokens (+ c_kv·context from a physical prior), fitted."""
     rows = history_rows(snaps, prefill_budget)
@@ -96,8 +121,8 @@ def fit_step_model(snaps: list[Snap], prefill_budget: int, physical: StepModel |
     c_kv = 0.0
     if physical is not None:
         # the roofline shape, scaled to this target's own step times; its KV-read term is kept as scaled
-        num = sum(w * physical.duration(x[1], x[2], x[3]) / y for x, y, w in rows)
-        den = sum(w * (physical.duration(x[1], x[2], x[3]) / y) ** 2 for x, y, w in rows)
+        num = sum(w * physical.duration(*x[1:]) / y for x, y, w in rows)
+        den = sum(w * (physical.duration(*x[1:]) / y) ** 2 for x, y, w in rows)
         shape = physical.scaled(num / den if den else 1.0)
         c_kv = shape.c_kv
         prior = [shape.c0, shape.c_decode, shape.c_prefill]
@@ -113,16 +138,23 @@ def fit_step_model(snaps: list[Snap], prefill_budget: int, physical: StepModel |
         if c0 <= 0:
             c0 = min(y for _, y, _ in rows) * 0.5
             notes.append("fixed step overhead not identifiable; taken as half the shortest step seen")
+        if c_tok <= 0:
+            c_tok = 0.0
+            notes.append(
+                "step times did not grow with the batch in the history: per-token cost not identifiable"
+            )
         prior = [c0, c_tok, c_tok]
         notes.append("KV reads not separated from per-request cost (context tokens folded into c_decode)")
         shape_name = "shared per-token cost"
     spread = _spread([r[0][1] for r in rows])
     strength = PRIOR_WEIGHT * (1.0 if spread < 1.5 else 0.05)
-    c = _solve([(x[:3], y, w) for x, y, w in rows], prior, [strength] * 3)
-    c = [max(v, 0.0) for v in c]
+    # the attention term is pulled toward 0 only lightly: short prompts leave it unidentified and near-harmless
+    c = _solve_nonneg(
+        [([*x[:3], x[4]], y, w) for x, y, w in rows], [*prior, 0.0], [strength] * 3 + [0.05 * strength]
+    )
     if c[0] <= 0:
         c[0] = prior[0]
-    model = StepModel(c[0], c[1], c[2], c_kv, points=len(levels))
+    model = StepModel(c[0], c[1], c[2], c_kv, c[3], points=len(levels))
     resid = _residual(model, [(x, y + c_kv * x[3], w) for x, y, w in rows])
     if spread < 1.5:
         notes.append(
@@ -141,10 +173,29 @@ def _spread(values: list[float]) -> float:
 def _residual(m: StepModel, rows: list[Row]) -> float:
     num = den = 0.0
     for x, y, w in rows:
-        pred = m.duration(x[1], x[2], x[3])
+        pred = m.duration(*x[1:])
         num += w * ((pred - y) / y) ** 2
         den += w
     return math.sqrt(num / den) if den else math.nan
+
+
+def _solve_nonneg(rows: list[Row], prior: list[float], strength: list[float]) -> list[float]:
+    """_solve with every coefficient ≥ 0: a negative one is pinned at 0 and the others refitted without it.
+
+    Clipping a negative coefficient after the fact leaves the others fitted to compensate for it (a negative
+    per-request cost inflates the prefill cost), which the simulator then applies where the history had no data.
+    """
+    free = list(range(len(prior)))
+    while True:
+        sol = _solve([([x[j] for j in free], y, w) for x, y, w in rows], [prior[j] for j in free],
+                     [strength[j] for j in free])  # fmt: skip
+        worst = min(range(len(free)), key=lambda i: sol[i])
+        if sol[worst] >= 0 or len(free) == 1:
+            out = [0.0] * len(prior)
+            for i, j in enumerate(free):
+                out[j] = max(sol[i], 0.0)
+            return out
+        free.pop(worst)
 
 
 def _solve(rows: list[Row], prior: list[float], strength: list[float]) -> list[float]:

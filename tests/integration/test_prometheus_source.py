@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,13 @@ RECORDINGS = {"kv_bound": (40.0, "kv_cache"), "batch_cap": (25.0, "batch_cap"), 
 RUN_S = 65.0
 
 
+def _scraped_all(url: str, n: int) -> bool:
+    query = urllib.parse.urlencode({"query": "count(up == 1)"})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=2) as resp:
+        result = json.load(resp)["data"]["result"]
+    return bool(result) and float(result[0]["value"][1]) >= n
+
+
 def _start_prometheus(work: Path, instances: list[str], prom_bin: str) -> tuple[subprocess.Popen[bytes], str]:
     assert main(["rules", "export", "--interval", "1s", "-o", str(work / "rules")]) == 0
     config = {
@@ -53,7 +61,8 @@ def _start_prometheus(work: Path, instances: list[str], prom_bin: str) -> tuple[
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(url + "/-/ready", timeout=2) as resp:
-                if resp.status == 200:
+                if resp.status == 200 and _scraped_all(url, len(instances)):
+                    # both sources start from the same history: Prometheus applies new targets up to 5 s late
                     return proc, url
         except OSError:
             time.sleep(0.2)
