@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from doctor.config import Config, ConfigError, TargetSpec
@@ -17,11 +14,11 @@ from doctor.config.schema import default_external_url
 from doctor.daemon import persist
 from doctor.daemon.discovery import FileDiscovery
 from doctor.daemon.logs import setup_logging
+from doctor.daemon.notifying import build_notifier
 from doctor.daemon.pace import Pace
 from doctor.daemon.reload import changes, load_everything, refuse_unless_applicable
 from doctor.daemon.scrape import Scraper, ScrapeResult, capped
-from doctor.notify import Notifier, parse_notify_config
-from doctor.notify.located import located_errors
+from doctor.notify import Notifier
 from doctor.pipeline import Cycle, Pipeline
 from doctor.report.history import History
 from doctor.report.live import report_response
@@ -296,16 +293,4 @@ class Daemon:
         return {"notify": self.notifier.status()} if self.notifier is not None else {}
 
     def _start_notifier(self) -> None:
-        if not self.cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
-            return
-        ncfg, errors = parse_notify_config(self.cfg.notify, os.environ)
-        if errors:
-            raise ConfigError(located_errors(self.cfg, errors))
-        # links a message carries default to this daemon: its status page, and the page as the generator URL
-        base = self._external_url()
-        am = replace(ncfg.alertmanager, generator_url=ncfg.alertmanager.generator_url or base + "/")
-        ncfg = replace(ncfg, status_page_url=ncfg.status_page_url or base, alertmanager=am)
-        state_dir = Path(self.cfg.state_file).parent if self.cfg.state_file else Path(".kvdoctor")
-        if not self.cfg.state_file:
-            log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
-        self.notifier = Notifier(ncfg, state_dir)
+        self.notifier = build_notifier(self.cfg, self._external_url())

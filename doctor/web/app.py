@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -22,12 +20,11 @@ from doctor import __version__
 from doctor.rules.loader import RuleGroup, default_rule_files, load_files
 from doctor.signals import FINDINGS, SIGNALS
 from doctor.status.state import DaemonState
+from doctor.web.responses import Response, api_error, json_response, text
 from doctor.web.runbook import render as render_runbook
 
 log = logging.getLogger(__name__)
 
-JSON = "application/json"
-TEXT = "text/plain; charset=utf-8"
 TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -39,43 +36,6 @@ Reload = Callable[[], tuple[bool, str]]
 Rules = Callable[[], list[RuleGroup]]
 # the capacity report of the daemon's history: query -> (status, body, content type)
 Report = Callable[[dict[str, list[str]]], tuple[int, bytes, str]]
-
-
-@dataclass
-class Response:
-    """What to send: status, body, content type, extra headers and the Cache-Control policy."""
-
-    status: int
-    body: bytes = b""
-    content_type: str = TEXT
-    headers: dict[str, str] = field(default_factory=dict)
-    cache: str = "no-store"
-
-
-def json_response(data: Any, status: int = 200) -> Response:
-    """A Prometheus-style JSON envelope around data."""
-    body = {"status": "success", "data": data} if status < 400 else data
-    return Response(status, json.dumps(_finite(body), separators=(",", ":"), allow_nan=False).encode(), JSON)
-
-
-def api_error(status: int, kind: str, message: str) -> Response:
-    """A Prometheus-style JSON error."""
-    return json_response({"status": "error", "errorType": kind, "error": message}, status)
-
-
-def text(status: int, message: str, **headers: str) -> Response:
-    """A short plain-text response."""
-    return Response(status, (message + "\n").encode(), TEXT, dict(headers))
-
-
-def _finite(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_finite(x) for x in v]
-    return v
 
 
 def load_static() -> dict[str, tuple[bytes, str, str]]:

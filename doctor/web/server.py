@@ -25,8 +25,9 @@ from prometheus_client.registry import CollectorRegistry
 
 from doctor import __version__
 from doctor.status.state import DaemonState
-from doctor.web.app import App, Reload, Report, Response, Rules, api_error, text
+from doctor.web.app import App, Reload, Report, Rules
 from doctor.web.request import MAX_HEADER_BYTES, Refused, read_head, status_line
+from doctor.web.responses import Response, api_error, text
 from doctor.web.webconfig import WebConfig, WebConfigWatcher
 
 log = logging.getLogger(__name__)
