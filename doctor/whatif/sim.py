@@ -107,6 +107,19 @@ class Simulator:
             if t >= warmup_s:
                 res.preemptions += 1
 
+        preempted = False  # set when a step preempted: then nothing is admitted in it
+
+        def make_room(q: Request, need: int) -> bool:
+            # preempt the most recently admitted until need blocks are free; False when q itself was the victim
+            nonlocal preempted
+            while need > pool.free:
+                victim = pre[-1] if pre else dec[-1]
+                preempt(victim)
+                preempted = True
+                if victim is q:
+                    return False
+            return True
+
         def reissue(q: Request) -> None:
             nonlocal tie
             if closed and workload is not None and rng is not None:
@@ -146,15 +159,7 @@ class Simulator:
                         continue
                     cur = q.c0 + (g - q.g0) * r
                     need = math.ceil((cur + 1 + k) / bs) - q.hit // bs - q.nb
-                    stop = False
-                    while need > pool.free:
-                        victim = pre[-1] if pre else dec[-1]
-                        preempt(victim)
-                        preempted = True
-                        if victim is q:
-                            stop = True
-                            break
-                    if stop:
+                    if not make_room(q, need):
                         break
                     q.nb += need
                     pool.take(need)
@@ -169,15 +174,7 @@ class Simulator:
                 q = pre[i]
                 chunk = min(q.prompt + q.gen - q.c, budget)
                 need = math.ceil((q.c + chunk) / bs) - q.hit // bs - q.nb
-                stop = False
-                while need > pool.free:
-                    victim = pre[-1] if pre else dec[-1]
-                    preempt(victim)
-                    preempted = True
-                    if victim is q:
-                        stop = True
-                        break
-                if stop:
+                if not make_room(q, need):
                     break
                 q.nb += need
                 pool.take(need)
