@@ -115,16 +115,15 @@ def test_same_seed_same_prediction(shared_032):
 
 
 PAIR_LIST = load_pairs(PAIRS)
-# Known miss, kept visible: on this CPU engine a 512-token prefill budget cost generation throughput (-17 %): the
-# engine processed 19 % fewer tokens/s for the same work, an extra cost per chunk of a split prompt (its later chunks
-# attend to the cached earlier ones) that the before recording cannot show (its prompts fit one step), so the fitted
-# step model predicts it flat; TTFT and ITL directions are still right.
-KNOWN_WRONG = {("max_num_batched_tokens_2048_to_512", "generation_tokens_per_s")}
-# Known miss, kept visible: in kv2x_restart's before window most inter-token gaps fall under vLLM's first ITL bucket
-# edge (10 ms), so the measured p50 is interpolated inside [0, 10 ms] (7.8 ms) while the simulated steps (14 ms, the
-# client-side median was 12 ms; this file has no light phase, one batch size only) land above it; the changed
-# prediction is within 5 %.
-KNOWN_FAR = {("kv_cache_doubled_restart", "unchanged", "itl_p50_s")}
+# No wrong direction since the pairs were re-recorded alone on the machine (the first mnbt pair, recorded beside
+# other jobs, showed a -17 % tokens/s a quiet re-recording does not); a (pair, quantity) here keeps a miss visible.
+KNOWN_WRONG: set[tuple[str, str]] = set()
+# Known miss, kept visible: with 512-token chunks 3 % of the measured TTFTs pass 1 s and the simulated ones ~10 %;
+# vLLM's next TTFT bucket is 1-2.5 s wide, so that moves the interpolated p95 from 0.96 s to ~1.6 s (p50 within 5 %).
+KNOWN_FAR = {("max_num_batched_tokens_2048_to_512", "changed", "ttft_p95_s")}
+# generous bounds (unchanged, changed): the benchmark reports the real errors; these catch a model that falls apart
+BOUNDS = {"ttft_p50_s": (0.3, 0.5), "generation_tokens_per_s": (0.3, 0.5), "ttft_p95_s": (0.6, 0.6),
+          "itl_p50_s": (0.8, 0.8)}  # fmt: skip
 
 
 @pytest.mark.parametrize("pair", PAIR_LIST, ids=[str(p["name"]) for p in PAIR_LIST])
@@ -132,15 +131,12 @@ def test_recorded_pairs_get_the_directions_right_and_stay_near(pair):
     r = run_pair(PAIRS, pair)
     for k, right in r.direction_right.items():
         assert right != ((r.name, k) in KNOWN_WRONG), (r.name, k)
-    # generous bounds: the benchmark reports the real errors; these catch a model that falls apart
-    assert r.unchanged_error["ttft_p50_s"] < 0.3 and r.changed_error["ttft_p50_s"] < 0.5
-    assert (
-        r.unchanged_error["generation_tokens_per_s"] < 0.3
-        and r.changed_error["generation_tokens_per_s"] < 0.5
-    )
-    assert r.unchanged_error["ttft_p95_s"] < 0.6 and r.changed_error["ttft_p95_s"] < 0.6
-    for which, err in (("unchanged", r.unchanged_error), ("changed", r.changed_error)):
-        assert (err["itl_p50_s"] < 0.8) != ((r.name, which, "itl_p50_s") in KNOWN_FAR), (r.name, which)
+    for k, bounds in BOUNDS.items():
+        for which, err, bound in (
+            ("unchanged", r.unchanged_error, bounds[0]),
+            ("changed", r.changed_error, bounds[1]),
+        ):
+            assert (err[k] < bound) != ((r.name, which, k) in KNOWN_FAR), (r.name, which, k, err[k])
 
 
 def test_a_roofline_prior_shapes_the_fit_where_the_history_shows_one_batch_size(shared_032):
@@ -160,3 +156,14 @@ def test_a_roofline_prior_shapes_the_fit_where_the_history_shows_one_batch_size(
     assert abs(shaped.c_decode / shaped.c0 - ratio) < abs(plain.c_decode / plain.c0 - ratio)
     for x, y, _ in history_rows(snaps, 2048):  # still the target's own step times
         assert abs(shaped.duration(*x[1:]) - y) / y < 0.6
+
+
+def test_one_batch_size_in_the_history_splits_the_step_and_says_so():
+    # kv2x_restart's history is its KV-bound phase only (6 running, always preempting): no light stretch to learn
+    # how a step grows with the batch; a bigger batch must still cost more than a smaller one
+    pair = next(p for p in PAIR_LIST if p["name"] == "kv_cache_doubled_restart")
+    snaps = recording_snaps(PAIRS / str(pair["before"]))
+    model = fit_step_model([s for s in snaps if s.t <= pair["heavy_before"][1]], 2048)
+    assert any("taken as half the mean step" in n for n in model.notes)
+    assert model.c0 > 0 and model.c_decode > 0 and model.c_prefill > 0
+    assert model.duration(13, 12, 0) > model.duration(6, 12, 0)

@@ -139,9 +139,15 @@ def fit_step_model(snaps: list[Snap], prefill_budget: int, physical: StepModel |
             c0 = min(y for _, y, _ in rows) * 0.5
             notes.append("fixed step overhead not identifiable; taken as half the shortest step seen")
         if c_tok <= 0:
-            c_tok = 0.0
+            # one operating point cannot split a step into fixed and per-token cost; the midpoint errs least
+            # either way (all fixed would predict no cost for a bigger batch, all per-token no floor)
+            w_sum = sum(w for _, _, w in shared)
+            mean_y = sum(w * y for _, y, w in shared) / w_sum
+            mean_tok = sum(w * x[1] for x, _, w in shared) / w_sum
+            c0, c_tok = mean_y / 2, mean_y / 2 / mean_tok if mean_tok > 0 else 0.0
             notes.append(
-                "step times did not grow with the batch in the history: per-token cost not identifiable"
+                "step times did not grow with the batch in the history: per-token cost not identifiable, "
+                "taken as half the mean step (uncertain: a bigger batch may cost between 0 and 2x that)"
             )
         prior = [c0, c_tok, c_tok]
         notes.append("KV reads not separated from per-request cost (context tokens folded into c_decode)")
