@@ -81,7 +81,7 @@ PREFILL_HEAVY = (
 
 
 def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
-    """Compute options: scale out, quantize activations, stop speculating at peak; prefill options on long prompts."""
+    """Compute options: scale out, quantize, stop speculating at peak where it drafts; prefill options on long prompts."""
     itl, base = ev.get("itl_p50_s"), ev.get("itl_baseline_s")
     batch_base = ev.get("itl_batch_baseline_s")
     slo, slo_ttft = ev.get("slo_itl_p95_s"), ev.get("slo_ttft_p95_s")
@@ -114,7 +114,7 @@ def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
                 f"{mean_base * 1000:.1f} ms: prefill chunks stall decoding"
             )
         return _prefill(ev, why, ratio, quant)
-    return [
+    out = [
         Advice(
             "replicas",
             f"{why}: add replicas or GPUs (`--tensor-parallel-size`) to spread the work",
@@ -122,14 +122,21 @@ def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
             {"replicas": 2},
         ),
         Advice("--quantization", quant),
-        Advice(
-            "--speculative-config", "turn speculative decoding off at peak: it helps latency at low load only"
-        ),
+    ]
+    if "spec_decode_acceptance" in ev:  # only a server that drafts has speculation to turn off
+        out.append(
+            Advice(
+                "--speculative-config",
+                "turn speculative decoding off at peak: it helps latency at low load only",
+            )
+        )
+    out.append(
         Advice(
             "--max-num-batched-tokens",
             "a smaller `--max-num-batched-tokens` favours inter-token latency over TTFT",
-        ),
-    ]
+        )
+    )
+    return out
 
 
 def _prefill(ev: dict[str, float], why: str, ratio: float, quant: str) -> list[Advice]:
