@@ -13,6 +13,7 @@ from doctor.cli.report import parse_time
 from doctor.report.build import build_report
 from doctor.report.economics import Prices, parse_usd, replicas_for
 from doctor.report.history import History, Step
+from doctor.report.markdown import render_markdown
 from doctor.report.promrange import MAX_POINTS, chunks, progress_bar
 
 T0 = 1796000400.0  # Monday 2026-11-30 01:00 UTC
@@ -96,3 +97,20 @@ def test_busiest_hour_without_an_itl_baseline_says_so(
     assert main(["report", str(shared_032 / "compute_bound.jsonl.gz"), "--format", "md"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Busiest hour"))
     assert "no ITL baseline learned yet" in line and "–×" not in line, line
+
+
+def test_running_over_cap_is_unknown_where_no_cap_is_known() -> None:
+    h = History("hand-made")
+    for i in range(10):
+        h.add("nocap", "m", Step(T0 + 60 * i, 60.0, "healthy", generation_tokens=60.0, running=3.0))
+        h.add(
+            "capped", "m", Step(T0 + 60 * i, 60.0, "batch_cap", generation_tokens=60.0, running=4.0, cap=4.0)
+        )
+    doc = build_report(h, Prices())
+    by = {e["target"]: e for e in doc["targets"]}
+    assert by["nocap"]["running_over_cap"]["max"] is None  # not "0 %" of a cap nobody knows
+    assert by["capped"]["running_over_cap"]["max"] == 1.0
+    md = render_markdown(doc)
+    traffic = md[md.index("## Traffic and capacity use") :]
+    row = next(x for x in traffic.splitlines() if x.startswith("| nocap |"))
+    assert row.split("|")[10].strip() == "–"

@@ -162,7 +162,8 @@ def summarize(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> d
         },
         "running_over_cap": {
             **_bins_quantiles(util_bins, util_max),
-            "max": round(util_max, 4),
+            # no known cap (no cache_config_info, no plateau) is "unknown", not 0 % of one
+            "max": round(util_max, 4) if any(h.cap for h in hours.values()) else None,
             "hours_by_bin": [round(x / 3600, 4) for x in util_bins],
         },
         "busiest_hour": _closeness(busiest, wall) if busiest and busiest.generation_tokens else None,
