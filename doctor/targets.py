@@ -27,6 +27,7 @@ def target_facts(spec: TargetSpec, warn: Callable[[str], None] = _stderr) -> Tar
     facts = TargetFacts(
         spec.max_num_seqs, spec.slo_itl_p95_s, spec.slo_ttft_p95_s, dict(spec.labels), url=spec.safe_url
     )
+    key = "model_config" if spec.model_config else "model"
     try:
         model = (
             load_model_config(spec.model_config)
@@ -35,9 +36,10 @@ def target_facts(spec: TargetSpec, warn: Callable[[str], None] = _stderr) -> Tar
             if spec.model
             else None
         )
+        key = "gpu"
         gpu = get_gpu(spec.gpu) if spec.gpu else None
     except (ModelConfigError, KeyError, ValueError) as exc:
-        warn(f"target {spec.name}: {exc}")
+        warn(_located(spec, key, f"target {spec.name}: {exc}"))
         return facts
     est = None
     if (
@@ -46,8 +48,13 @@ def target_facts(spec: TargetSpec, warn: Callable[[str], None] = _stderr) -> Tar
         try:
             est = estimate(Deployment(model=model, gpu=gpu, tensor_parallel=spec.tensor_parallel))
         except ValueError as exc:
-            warn(f"target {spec.name}: {exc}")
+            warn(_located(spec, "", f"target {spec.name}: {exc}"))
     return replace(facts, estimate=est, gpu_fp8=gpu.fp8_compute if gpu is not None else None)
+
+
+def _located(spec: TargetSpec, key: str, message: str) -> str:
+    where = spec.where(key)
+    return f"{where}: {message}" if where else message
 
 
 def pipeline_for(

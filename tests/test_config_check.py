@@ -94,8 +94,16 @@ def test_every_error_of_config_notify_web_config_rules_and_file_sd_is_printed(tm
     assert f"{web}:1: colour: unknown key" in err
     assert f"{rules}:4: rule 'x': expr parse error" in err
     assert f"{sd}:1: group 0: needs a `targets` list" in err
-    assert f"{cfg}: target g:8000: unknown model 'Llama-9'" in err
+    assert f"{cfg}:10: target g:8000: unknown model 'Llama-9'" in err
     assert err.strip().endswith(f"{cfg}: 6 errors")
+    # the config's own errors come first and in line order, the preset one included
+    own = [
+        line.split(":")[1]
+        for line in err.splitlines()
+        if line.startswith(f"{cfg}:") and not line.endswith("errors")
+    ]
+    assert own == ["1", "8", "10"]
+    assert err.splitlines()[2].startswith(f"{cfg}:10:")
 
 
 def test_an_unreadable_config_is_an_error(tmp_path, capsys):
@@ -124,3 +132,11 @@ def test_string_duration_flags_take_the_grammar(tmp_path):
     out = tmp_path / "rules"
     assert main(["rules", "export", "--interval", "1.5s", "-o", str(out)]) == 0
     assert "interval: 1s500ms" in (out / "kvdoctor.yml").read_text()
+
+
+def test_a_misspelt_gpu_preset_is_named_at_its_line(tmp_path, capsys):
+    cfg = tmp_path / "kvdoctor.yml"
+    cfg.write_text("targets:\n  - url: http://g:8000\n    model: Qwen3-8B\n    gpu: H10O\n")
+    assert main(["config", "check", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert f"{cfg}:4: target g:8000: unknown GPU 'H10O'" in err

@@ -40,7 +40,18 @@ def config_errors(path: str) -> list[str]:
     if cfg.notify is not None or any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
         _, notify = parse_notify_config(cfg.notify, os.environ)
         errors += located_errors(cfg, notify)
-    return errors + _file_errors(cfg)
+    return _in_file_order(errors + _file_errors(cfg), str(cfg.path))
+
+
+def _in_file_order(errors: list[str], path: str) -> list[str]:
+    """The config's own errors by line (wherever they were found), then those of the files it names."""
+
+    def line(e: str) -> tuple[int, int]:
+        head, _, rest = e.partition(":")
+        num = rest.partition(":")[0]
+        return (0, int(num)) if head == path and num.isdigit() else (1, 0)
+
+    return sorted(errors, key=line)
 
 
 def _file_errors(cfg: Config) -> list[str]:
@@ -55,7 +66,10 @@ def _file_errors(cfg: Config) -> list[str]:
     except RuleLoadError as exc:
         errors += exc.errors
     for spec in cfg.targets:  # model_config files and the model/GPU presets named
-        target_facts(spec, warn=lambda message: errors.append(f"{cfg.path}: {message}"))
+        prefix = "" if spec.where() else f"{cfg.path}: "
+        warned: list[str] = []
+        target_facts(spec, warn=warned.append)
+        errors += [prefix + m for m in warned]
     for sd in cfg.file_sd:
         for path in sorted({p for pattern in sd.files for p in glob.glob(pattern)}):
             errors += read_file_sd(path)[1]

@@ -30,6 +30,11 @@ class TargetSpec:
     labels: dict[str, str] = field(default_factory=dict)
     http: HttpOptions = field(default_factory=HttpOptions)
     limits: ScrapeLimits = field(default_factory=ScrapeLimits)
+    origin: dict[str, str] = field(default_factory=dict)  # "file:line" of its entry ("") and of its keys
+
+    def where(self, key: str = "") -> str:
+        """`file:line` of one of its keys (of the entry when unknown), "" for a target not from a file."""
+        return self.origin.get(key) or self.origin.get("", "")
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -156,4 +156,5 @@ def parse_target(
         url=url, name=str(item.get("name") or ""), max_num_seqs=mns, slo_itl_p95_s=slos.get("itl_p95"),
         slo_ttft_p95_s=slos.get("ttft_p95"), model=item.get("model"), model_config=item.get("model_config"),
         gpu=item.get("gpu"), tensor_parallel=tp, labels={str(k): str(v) for k, v in labels.items()}, http=http, limits=lim,
+        origin={"": where, **{k: doc.where(*path, k) for k in ("model", "model_config", "gpu") if k in item}},
     )  # fmt: skip
