@@ -114,3 +114,29 @@ def test_max_model_len_finding_states_p99_against_the_limit():
     assert "`--max-model-len 2816` would still fit the p99 request" in text
     exact = max_model_len_finding_text(32_768, None, 2_100)
     assert "--max-model-len is 32,768, 16× longer" in exact
+
+
+def test_a_preset_of_another_model_is_named_and_its_numbers_left_out(shared_032):
+    # the kv_bound server holds 2,048 B of KV per token; Qwen3-8B would need 147,456
+    live = live_capacity(samples_from_text(recording_text(shared_032 / "kv_bound.jsonl.gz")))
+    est = estimate(Deployment(QWEN, get_gpu("H100")))
+    advice = kv_cache_advice(live, est, None)
+    assert advice[0].flag == "model"
+    assert "Qwen3-8B holds 147,456 B of KV per token, this engine 2,048 B" in advice[0].text
+    assert "--quantization" not in _by_flag(advice)  # the preset's weights are not this server's
+    assert "from 4,096 to 8,192 tokens" in _by_flag(advice)["--kv-cache-dtype"].text
+
+
+def test_a_served_model_that_is_another_preset_is_named():
+    est = estimate(Deployment(QWEN, get_gpu("H100")))
+    advice = kv_cache_advice(None, est, None, served_model="meta-llama/Llama-3.3-70B-Instruct")
+    assert advice[0].flag == "model"
+    assert (
+        "names model Qwen3-8B, but this server serves meta-llama/Llama-3.3-70B-Instruct (Llama-3.3-70B)"
+        in advice[0].text
+    )
+    assert "--quantization" not in _by_flag(advice)
+    matching = kv_cache_advice(None, est, None, served_model="Qwen/Qwen3-8B")
+    assert "model" not in _by_flag(matching) and "--quantization" in _by_flag(matching)
+    own_name = kv_cache_advice(None, est, None, served_model="my-chat-model")  # --served-model-name: unknown
+    assert "model" not in _by_flag(own_name)

@@ -9,11 +9,13 @@ from doctor import fmt
 from doctor.capacity.arch import request_kv_bytes, weights_bytes
 from doctor.capacity.budget import CapacityEstimate
 from doctor.capacity.live import LiveCapacity
+from doctor.capacity.presets import PresetError, get_model
 from doctor.verdicts import Advice
 
 LIVE, ARITH = "cache_config_info", "model arithmetic"
 TARGET_UTILIZATION = 0.95
 FAR_ABOVE = 2.0  # suggest a shorter --max-model-len when it is this many times the observed p99
+MISMATCH = 1.5  # engine bytes per token this far from the preset's: the preset is another model
 
 
 @dataclass(frozen=True)
@@ -64,18 +66,24 @@ def _concurrency(b: _Base, est: CapacityEstimate | None, length: int) -> float:
 
 
 def kv_cache_advice(
-    live: LiveCapacity | None, spec: CapacityEstimate | None, observed_p99_tokens: float | None = None
+    live: LiveCapacity | None,
+    spec: CapacityEstimate | None,
+    observed_p99_tokens: float | None = None,
+    served_model: str | None = None,
 ) -> list[Advice]:
     """Options that enlarge the KV cache or shrink what requests reserve, each with its numbers."""
+    wrong = preset_mismatch(live, spec, served_model)
+    if wrong:
+        spec = None  # its weights and bytes per token belong to another model: the engine's own figures only
     b = _base(live, spec)
     if b is None:
-        return []
+        return [Advice("model", wrong, LIVE)] if wrong else []
     p99 = (
         observed_p99_tokens
         if observed_p99_tokens is not None
         else (live.request_p99_tokens if live else None)
     )
-    out: list[Advice] = []
+    out: list[Advice] = [Advice("model", wrong, LIVE)] if wrong else []
     if p99 and b.max_len and b.max_len >= FAR_ABOVE * p99:
         new = suggest_max_model_len(p99)
         now, then = _concurrency(b, spec, b.max_len), _concurrency(b, spec, new)
@@ -123,6 +131,38 @@ def kv_cache_advice(
         )
     )
     return out
+
+
+def preset_mismatch(
+    live: LiveCapacity | None, est: CapacityEstimate | None, served_model: str | None = None
+) -> str | None:
+    """Why the configured model preset is not the model this server serves, when its metrics say so."""
+    if est is None:
+        return None
+    name = est.deployment.model.name
+    fix = "fix `model:` in the config; the advice uses the engine's own cache figures"
+    if served_model:
+        try:
+            served = get_model(served_model).name
+        except PresetError:
+            served = None  # a served name of its own (--served-model-name) says nothing either way
+        if served and served != name:
+            return f"the config names model {name}, but this server serves {served_model} ({served}): {fix}"
+    if live is None or not live.kv_bytes_per_token or not est.kv_bytes_per_token_per_gpu:
+        return None
+    expect = float(est.kv_bytes_per_token_per_gpu)
+    fp8_live, fp8_est = (
+        (live.cache_dtype or "").startswith("fp8"),
+        est.deployment.kv_cache_dtype.startswith("fp8"),
+    )
+    expect *= 0.5 if fp8_live and not fp8_est else 2.0 if fp8_est and not fp8_live else 1.0
+    ratio = live.kv_bytes_per_token / expect
+    if 1 / MISMATCH <= ratio <= MISMATCH:
+        return None
+    return (
+        f"the config's model {name} holds {expect:,.0f} B of KV per token, this engine "
+        f"{live.kv_bytes_per_token:,.0f} B (cache_config_info): it serves another model; {fix}"
+    )
 
 
 def _typical(live: LiveCapacity | None, b: _Base, factor: int) -> str:

@@ -12,10 +12,15 @@ from doctor.verdicts import Advice
 COLD_START_ITL_S = 0.05  # the pack's reference before a light-load baseline is learned (rules/kvdoctor.yml)
 
 
-def kv_cache(live: LiveCapacity | None, est: CapacityEstimate | None, ev: dict[str, float]) -> list[Advice]:
+def kv_cache(
+    live: LiveCapacity | None,
+    est: CapacityEstimate | None,
+    ev: dict[str, float],
+    served_model: str | None = None,
+) -> list[Advice]:
     """KV-cache options, quantified from cache_config_info or the model arithmetic."""
     p99 = _add(ev.get("prompt_tokens_p99"), ev.get("generation_tokens_p99"))
-    out = kv_cache_advice(live, est, p99)
+    out = kv_cache_advice(live, est, p99, served_model)
     if out:
         return out
     return [

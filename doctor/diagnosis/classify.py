@@ -131,7 +131,7 @@ class Classifier:
         evidence.update(engines.explain(bottleneck, per_engine) if bottleneck else {})
         if bottleneck == "kv_cache":
             advice = engines.balance_first(per_engine) + advise.kv_cache(
-                target.live, target.facts.estimate, ev
+                target.live, target.facts.estimate, ev, a.labels.get("model_name")
             )
             if target.live and target.live.kv_cache_tokens:
                 evidence["kv_cache_tokens"] = float(target.live.kv_cache_tokens)
