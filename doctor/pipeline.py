@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from doctor.capacity.live import B125, CACHE_INFO, LiveCapacity, live_capacity
+from doctor.capacity.live import B125, CACHE_INFO, LORA_INFO, LiveCapacity, live_capacity
 from doctor.diagnosis.classify import Classifier
 from doctor.diagnosis.evidence import Key, collect
 from doctor.diagnosis.target import Target, TargetFacts
@@ -33,7 +33,7 @@ EXPECTED = {
         "vllm:time_per_output_token_seconds_bucket",
     ),
 }
-_CAPACITY_NAMES = {CACHE_INFO, *B125}  # the samples live_capacity reads
+_CAPACITY_NAMES = {CACHE_INFO, LORA_INFO, *B125}  # the samples live_capacity reads
 
 
 @dataclass

@@ -189,6 +189,7 @@ FINDINGS: dict[str, FindingKind] = {
         FindingKind("prefix_cache_low_hit_rate", ("prefix_cache_hit_ratio", "prefix_cache_hit_ratio_30s", "prompt_tokens_p50")),
         FindingKind("spec_decode_low_acceptance", ("spec_decode_acceptance",)),
         FindingKind("spec_decode_high_load", ("running_avg_1m", "itl_p50_s", "itl_baseline_s")),
+        FindingKind("lora_adapter_slots", ("waiting_deferred", "running_avg_1m", "kv_usage_max_1m")),
         FindingKind("target_down", severity="critical", meaning=(
             "kvdoctor's own scrape of the target failed (connection refused, timeout, an error status or a body "
             "that is not Prometheus text); the target's verdict is `unknown` until it answers again."),

@@ -12,6 +12,7 @@ from doctor.promql.quantile import bucket_quantile
 from doctor.samples import Sample
 
 CACHE_INFO = "vllm:cache_config_info"
+LORA_INFO = "vllm:lora_requests_info"  # value: when its label set was last current; max_lora: --max-loras
 PROMPT = "vllm:request_prompt_tokens_bucket"
 GENERATION = "vllm:request_generation_tokens_bucket"
 # Histograms on the B125(max_model_len) buckets (vllm-metrics.md §2.3, §3).
@@ -45,6 +46,7 @@ class LiveCapacity:
     prompt_p99: float | None = None
     generation_p50: float | None = None
     generation_p99: float | None = None
+    max_loras: int | None = None  # --max-loras, from lora_requests_info (LoRA enabled)
 
     @property
     def request_p50_tokens(self) -> float | None:
@@ -110,10 +112,13 @@ def live_capacity(samples: Iterable[Sample], model_name: str | None = None) -> L
     """Capacity and request lengths from one scrape's samples (histograms filtered to model_name if given)."""
     infos: dict[str, dict[str, str]] = {}
     hists: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    lora: tuple[float, str] | None = None
     for s in samples:
         labels = dict(s.labels)
         if s.name == CACHE_INFO:
             infos[labels.get("engine", "0")] = labels
+        elif s.name == LORA_INFO and (lora is None or s.value > lora[0]):
+            lora = (s.value, labels.get("max_lora", ""))
         elif s.name in B125 and (model_name is None or labels.get("model_name") == model_name):
             le = _num(labels.get("le")) if labels.get("le") != "+Inf" else math.inf
             if le is not None:
@@ -145,6 +150,7 @@ def live_capacity(samples: Iterable[Sample], model_name: str | None = None) -> L
         gpu_memory_utilization=_num(first.get("gpu_memory_utilization")),
         max_model_len=exact,
         max_model_len_bound=bound,
+        max_loras=_int(lora[1]) if lora else None,
         requests_observed=int(prompt.get(math.inf, 0)),
         prompt_p50=_quantile(prompt, 0.5),
         prompt_p99=_quantile(prompt, 0.99),

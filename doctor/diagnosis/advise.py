@@ -190,3 +190,22 @@ def _add(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or math.isnan(a) or math.isnan(b):
         return None
     return a + b
+
+
+def lora_slots(ev: dict[str, float], max_loras: int | None) -> list[Advice]:
+    """More adapter slots for the requests deferred behind a full --max-loras, or adapters kept apart."""
+    waiting = ev.get("waiting_deferred", 0.0)
+    held = f"all {max_loras} slots are" if max_loras else "every slot is"
+    text = (
+        f"{waiting:.0f} requests wait for a LoRA adapter slot while {held} held by adapters with requests running; "
+        "each slot keeps one adapter of up to `--max-lora-rank` in GPU memory"
+    )
+    more = (
+        f"raise `--max-loras` from {max_loras} to at least {max_loras + 1}"
+        if max_loras
+        else "raise `--max-loras`"
+    )
+    return [
+        Advice("--max-loras", f"{more} (one slot per adapter in use at once): {text}", "lora_requests_info"),
+        Advice("router", "or route each adapter's traffic to servers that keep it loaded"),
+    ]

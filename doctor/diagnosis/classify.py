@@ -146,6 +146,8 @@ class Classifier:
         elif name == "engine_imbalance":
             evidence.update(engines.imbalance_evidence(per_engine))
             advice = engines.imbalance_advice(per_engine)
+        elif name == "lora_adapter_slots":
+            advice = advise.lora_slots(ev, target.live.max_loras if target.live else None)
         elif name == "stalled":
             evidence.update(stall.evidence(ev, per_engine, target.live))
             if a.labels.get("engine"):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from doctor.capacity.live import CACHE_INFO, GENERATION, PROMPT, live_capacity
+from doctor.capacity.live import CACHE_INFO, GENERATION, LORA_INFO, PROMPT, live_capacity
 from doctor.diagnosis.evidence import collect
 from doctor.diagnosis.target import TargetFacts
 from doctor.pipeline import EXPECTED, Cycle, Pipeline
@@ -41,7 +41,8 @@ QUERIES: dict[str, str] = {
     # up == 0 for a vLLM target that answered within the hour (as VLLMTargetDown reads it), up == 1 otherwise
     "targets": '{__name__=~"up|scrape_duration_seconds"} and on (job, instance) '
     f"group by (job, instance) (last_over_time({MARKER}[1h]))",
-    "capacity": f'{CACHE_INFO} or sum by (__name__, instance, le) ({{__name__=~"{PROMPT}|{GENERATION}"}})',
+    "capacity": f'{CACHE_INFO} or sum by (__name__, instance, le) ({{__name__=~"{PROMPT}|{GENERATION}"}})'
+    f' or max by (__name__, instance, max_lora) ({{__name__="{LORA_INFO}"}})',
     "present": 'group by (instance, __name__) ({__name__=~"'
     + "|".join(sorted(set(_PRESENCE.values())))
     + '"})',
