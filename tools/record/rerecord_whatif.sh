@@ -33,3 +33,7 @@ SERVER_ENV=VLLM_CPU_KVCACHE_SPACE=1 "$R/record_pair.sh" "$V" "$M" "$O" mnbt \
   "--max-model-len 4096 --max-num-batched-tokens 2048 --dtype float32" \
   "--max-model-len 4096 --max-num-batched-tokens 512 --dtype float32" \
   --phase concurrency=1,duration=30,drain=3,$Lp,seed=41 --phase concurrency=8,duration=60,drain=5,$Lp,seed=42
+C="prompt_min=100,prompt_max=300,out_min=64,out_max=256"
+SERVER_ENV=VLLM_CPU_KVCACHE_SPACE=1 AFTER_ARGS="--concurrency 24" "$R/record_pair.sh" "$V" "$M" "$O" loadcap \
+  "--max-model-len 2048 --max-num-seqs 4 --dtype float32" "--max-model-len 2048 --max-num-seqs 4 --dtype float32" \
+  --concurrency 16 --phase concurrency=2,duration=30,drain=3,$C,seed=51 --phase duration=60,drain=3,$C,seed=52

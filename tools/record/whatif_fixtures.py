@@ -48,6 +48,11 @@ PAIRS = [
      KV_SPACE + MN.format(2048), KV_SPACE + MN.format(512), "closed loop, long prompts (RAG-like); light: 1 "
      "worker 30 s (seed 41); heavy: 8 workers 60 s (seed 42), then 5 s drain and the rest cancelled; prompt "
      "1000-2000, out 16-64; ignore_eos, streamed", 42, ("healthy", "compute")),
+    ("load_x1.5_batch_capped", "loadcap_before", "loadcap_after", {"load": 1.5}, KV_SPACE + BC.format(4),
+     KV_SPACE + BC.format(4), "closed loop; light: 2 workers 30 s (seed 51); heavy: 16 workers before, 24 after (x1.5), "
+     "60 s, then 3 s drain and the rest cancelled (seed 52); prompt 100-300, out 64-256; ignore_eos, streamed; "
+     "separate servers (record_pair.sh, AFTER_ARGS): more clients on a server already at its cap",
+     52, ("healthy", "batch_cap")),
     ("kv_cache_doubled_restart", "kv2x_restart", "kv2x_restart", {"kv_cache_tokens": 8192}, KV.format(16777216),
      KV.format(33554432), "closed loop 24 workers 45 s + 3 s drain, prompt 200-500, out 300-500, seed 22 (the "
      "heavy phase of kv_cache_doubled), before the restart and again after it; no light phase in this file (its "
@@ -141,12 +146,13 @@ def main() -> int:
         "batchcap_after": ("batchcap_restart", stamp["up_at"] - 2, math.inf),
         "batchcap_restart": ("batchcap_restart", bc[1]["load_start"] + 9, math.inf),
         **{n: (n, 0.0, math.inf) for n in ("kv2x_before", "kv2x_after", "kv2x_restart", "loadx15_before",
-                                            "loadx15_after", "mnbt_before", "mnbt_after")},
+                                            "loadx15_after", "mnbt_before", "mnbt_after", "loadcap_before",
+                                            "loadcap_after")},
     }  # fmt: skip
     for name, (src, t0, t1) in cuts.items():
         trim(raw / f"{src}.jsonl", out / f"{name}.jsonl.gz", t0, t1)
     for scen in ("batchcap_restart", "kv2x_before", "kv2x_after", "kv2x_restart", "loadx15_before",
-                 "loadx15_after", "mnbt_before", "mnbt_after"):  # fmt: skip
+                 "loadx15_after", "mnbt_before", "mnbt_after", "loadcap_before", "loadcap_after"):  # fmt: skip
         (out / f"{scen}.client.json").write_text((raw / f"{scen}.client.json").read_text())
     pairs, labels, bad = [], [], []
     for name, rb, ra, change, bf, af, load, seed, classes in PAIRS:
@@ -177,7 +183,8 @@ def main() -> int:
                              f"{p['client_ttft_p50']:.2f}/{p['client_ttft_p95']:.2f} s, {p['requests_ok']} requests")  # fmt: skip
                 if cls is None:
                     continue
-                cap = change.get("max_num_seqs") if side == "after" else 4
+                flags = (bf if side == "before" else af).split()
+                cap = int(flags[flags.index("--max-num-seqs") + 1]) if "--max-num-seqs" in flags else None
                 why = check(cls, o, cap, light_itl)
                 if why:
                     bad.append(f"{file} {kind} {w}: {why}; {describe(o)}")
