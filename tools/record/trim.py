@@ -17,6 +17,15 @@ def read_lines(path):
         return [line if line.endswith("\n") else line + "\n" for line in f if line.strip()]
 
 
+def write_gzip(path, lines):
+    """Lines gzipped at level 9 with no name or mtime in the header, so reruns are identical."""
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as gz,
+    ):
+        gz.write("".join(lines).encode())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("raw")
@@ -27,11 +36,7 @@ def main():
     a = ap.parse_args()
     recs = [(ln, json.loads(ln)) for ln in read_lines(a.raw)]
     keep = [(ln, r) for ln, r in recs if a.start - a.margin <= r["t"] <= a.end + a.margin]
-    with (
-        open(a.out, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as gz,
-    ):
-        gz.write("".join(ln for ln, _ in keep).encode())
+    write_gzip(a.out, [ln for ln, _ in keep])
     errors = sum("error" in r for _, r in keep)
     print(f"{a.out}: {len(keep)} lines ({errors} failed scrapes), {os.path.getsize(a.out) / 1000:.0f} kB")
 

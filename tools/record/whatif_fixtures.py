@@ -10,7 +10,6 @@ window that does not meet its class's criteria stops the script instead of being
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import os
@@ -20,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from summarize import rows
+from trim import read_lines, write_gzip
 
 SERVE = "--enforce-eager --load-format dummy"  # serve.sh adds these to every server
 KV_SPACE = "VLLM_CPU_KVCACHE_SPACE=1 "
@@ -87,9 +87,7 @@ def observe(path: Path, w: tuple[float, float]) -> dict:
 def gen_rate(path: Path, w: tuple[float, float]) -> float:
     """Generation tokens/s from the counter's first and last scrape in the window."""
     pts = []
-    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
-        lines = f.readlines()
-    for line in lines:
+    for line in read_lines(str(path)):
         r = json.loads(line)
         if "text" in r and w[0] <= r["t"] <= w[1]:
             for ln in r["text"].splitlines():
@@ -120,14 +118,9 @@ def describe(o: dict) -> str:
 
 
 def trim(src: Path, dst: Path, start: float, end: float) -> None:
-    """Scrapes with start <= t <= end, gzipped reproducibly (as trim.py does)."""
-    with open(src) as f:
-        keep = [ln for ln in f if ln.strip() and start <= json.loads(ln)["t"] <= end]
-    with (
-        open(dst, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as gz,
-    ):
-        gz.write("".join(keep).encode())
+    """Scrapes with start <= t <= end, gzipped as trim.py writes them."""
+    keep = [ln for ln in read_lines(str(src)) if start <= json.loads(ln)["t"] <= end]
+    write_gzip(dst, keep)
     print(f"{dst.name}: {len(keep)} lines, {os.path.getsize(dst) / 1000:.0f} kB")
 
 
