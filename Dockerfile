@@ -9,7 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 # README* matches nothing harmlessly if the readme is absent; pyproject names it as the long description.
 COPY pyproject.toml README* ./
-COPY doctor ./doctor
+COPY kvdoctor ./kvdoctor
 COPY rules ./rules
 RUN pip install . \
     && useradd --system --uid 10001 --user-group --home-dir /var/lib/kvdoctor --create-home kvdoctor

@@ -44,10 +44,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from fleet_data import PACK, RECORDINGS, Template, fleet, kept_names, recording_dir  # noqa: E402
 
-from doctor.pipeline import Pipeline  # noqa: E402
-from doctor.rules.loader import default_rule_files, load_files  # noqa: E402
-from doctor.sources.client import PromClient  # noqa: E402
-from doctor.sources.prometheus import PrometheusEvaluator  # noqa: E402
+from kvdoctor.pipeline import Pipeline  # noqa: E402
+from kvdoctor.rules.loader import default_rule_files, load_files  # noqa: E402
+from kvdoctor.sources.client import PromClient  # noqa: E402
+from kvdoctor.sources.prometheus import PrometheusEvaluator  # noqa: E402
 from tests.support.prometheus import PrometheusServer, backfill, binaries  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 
 usage: python benchmarks/bench_parse.py [RECORDING ...]   (default: the shipped demo recordings)
 Reports, per recording, the median CPU time per exposition of prometheus_client.parser.text_string_to_metric_families
-(materialised, as a consumer would) and of doctor.ingest.parse, cold (fresh parser each time) and warm (one parser per
+(materialised, as a consumer would) and of kvdoctor.ingest.parse, cold (fresh parser each time) and warm (one parser per
 target, as the daemon runs it), and the speed-up ratios. Absolute times depend on the machine; the ratios do not much.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from doctor.ingest.parse import Parser, parse
-from doctor.ingest.recording import load_frames
+from kvdoctor.ingest.parse import Parser, parse
+from kvdoctor.ingest.recording import load_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def bench(path: Path) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    paths = [Path(p) for p in sys.argv[1:]] or sorted((ROOT / "doctor" / "demo").glob("*.jsonl.gz"))
+    paths = [Path(p) for p in sys.argv[1:]] or sorted((ROOT / "kvdoctor" / "demo").glob("*.jsonl.gz"))
     shared = ROOT.parent / "shared" / "recordings" / "vllm-0.32-cpu"
     if not sys.argv[1:] and shared.exists():
         paths = sorted(shared.glob("*.jsonl.gz"))

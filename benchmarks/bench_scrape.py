@@ -6,7 +6,7 @@ N targets (`?i=` URLs on a few `kvdoctor replay-server` processes serving real v
 --slow of them on a server that accepts and never answers). Each round scrapes and parses every target once; the
 numbers are this process's CPU seconds per target (fetch + parse, the servers run elsewhere) and the round's wall
 time, for
-  * asyncio: doctor.daemon.scrape.Scraper (one event loop, aiohttp's bounded pool, parse in a worker thread);
+  * asyncio: kvdoctor.daemon.scrape.Scraper (one event loop, aiohttp's bounded pool, parse in a worker thread);
   * threads: the previous design, requests sessions on a pool of 16 threads, parse on the pool.
 The ratios (threads / asyncio) are what to read; absolute times depend on the machine. Not run in CI.
 """
@@ -28,10 +28,10 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from doctor.config import TargetSpec  # noqa: E402
-from doctor.daemon.scrape import Scraper  # noqa: E402
-from doctor.ingest.fetch import HttpOptions  # noqa: E402
-from doctor.ingest.parse import Parser  # noqa: E402
+from kvdoctor.config import TargetSpec  # noqa: E402
+from kvdoctor.daemon.scrape import Scraper  # noqa: E402
+from kvdoctor.ingest.fetch import HttpOptions  # noqa: E402
+from kvdoctor.ingest.parse import Parser  # noqa: E402
 
 RECORDINGS = ("kv_bound", "batch_cap", "healthy", "compute_bound")
 
@@ -80,9 +80,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=2.0)
     args = ap.parse_args()
     rec = ROOT.parent / "shared" / "recordings" / "vllm-0.32-cpu"
-    rec = rec if (rec / "kv_bound.jsonl.gz").exists() else ROOT / "doctor" / "demo"
+    rec = rec if (rec / "kv_bound.jsonl.gz").exists() else ROOT / "kvdoctor" / "demo"
     ports = [free_port() for _ in RECORDINGS]
-    procs = [subprocess.Popen([sys.executable, "-m", "doctor", "replay-server", str(rec / f"{r}.jsonl.gz"), "--loop",
+    procs = [subprocess.Popen([sys.executable, "-m", "kvdoctor", "replay-server", str(rec / f"{r}.jsonl.gz"), "--loop",
                                "--from", "40", "--listen", f"127.0.0.1:{p}"], cwd=ROOT) for r, p in zip(RECORDINGS, ports, strict=True)]  # fmt: skip
     hang, hang_url = hang_server()
     try:

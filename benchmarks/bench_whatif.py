@@ -26,13 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from doctor.whatif.compare import HEADLINE, errors, load_pairs, run_pair  # noqa: E402
-from doctor.whatif.model import Engine, LengthDist, Workload  # noqa: E402
-from doctor.whatif.predict import predict  # noqa: E402
-from doctor.whatif.sim import Simulator  # noqa: E402
-from doctor.whatif.sources import recording_snaps  # noqa: E402
-from doctor.whatif.stepfit import fit_step_model  # noqa: E402
-from doctor.whatif.window import in_window  # noqa: E402
+from kvdoctor.whatif.compare import HEADLINE, errors, load_pairs, run_pair  # noqa: E402
+from kvdoctor.whatif.model import Engine, LengthDist, Workload  # noqa: E402
+from kvdoctor.whatif.predict import predict  # noqa: E402
+from kvdoctor.whatif.sim import Simulator  # noqa: E402
+from kvdoctor.whatif.sources import recording_snaps  # noqa: E402
+from kvdoctor.whatif.stepfit import fit_step_model  # noqa: E402
+from kvdoctor.whatif.window import in_window  # noqa: E402
 
 PAIRS = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-whatif"
 SHARED = ROOT.parent / "shared/recordings/vllm-0.32-cpu"
@@ -44,7 +44,7 @@ SPEED_TARGET_S = 2.0
 def speed() -> float:
     """Seconds to simulate 5 minutes at 50 req/s."""
     rec = SHARED / "batch_cap.jsonl.gz"
-    snaps = recording_snaps(rec if rec.exists() else ROOT / "doctor/demo/batch_cap.jsonl.gz")
+    snaps = recording_snaps(rec if rec.exists() else ROOT / "kvdoctor/demo/batch_cap.jsonl.gz")
     step = fit_step_model(snaps, 2048)
     engine = Engine(max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks=40960, block_size=16)
     w = Workload(

@@ -10,11 +10,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from doctor.capacity.live import CACHE_INFO  # noqa: E402
-from doctor.ingest.parse import Parser  # noqa: E402
-from doctor.ingest.recording import load_frames  # noqa: E402
-from doctor.pipeline import EXPECTED  # noqa: E402
-from doctor.rules.loader import default_rule_files  # noqa: E402
+from kvdoctor.capacity.live import CACHE_INFO  # noqa: E402
+from kvdoctor.ingest.parse import Parser  # noqa: E402
+from kvdoctor.ingest.recording import load_frames  # noqa: E402
+from kvdoctor.pipeline import EXPECTED  # noqa: E402
+from kvdoctor.rules.loader import default_rule_files  # noqa: E402
 
 RECORDINGS = ("kv_bound", "batch_cap", "healthy", "compute_bound")
 PACK = default_rule_files()[0]
@@ -23,7 +23,7 @@ PACK = default_rule_files()[0]
 def recording_dir() -> Path:
     """The shared recordings when present, else the copies shipped for the demo."""
     shared = ROOT.parent / "shared" / "recordings" / "vllm-0.32-cpu"
-    return shared if (shared / "kv_bound.jsonl.gz").exists() else ROOT / "doctor" / "demo"
+    return shared if (shared / "kv_bound.jsonl.gz").exists() else ROOT / "kvdoctor" / "demo"
 
 
 def kept_names() -> set[str]:

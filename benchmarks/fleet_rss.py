@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from fleet_data import RECORDINGS, Template, fleet, recording_dir  # noqa: E402
 
-from doctor.ingest.parse import Parser  # noqa: E402
-from doctor.pipeline import Pipeline  # noqa: E402
-from doctor.rules.loader import default_rule_files, load_files  # noqa: E402
-from doctor.samples import Scrape  # noqa: E402
+from kvdoctor.ingest.parse import Parser  # noqa: E402
+from kvdoctor.pipeline import Pipeline  # noqa: E402
+from kvdoctor.rules.loader import default_rule_files, load_files  # noqa: E402
+from kvdoctor.samples import Scrape  # noqa: E402
 
 
 def rss_bytes() -> int:

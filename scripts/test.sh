@@ -29,9 +29,9 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
   # @grafana/schema and typescript, pinned by the lock file, for tests/test_dashboards_schema.py
   (cd tests/grafana_schema && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
-.venv/bin/ruff check doctor tests benchmarks tools
-.venv/bin/ruff format --check doctor tests benchmarks tools
-.venv/bin/mypy doctor
+.venv/bin/ruff check kvdoctor tests benchmarks tools
+.venv/bin/ruff format --check kvdoctor tests benchmarks tools
+.venv/bin/mypy kvdoctor
 .venv/bin/lint-imports --no-cache  # imports only go down the pipeline (pyproject [tool.importlinter])
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"             # the default suite (not slow)
 .venv/bin/python -m pytest -q -p no:cacheprovider -m slow "$@"     # then the slow ones: CI runs every test

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.capacity.advice import kv_cache_advice, max_model_len_finding_text, suggest_max_model_len
-from doctor.capacity.budget import Deployment, estimate
-from doctor.capacity.live import LiveCapacity, live_capacity
-from doctor.capacity.presets import get_gpu, get_model
-from doctor.capacity.scrape import recording_text, samples_from_text
+from kvdoctor.capacity.advice import kv_cache_advice, max_model_len_finding_text, suggest_max_model_len
+from kvdoctor.capacity.budget import Deployment, estimate
+from kvdoctor.capacity.live import LiveCapacity, live_capacity
+from kvdoctor.capacity.presets import get_gpu, get_model
+from kvdoctor.capacity.scrape import recording_text, samples_from_text
 
 QWEN = get_model("Qwen3-8B")
 

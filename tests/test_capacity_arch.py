@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from doctor.capacity.arch import (
+from kvdoctor.capacity.arch import (
     ModelSpec,
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
@@ -14,7 +14,7 @@ from doctor.capacity.arch import (
     state_bytes_per_sequence,
     weights_bytes,
 )
-from doctor.capacity.presets import get_model, model_names
+from kvdoctor.capacity.presets import get_model, model_names
 
 GIB = 2**30
 

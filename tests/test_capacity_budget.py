@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from doctor.capacity.budget import Deployment, estimate
-from doctor.capacity.presets import GIB, custom_gpu, get_gpu, get_model, model_names
+from kvdoctor.capacity.budget import Deployment, estimate
+from kvdoctor.capacity.presets import GIB, custom_gpu, get_gpu, get_model, model_names
 
 QWEN = get_model("Qwen3-8B")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from doctor.capacity.cli import add_parser, run
-from doctor.capacity.scrape import recording_text
+from kvdoctor.capacity.cli import add_parser, run
+from kvdoctor.capacity.scrape import recording_text
 
 FIX = Path(__file__).parent / "fixtures" / "capacity"
 
@@ -249,8 +249,8 @@ def test_usage_errors_exit_2(capsys, argv):
 
 
 def test_a_target_with_a_model_and_no_gpu_is_watched_without_an_estimate():
-    from doctor.config.schema import TargetSpec
-    from doctor.targets import target_facts
+    from kvdoctor.config.schema import TargetSpec
+    from kvdoctor.targets import target_facts
 
     warnings: list[str] = []
     bare = target_facts(TargetSpec(url="http://gpu-1:8000/metrics", model="Qwen3-8B"), warnings.append)

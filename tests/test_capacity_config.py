@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from doctor.capacity.arch import kv_bytes_per_token, request_kv_bytes, state_bytes_per_sequence
-from doctor.capacity.config import load_model_config, spec_from_config
-from doctor.capacity.fields import ModelConfigError
-from doctor.capacity.presets import get_model, model_config, model_names
+from kvdoctor.capacity.arch import kv_bytes_per_token, request_kv_bytes, state_bytes_per_sequence
+from kvdoctor.capacity.config import load_model_config, spec_from_config
+from kvdoctor.capacity.fields import ModelConfigError
+from kvdoctor.capacity.presets import get_model, model_config, model_names
 
 FIX = Path(__file__).parent / "fixtures" / "capacity"
 

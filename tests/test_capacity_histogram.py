@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from doctor.capacity.histogram import max_model_len_bound, next_125
-from doctor.promql.quantile import bucket_quantile
+from kvdoctor.capacity.histogram import max_model_len_bound, next_125
+from kvdoctor.promql.quantile import bucket_quantile
 
 INF = math.inf
 BUCKETS = [(100.0, 10.0), (200.0, 30.0), (500.0, 90.0), (INF, 100.0)]

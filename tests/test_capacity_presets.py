@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.capacity.presets import PresetError, custom_gpu, get_gpu, get_model, gpu_names, model_names
+from kvdoctor.capacity.presets import PresetError, custom_gpu, get_gpu, get_model, gpu_names, model_names
 
 GIB = 2**30
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from doctor.cli import main
-from doctor.replayserver import Playlist, ReplayServer
+from kvdoctor.cli import main
+from kvdoctor.replayserver import Playlist, ReplayServer
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def test_a_malformed_listen_flag_is_a_usage_error(command, capsys):
 def test_serve_names_a_missing_web_config_instead_of_a_traceback(tmp_path):
     missing = tmp_path / "web.yml"
     proc = subprocess.run(
-        [sys.executable, "-m", "doctor", "serve", "--target", "http://127.0.0.1:9/metrics", "--listen",
+        [sys.executable, "-m", "kvdoctor", "serve", "--target", "http://127.0.0.1:9/metrics", "--listen",
          "127.0.0.1:0", "--web-config", str(missing)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

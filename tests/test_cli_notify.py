@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
+from kvdoctor.cli import main
 from tests.notify_support.fake_slack import FakeSlack
 from tests.notify_support.http_recorder import Recorder
 

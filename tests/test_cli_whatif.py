@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from doctor.replayserver import Playlist, ReplayServer
+from kvdoctor.cli import main
+from kvdoctor.replayserver import Playlist, ReplayServer
 from tests.support.openmetrics import recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
 

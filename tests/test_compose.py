@@ -87,11 +87,11 @@ def test_replays_serve_packaged_recordings() -> None:
         cmd = services("cpu")[name]["command"]
         assert cmd[0] == "replay-server" and "--loop" in cmd and "--listen" in cmd
         recordings = [c for c in cmd if c.startswith(IMAGE_ROOT)]
-        assert recordings and all(r.startswith(IMAGE_ROOT + "doctor/demo/") for r in recordings), cmd
-        if not (ROOT / "doctor" / "demo").is_dir():
-            pytest.skip("doctor/demo/ (the packaged demo recordings) does not exist yet")
+        assert recordings and all(r.startswith(IMAGE_ROOT + "kvdoctor/demo/") for r in recordings), cmd
+        if not (ROOT / "kvdoctor" / "demo").is_dir():
+            pytest.skip("kvdoctor/demo/ (the packaged demo recordings) does not exist yet")
         for r in recordings:
-            assert (ROOT / r.removeprefix(IMAGE_ROOT)).is_file(), f"{name}: {r} is not in doctor/demo/"
+            assert (ROOT / r.removeprefix(IMAGE_ROOT)).is_file(), f"{name}: {r} is not in kvdoctor/demo/"
 
 
 def test_gpu_server_flags() -> None:
@@ -179,6 +179,6 @@ def test_dockerfile() -> None:
                 if "*" not in src:
                     assert (ROOT / src).exists(), src
     ignored = {ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()}
-    assert not {"doctor", "rules", "pyproject.toml"} & ignored
+    assert not {"kvdoctor", "rules", "pyproject.toml"} & ignored
     for name in ("kvdoctor", "kvdoctor-gpu"):
         assert "9860:9860" in compose()["services"][name]["ports"]

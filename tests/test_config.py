@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from doctor.config import ConfigError, load_config
-from doctor.daemon.discovery import FileDiscovery
+from kvdoctor.config import ConfigError, load_config
+from kvdoctor.daemon.discovery import FileDiscovery
 
 BAD = """\
 interval: 15x

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.cli import build_parser, main
-from doctor.config import load_config
-from doctor.config.durations import format_duration, parse_duration
+from kvdoctor.cli import build_parser, main
+from kvdoctor.config import load_config
+from kvdoctor.config.durations import format_duration, parse_duration
 
 CLEAN = """\
 interval: 1.5s

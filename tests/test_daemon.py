@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from doctor.config import Config, TargetSpec
-from doctor.daemon.runner import Daemon
-from doctor.daemon.scrape import capped
-from doctor.ingest.fetch import HttpOptions
-from doctor.replayserver import Playlist, ReplayServer
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.config import Config, TargetSpec
+from kvdoctor.daemon.runner import Daemon
+from kvdoctor.daemon.scrape import capped
+from kvdoctor.ingest.fetch import HttpOptions
+from kvdoctor.replayserver import Playlist, ReplayServer
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.faults import FaultServer, refused_url
 from tests.support.clock import ManualClock
 from tests.support.daemon import watched
@@ -115,7 +115,7 @@ def test_reload_with_a_broken_rule_file_keeps_the_last_good(kv_server, tmp_path)
     rules.write_text((default_rule_files()[0]).read_text())
     cfg_file = tmp_path / "kvdoctor.yml"
     cfg_file.write_text(f"targets: ['{kv_server.url}']\nrules: ['{rules}']\n")
-    from doctor.daemon.runner import load_everything
+    from kvdoctor.daemon.runner import load_everything
 
     cfg, groups = load_everything(str(cfg_file), {})
     d = watched(Daemon(cfg, groups, str(cfg_file), {}), cfg.targets[0].name, kv_server)

@@ -14,10 +14,10 @@ import promql_parser as pp
 import pytest
 import yaml
 
-from doctor.diagnosis.target import Target, TargetFacts
-from doctor.status.exposition import DiagnosisCollector, gauges
-from doctor.status.state import DaemonState
-from doctor.verdicts import VERDICTS, Diagnosis, Finding
+from kvdoctor.diagnosis.target import Target, TargetFacts
+from kvdoctor.status.exposition import DiagnosisCollector, gauges
+from kvdoctor.status.state import DaemonState
+from kvdoctor.verdicts import VERDICTS, Diagnosis, Finding
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "dashboards"

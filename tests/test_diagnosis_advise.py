@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from doctor.diagnosis import advise
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.diagnosis import advise
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
 
 SHARED = Path(__file__).parents[2] / "shared" / "recordings" / "vllm-0.32-cpu" / "compute_bound.jsonl.gz"
 

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.support import compose
 from tests.support.timeline import LIMITS, WITHIN_S, incidents, onset_s, resolution_s, timeline
 

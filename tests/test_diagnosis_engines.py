@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.support import compose
 
 CAPPED_FROM, HEALTHY_FROM, N = 20, 10, 80  # seconds into each recording: both busy for N scrapes

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
 
 FIELD = Path(__file__).parent / "fixtures" / "recordings" / "vllm-0.32-cpu-field"
 REC = FIELD / "lora.jsonl.gz"

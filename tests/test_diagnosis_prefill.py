@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
 
 REC = Path(__file__).parent / "fixtures" / "recordings" / "vllm-0.32-cpu-whatif" / "mnbt_before.jsonl.gz"
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from doctor.ingest.recording import Frame, load_frames
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.ingest.recording import Frame, load_frames
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.conftest import labelled_windows
 from tests.support.timeline import LIMITS, WITHIN_S, Timeline, onset_s, resolution_s, timeline
 

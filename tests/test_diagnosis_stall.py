@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.support import compose
 
 BUSY_FROM, BUSY_S, FROZEN_S = 20, 40, 90

@@ -6,19 +6,19 @@ import importlib
 import inspect
 import pkgutil
 
-import doctor
-from doctor.config import ConfigError
-from doctor.errors import InputError, KvdoctorError, TransportError, ValidationError
-from doctor.ingest.fetch import ScrapeError
-from doctor.rules.loader import RuleLoadError
-from doctor.sources.client import SourceError
-from doctor.web import WebConfigError
+import kvdoctor
+from kvdoctor.config import ConfigError
+from kvdoctor.errors import InputError, KvdoctorError, TransportError, ValidationError
+from kvdoctor.ingest.fetch import ScrapeError
+from kvdoctor.rules.loader import RuleLoadError
+from kvdoctor.sources.client import SourceError
+from kvdoctor.web import WebConfigError
 
 
 def test_every_error_class_of_the_package_derives_from_kvdoctor_error():
     defined = []
-    for info in pkgutil.walk_packages(doctor.__path__, "doctor."):
-        if info.name == "doctor.__main__":
+    for info in pkgutil.walk_packages(kvdoctor.__path__, "kvdoctor."):
+        if info.name == "kvdoctor.__main__":
             continue  # runs the command
         module = importlib.import_module(info.name)
         for obj in vars(module).values():

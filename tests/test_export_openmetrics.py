@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from doctor.diagnosis.target import TargetFacts
-from doctor.export.openmetrics import export_openmetrics, format_timestamp
-from doctor.ingest.recording import load_frames
-from doctor.pipeline import Cycle, Pipeline
-from doctor.query import recording_instance
-from doctor.replay import replay
-from doctor.rules.evaluate import Evaluation
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.verdicts import VERDICTS, Diagnosis, Finding
+from kvdoctor.diagnosis.target import TargetFacts
+from kvdoctor.export.openmetrics import export_openmetrics, format_timestamp
+from kvdoctor.ingest.recording import load_frames
+from kvdoctor.pipeline import Cycle, Pipeline
+from kvdoctor.query import recording_instance
+from kvdoctor.replay import replay
+from kvdoctor.rules.evaluate import Evaluation
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.verdicts import VERDICTS, Diagnosis, Finding
 from tests.conftest import labelled_windows
 from tests.support.prometheus import PrometheusServer, backfill, binaries
 

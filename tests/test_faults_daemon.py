@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from doctor.replayserver import Playlist, ReplayServer
+from kvdoctor.replayserver import Playlist, ReplayServer
 from tests.faults import FaultServer, refused_url
 from tests.support.daemon import Serve, gaps
 
-DEMO = Path(__file__).resolve().parents[1] / "doctor" / "demo"
+DEMO = Path(__file__).resolve().parents[1] / "kvdoctor" / "demo"
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from doctor.config import Config, TargetSpec
-from doctor.daemon.runner import Daemon
-from doctor.replayserver import Playlist, ReplayServer
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.config import Config, TargetSpec
+from kvdoctor.daemon.runner import Daemon
+from kvdoctor.replayserver import Playlist, ReplayServer
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.faults import FaultServer, refused_url
 
-DEMO = Path(__file__).resolve().parents[1] / "doctor" / "demo"
+DEMO = Path(__file__).resolve().parents[1] / "kvdoctor" / "demo"
 # recording, where to start playing it, the class it shows there
 LIVE = {"kv_bound": (40.0, "kv_cache"), "healthy": (85.0, "healthy")}
 TARGETS, SLOW = 200, 20

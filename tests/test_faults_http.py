@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from doctor.diagnosis.target import Target, TargetFacts
-from doctor.status.exposition import make_registry
-from doctor.status.state import DaemonState
-from doctor.web import WebServer
-from doctor.web.server import HANDSHAKE_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_PER_CLIENT
+from kvdoctor.diagnosis.target import Target, TargetFacts
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.web import WebServer
+from kvdoctor.web.server import HANDSHAKE_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_PER_CLIENT
 from tests.faults import SlowClient
 from tests.test_web_config import pki  # noqa: F401  (the test CA and certificates)
 

@@ -9,14 +9,14 @@ import tracemalloc
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from doctor.config import Config, TargetSpec, load_config
-from doctor.config.schema import ScrapeDefaults
-from doctor.daemon.runner import Daemon, load_everything
-from doctor.ingest.fetch import HttpOptions, ScrapeError, fetch
-from doctor.ingest.parse import LimitExceeded, Parser, ScrapeLimits
-from doctor.ingest.recording import load_frames
-from doctor.replayserver import Playlist, ReplayServer
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.config import Config, TargetSpec, load_config
+from kvdoctor.config.schema import ScrapeDefaults
+from kvdoctor.daemon.runner import Daemon, load_everything
+from kvdoctor.ingest.fetch import HttpOptions, ScrapeError, fetch
+from kvdoctor.ingest.parse import LimitExceeded, Parser, ScrapeLimits
+from kvdoctor.ingest.recording import load_frames
+from kvdoctor.replayserver import Playlist, ReplayServer
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.conftest import recording_dirs
 from tests.faults import SERIES, FaultServer, million_series, refused_url
 from tests.support.daemon import watched

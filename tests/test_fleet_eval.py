@@ -8,14 +8,14 @@ from pathlib import Path
 import promql_parser as pp
 import pytest
 
-from doctor.ingest.recording import load_frames
-from doctor.pipeline import Pipeline
-from doctor.promql.engine import Engine
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.samples import Sample
-from doctor.store import Series, Store
+from kvdoctor.ingest.recording import load_frames
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.promql.engine import Engine
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.samples import Sample
+from kvdoctor.store import Series, Store
 
-RECORDING = Path(__file__).resolve().parents[1] / "doctor" / "demo" / "kv_bound.jsonl.gz"
+RECORDING = Path(__file__).resolve().parents[1] / "kvdoctor" / "demo" / "kv_bound.jsonl.gz"
 
 
 def fleet_cycle(n: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter[str], list[str], Pipeline]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.cli import build_parser
-from doctor.cli.check import _spec
-from doctor.cli.serve import overrides
-from doctor.config import load_config
-from doctor.config.targets import metrics_url
+from kvdoctor.cli import build_parser
+from kvdoctor.cli.check import _spec
+from kvdoctor.cli.serve import overrides
+from kvdoctor.config import load_config
+from kvdoctor.config.targets import metrics_url
 
 CASES = [
     ("gpu-1:8000", "http://gpu-1:8000/metrics"),

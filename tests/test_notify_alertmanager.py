@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from doctor.notify import Notifier, parse_notify_config
-from doctor.notify.alertmanager import alertname, rfc3339, to_alert
-from doctor.notify.config import AlertmanagerConfig
-from doctor.verdicts import Diagnosis
+from kvdoctor.notify import Notifier, parse_notify_config
+from kvdoctor.notify.alertmanager import alertname, rfc3339, to_alert
+from kvdoctor.notify.config import AlertmanagerConfig
+from kvdoctor.verdicts import Diagnosis
 from tests.notify_support.alertmanager import running_alertmanager
 from tests.notify_support.diagnoses import T0, kv_incident
 from tests.notify_support.http_recorder import Recorder

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from doctor import fmt
-from doctor.notify.blocks import Links, event_message, probe_message
-from doctor.notify.config import NotifyConfig
-from doctor.notify.lifecycle import Event, Lifecycle
+from kvdoctor import fmt
+from kvdoctor.notify.blocks import Links, event_message, probe_message
+from kvdoctor.notify.config import NotifyConfig
+from kvdoctor.notify.lifecycle import Event, Lifecycle
 from tests.notify_support.diagnoses import kv_incident
 
 LINKS = Links("http://kvdoctor:9400", "http://grafana/d/kvdoctor")

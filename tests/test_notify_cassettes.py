@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import vcr
 
-from doctor.notify import Notifier, parse_notify_config
-from doctor.notify.redact import redact
+from kvdoctor.notify import Notifier, parse_notify_config
+from kvdoctor.notify.redact import redact
 from tests.notify_support.diagnoses import kv_incident
 from tests.notify_support.fake_slack import FakeSlack
 

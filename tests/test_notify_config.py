@@ -7,8 +7,8 @@ import logging
 
 import yaml
 
-from doctor.notify.config import NotifyConfig, parse_notify_config
-from doctor.notify.redact import RedactingFilter, describe_error, redact
+from kvdoctor.notify.config import NotifyConfig, parse_notify_config
+from kvdoctor.notify.redact import RedactingFilter, describe_error, redact
 
 HOOK = "https://hooks.slack.com/services/" + "T0AAAAAAA/B0BBBBBBB/cccccccccccccccccccccccc"
 # Never passed through the config parser, so only the pattern (not the registered secret) can catch it.

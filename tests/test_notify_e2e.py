@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from doctor.cli import main
+from kvdoctor.cli import main
 from tests.notify_support.alertmanager import running_alertmanager
 from tests.notify_support.fake_slack import FakeSlack, Request
 from tests.notify_support.http_recorder import Recorder

@@ -7,9 +7,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from doctor.notify.config import NotifyConfig, parse_notify_config
-from doctor.notify.lifecycle import Lifecycle
-from doctor.verdicts import Diagnosis, Finding
+from kvdoctor.notify.config import NotifyConfig, parse_notify_config
+from kvdoctor.notify.lifecycle import Lifecycle
+from kvdoctor.verdicts import Diagnosis, Finding
 from tests.notify_support.diagnoses import MODEL, T0, TARGET, kv_incident, storm
 
 CFG = NotifyConfig()

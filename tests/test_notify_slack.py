@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from doctor.notify import Notifier, parse_notify_config
-from doctor.notify.config import NotifyConfig
+from kvdoctor.notify import Notifier, parse_notify_config
+from kvdoctor.notify.config import NotifyConfig
 from tests.notify_support.diagnoses import MODEL, TARGET, kv_incident
 from tests.notify_support.fake_slack import CHANNEL_ID, FakeSlack, wait_for
 

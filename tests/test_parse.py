@@ -7,8 +7,8 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from doctor.ingest.parse import ParseError, Parser, parse
-from doctor.ingest.recording import load_frames
+from kvdoctor.ingest.parse import ParseError, Parser, parse
+from kvdoctor.ingest.recording import load_frames
 from tests.conftest import recording_dirs
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from doctor.replayserver import Playlist, ReplayServer
-from doctor.rules.loader import default_rule_files
+from kvdoctor.replayserver import Playlist, ReplayServer
+from kvdoctor.rules.loader import default_rule_files
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "doctor" / "demo"
+DEMO = ROOT / "kvdoctor" / "demo"
 
 
 def free_port() -> int:
@@ -56,7 +56,7 @@ def test_sighup_reload_keeps_last_good_and_sigterm_drains(tmp_path):
     state = tmp_path / "state.json"
     cfg.write_text(f"interval: 1s\nlisten: 127.0.0.1:{port}\nstate_file: {state}\nrules: ['{rules}']\n"
                    f"log: {{format: json}}\ntargets: ['{server.url}']\n")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "doctor", "serve", "--config", str(cfg)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "kvdoctor", "serve", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
@@ -97,7 +97,7 @@ def test_sighup_reload_keeps_last_good_and_sigterm_drains(tmp_path):
 def test_demo_prints_changes_and_the_status_page():
     port = free_port()
     proc = subprocess.run(
-        [sys.executable, "-m", "doctor", "demo", "--duration", "20", "--interval", "1", "--speed", "4",
+        [sys.executable, "-m", "kvdoctor", "demo", "--duration", "20", "--interval", "1", "--speed", "4",
          "--listen", f"127.0.0.1:{port}"],
         cwd=ROOT, capture_output=True, text=True, timeout=90,
     )  # fmt: skip

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from doctor.promql.values import EvalError
-from doctor.query import instant_query
-from doctor.samples import Sample
-from doctor.store import Store
+from kvdoctor.promql.values import EvalError
+from kvdoctor.query import instant_query
+from kvdoctor.samples import Sample
+from kvdoctor.store import Store
 
 
 def build(series: dict[str, list[float]], step_s: float = 15.0, start_s: float = 1000.0) -> Store:

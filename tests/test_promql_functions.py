@@ -5,12 +5,12 @@ from __future__ import annotations
 import promql_parser as pp
 import pytest
 
-from doctor.promql import calls
-from doctor.promql.check import ExprError, check_expr
-from doctor.promql.engine import Engine
-from doctor.promql.values import EvalError
-from doctor.samples import Sample
-from doctor.store import Store
+from kvdoctor.promql import calls
+from kvdoctor.promql.check import ExprError, check_expr
+from kvdoctor.promql.engine import Engine
+from kvdoctor.promql.values import EvalError
+from kvdoctor.samples import Sample
+from kvdoctor.store import Store
 
 
 def _store() -> Store:

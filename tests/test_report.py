@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from doctor.report.build import ReportError, build_report
-from doctor.report.economics import Prices
-from doctor.report.history import History
+from kvdoctor.cli import main
+from kvdoctor.report.build import ReportError, build_report
+from kvdoctor.report.economics import Prices
+from kvdoctor.report.history import History
 from tests.support.fleet import DIRS, HOURS, PLAN, STEP_S, T0, Fleet
 
 PRICES = Prices(gpu_hour_usd=2.5, gpus_per_target=2, api_in_usd=0.5, api_out_usd=1.5)
@@ -144,7 +144,7 @@ def test_json_carries_the_documented_fields(fleet: Fleet, tmp_path: Path) -> Non
 
 
 def test_markdown_names_the_numbers(doc: dict) -> None:  # type: ignore[type-arg]
-    from doctor.report.markdown import render_markdown
+    from kvdoctor.report.markdown import render_markdown
 
     md = render_markdown(doc)
     f = doc["fleet"]

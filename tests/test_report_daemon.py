@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from doctor.config import Config, TargetSpec
-from doctor.daemon.runner import Daemon
-from doctor.ingest.fetch import HttpOptions
-from doctor.replayserver import Playlist, ReplayServer
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.config import Config, TargetSpec
+from kvdoctor.daemon.runner import Daemon
+from kvdoctor.ingest.fetch import HttpOptions
+from kvdoctor.replayserver import Playlist, ReplayServer
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.support.daemon import watched
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from doctor.report.build import build_report
-from doctor.report.economics import Prices
-from doctor.report.page import CHARTS, render_html
+from kvdoctor.report.build import build_report
+from kvdoctor.report.economics import Prices
+from kvdoctor.report.page import CHARTS, render_html
 from tests.support.fleet import T0, Fleet
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

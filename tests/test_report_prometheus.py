@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from doctor.export.openmetrics import export_openmetrics
-from doctor.report.build import ReportError, build_report
-from doctor.report.economics import Prices
-from doctor.report.promrange import from_prometheus
-from doctor.sources.client import PromClient
+from kvdoctor.cli import main
+from kvdoctor.export.openmetrics import export_openmetrics
+from kvdoctor.report.build import ReportError, build_report
+from kvdoctor.report.economics import Prices
+from kvdoctor.report.promrange import from_prometheus
+from kvdoctor.sources.client import PromClient
 from tests.support.fleet import LAST_GRID, STEP_S, T0, Fleet
 from tests.support.openmetrics import recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from doctor.cli.report import parse_time
-from doctor.report.build import build_report
-from doctor.report.economics import Prices, parse_usd, replicas_for
-from doctor.report.history import History, Step
-from doctor.report.markdown import render_markdown
-from doctor.report.promrange import MAX_POINTS, chunks, progress_bar
+from kvdoctor.cli import main
+from kvdoctor.cli.report import parse_time
+from kvdoctor.report.build import build_report
+from kvdoctor.report.economics import Prices, parse_usd, replicas_for
+from kvdoctor.report.history import History, Step
+from kvdoctor.report.markdown import render_markdown
+from kvdoctor.report.promrange import MAX_POINTS, chunks, progress_bar
 
 T0 = 1796000400.0  # Monday 2026-11-30 01:00 UTC
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from doctor.config.durations import parse_duration
-from doctor.rules.evaluate import RuleEngine
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.samples import Sample
-from doctor.store import Store
+from kvdoctor.config.durations import parse_duration
+from kvdoctor.rules.evaluate import RuleEngine
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.samples import Sample
+from kvdoctor.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "tests" / "promtool" / "kvdoctor_test.yml"
@@ -105,7 +105,7 @@ def test_the_same_unit_tests_pass_in_kvdoctors_engine(case):
                     ):
                         assert a.annotations == exp["exp_annotations"]
         else:
-            from doctor.query import instant_query
+            from kvdoctor.query import instant_query
 
             data = instant_query(store, check["expr"], t)
             got = {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in data["result"]}

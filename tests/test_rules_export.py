@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from doctor.cli import main
-from doctor.rules.loader import default_rule_files
+from kvdoctor.cli import main
+from kvdoctor.rules.loader import default_rule_files
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "tests" / "promtool" / "kvdoctor_test.yml"

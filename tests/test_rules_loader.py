@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.config.durations import parse_duration
-from doctor.rules.loader import RuleLoadError, load_files
-from doctor.rules.templates import expand
+from kvdoctor.config.durations import parse_duration
+from kvdoctor.rules.loader import RuleLoadError, load_files
+from kvdoctor.rules.templates import expand
 
 BROKEN = """\
 groups:

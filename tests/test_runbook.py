@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from doctor.cli import main
-from doctor.cli.common import build_pipeline
-from doctor.config import ConfigError, load_config
-from doctor.config.schema import Config
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.status.exposition import make_registry
-from doctor.status.state import DaemonState
-from doctor.web.app import App
+from kvdoctor.cli import main
+from kvdoctor.cli.common import build_pipeline
+from kvdoctor.config import ConfigError, load_config
+from kvdoctor.config.schema import Config
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.web.app import App
 
 ROOT = Path(__file__).resolve().parents[1]
-DIAGNOSIS = ROOT / "doctor" / "diagnosis"
+DIAGNOSIS = ROOT / "kvdoctor" / "diagnosis"
 PROMTOOL = shutil.which("promtool")
 # the sections issue 10 names; every other finding must have one too (checked below from the code itself)
 NAMED = ("kv_cache", "batch_cap", "compute", "preemption_storm", "prefix_cache_low_hit_rate", "spec_decode",
@@ -64,7 +64,7 @@ def app_with(groups: list | None = None) -> App:
 
 
 def emitted_in_code() -> set[str]:
-    """Finding names kvdoctor's own code builds (Finding("name", …) anywhere under doctor/diagnosis)."""
+    """Finding names kvdoctor's own code builds (Finding("name", …) anywhere under kvdoctor/diagnosis)."""
     names = set()
     for path in DIAGNOSIS.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -201,8 +201,8 @@ def test_export_writes_absolute_links(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_serve_takes_the_link_bases_as_flags() -> None:
-    from doctor.cli import build_parser
-    from doctor.cli.serve import overrides
+    from kvdoctor.cli import build_parser
+    from kvdoctor.cli.serve import overrides
 
     args = build_parser().parse_args(
         ["serve", "--web.external-url", "https://kv.example/", "--runbook-url", "https://wiki.example/rb"]

@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from doctor.config import Config, TargetSpec
-from doctor.daemon.runner import Daemon
-from doctor.ingest.fetch import HttpOptions
-from doctor.replayserver import Playlist, ReplayServer
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.config import Config, TargetSpec
+from kvdoctor.daemon.runner import Daemon
+from kvdoctor.ingest.fetch import HttpOptions
+from kvdoctor.replayserver import Playlist, ReplayServer
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.faults import GOOD, refused_url
 from tests.notify_support.alertmanager import running_alertmanager
 from tests.notify_support.fake_slack import FakeSlack

@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from doctor import terminal
-from doctor.notify.blocks import evidence_fields
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.signals import FINDINGS, SIGNALS, UNITS, Signal, evidence_for
-from doctor.sources.client import PromClient
-from doctor.sources.prometheus import PrometheusEvaluator
-from doctor.status.exposition import make_registry
-from doctor.status.state import DaemonState
-from doctor.web.app import App
+from kvdoctor import terminal
+from kvdoctor.notify.blocks import evidence_fields
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.signals import FINDINGS, SIGNALS, UNITS, Signal, evidence_for
+from kvdoctor.sources.client import PromClient
+from kvdoctor.sources.prometheus import PrometheusEvaluator
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.web.app import App
 
 RECORDING = Path(__file__).parent / "fixtures/recordings/vllm-0.10.2-cpu/kv_bound.jsonl.gz"
 EXTRA_RULE = """

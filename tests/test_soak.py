@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from doctor.ingest.recording import load_frames
-from doctor.pipeline import Pipeline
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.ingest.recording import load_frames
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.rules.loader import default_rule_files, load_files
 
-DEMO = Path(__file__).resolve().parents[1] / "doctor" / "demo"
+DEMO = Path(__file__).resolve().parents[1] / "kvdoctor" / "demo"
 TARGETS = 200
 INTERVAL = 15.0
 RETENTION = 60.0  # 4 cycles; the run lasts 4 retention periods

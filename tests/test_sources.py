@@ -12,11 +12,11 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from doctor.ingest.fetch import HttpOptions
-from doctor.pipeline import Pipeline
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.sources.client import PromClient, SourceError
-from doctor.sources.prometheus import QUERIES, PrometheusEvaluator
+from kvdoctor.ingest.fetch import HttpOptions
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.sources.client import PromClient, SourceError
+from kvdoctor.sources.prometheus import QUERIES, PrometheusEvaluator
 
 Answer = Callable[
     [str, dict[str, str]], tuple[int, Any]

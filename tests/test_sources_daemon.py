@@ -8,14 +8,14 @@ import logging
 import pytest
 from prometheus_client import generate_latest
 
-from doctor.cli import build_parser
-from doctor.cli.serve import overrides
-from doctor.config import Config, ConfigError, TargetSpec
-from doctor.config.schema import PrometheusSource
-from doctor.daemon.runner import Daemon
-from doctor.ingest.fetch import HttpOptions
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.verdicts import VERDICTS
+from kvdoctor.cli import build_parser
+from kvdoctor.cli.serve import overrides
+from kvdoctor.config import Config, ConfigError, TargetSpec
+from kvdoctor.config.schema import PrometheusSource
+from kvdoctor.daemon.runner import Daemon
+from kvdoctor.ingest.fetch import HttpOptions
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.verdicts import VERDICTS
 from tests.test_sources import fake_fixture, fleet_answer  # noqa: F401  (the `fake` fixture)
 
 
@@ -133,7 +133,7 @@ def test_serve_flag_errors(argv, message):
 
 
 def test_serve_exits_2_without_a_prometheus_url(capsys):
-    from doctor.cli import main
+    from kvdoctor.cli import main
 
     assert main(["serve", "--source", "prometheus", "--listen", "127.0.0.1:0"]) == 2
     assert "needs --prometheus-url" in capsys.readouterr().err

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from doctor.samples import Sample
-from doctor.store import Store
+from kvdoctor.samples import Sample
+from kvdoctor.store import Store
 
 
 def s(name: str, value: float, **labels: str) -> Sample:

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from doctor.ingest.recording import load_frames
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
+from kvdoctor.ingest.recording import load_frames
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.conftest import FIXTURES, labelled_windows
 
 FIXTURE_DIR = FIXTURES / "recordings"

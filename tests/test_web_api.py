@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from doctor.status.exposition import make_registry
-from doctor.status.state import DaemonState
-from doctor.web import WebServer
-from doctor.web.server import parse_listen
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.web import WebServer
+from kvdoctor.web.server import parse_listen
 from tests.web_support import DOWN, DOWN_ERROR, RECORDINGS, build_state
 
 needs_recordings = pytest.mark.skipif(not RECORDINGS.exists(), reason="shared vLLM recordings not present")

@@ -13,10 +13,10 @@ import bcrypt
 import pytest
 import requests
 
-from doctor.status.exposition import make_registry
-from doctor.status.state import DaemonState
-from doctor.web import WebConfigError, WebServer, load_web_config
-from doctor.web.webconfig import WebConfigWatcher
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.web import WebConfigError, WebServer, load_web_config
+from kvdoctor.web.webconfig import WebConfigWatcher
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
 

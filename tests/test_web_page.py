@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from doctor.signals import SIGNALS
-from doctor.status.exposition import make_registry
-from doctor.status.state import DaemonState
-from doctor.web import WebServer
+from kvdoctor.signals import SIGNALS
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.web import WebServer
 from tests.web_support import DOWN, DOWN_ERROR, RECORDINGS, build_state
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -141,7 +141,7 @@ def test_page_screenshot(page: tuple[str, DaemonState], tmp_path: Path) -> None:
 
 
 def test_page_fetches_nothing_from_outside() -> None:
-    static = resources.files("doctor.web").joinpath("static")
+    static = resources.files("kvdoctor.web").joinpath("static")
     for name in ("index.html", "app.js", "style.css"):
         text = static.joinpath(name).read_text(encoding="utf-8")
         urls = set(re.findall(r"https?://[^\s\"'`)]+", text)) - {"http://www.w3.org/2000/svg"}

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from doctor import terminal
-from doctor.pipeline import Cycle, Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.status.exposition import make_registry
-from doctor.status.state import DaemonState
-from doctor.web import WebServer
-from doctor.whatif.advisor import Advisor
+from kvdoctor import terminal
+from kvdoctor.pipeline import Cycle, Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.web import WebServer
+from kvdoctor.whatif.advisor import Advisor
 from tests.test_web_page import CHROMIUM, chromium
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from doctor.whatif.compare import load_pairs, run_pair
-from doctor.whatif.knobs import KnobError, parse_knob
-from doctor.whatif.predict import predict
-from doctor.whatif.sources import recording_snaps
-from doctor.whatif.stepfit import fit_step_model, history_rows
-from doctor.whatif.window import delta_buckets, in_window
-from doctor.whatif.workload import WindowError, infer_workload, length_dist
+from kvdoctor.whatif.compare import load_pairs, run_pair
+from kvdoctor.whatif.knobs import KnobError, parse_knob
+from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.sources import recording_snaps
+from kvdoctor.whatif.stepfit import fit_step_model, history_rows
+from kvdoctor.whatif.window import delta_buckets, in_window
+from kvdoctor.whatif.workload import WindowError, infer_workload, length_dist
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 
@@ -141,8 +141,8 @@ def test_recorded_pairs_get_the_directions_right_and_stay_near(pair):
 
 
 def test_a_roofline_prior_shapes_the_fit_where_the_history_shows_one_batch_size(shared_032):
-    from doctor.capacity.presets import custom_gpu, get_gpu, get_model
-    from doctor.whatif.prior import physical_prior
+    from kvdoctor.capacity.presets import custom_gpu, get_gpu, get_model
+    from kvdoctor.whatif.prior import physical_prior
 
     _, snaps = _window(shared_032, "batch_cap", 65, 95)  # held at the cap: batches of 4 only
     roofline = physical_prior(get_model("Qwen3-8B"), get_gpu("H100"), 144 * 1024)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from doctor.whatif.model import Engine, LengthDist, Request, StepModel, Workload
-from doctor.whatif.sim import Simulator
+from kvdoctor.whatif.model import Engine, LengthDist, Request, StepModel, Workload
+from kvdoctor.whatif.sim import Simulator
 
 UNIT = StepModel(c0=1.0, c_decode=0.0, c_prefill=0.0)  # every step takes 1 s: times count steps
 

@@ -1,4 +1,4 @@
-"""Build the demo recordings shipped in the package (doctor/demo/) from real vLLM 0.32 recordings.
+"""Build the demo recordings shipped in the package (kvdoctor/demo/) from real vLLM 0.32 recordings.
 
 usage: python tools/make_demo_data.py [SHARED_RECORDINGS_DIR]
 Keeps only vLLM's own families (drops python_*, process_*, http_* and *_created lines), byte for byte otherwise,
@@ -24,7 +24,7 @@ def keep(line: str) -> bool:
 
 def main() -> None:
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "recordings" / "vllm-0.32-cpu"
-    out_dir = ROOT / "doctor" / "demo"
+    out_dir = ROOT / "kvdoctor" / "demo"
     out_dir.mkdir(exist_ok=True)
     for name in SOURCES:
         out = []

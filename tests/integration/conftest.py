@@ -66,10 +66,10 @@ def prometheus(
 
 @pytest.fixture(scope="session")
 def embedded() -> Any:
-    """The `doctor.query` module, or a skip while the lead has not written it."""
-    if importlib.util.find_spec("doctor.query") is None:
-        pytest.skip("doctor.query does not exist yet")
-    return importlib.import_module("doctor.query")
+    """The `kvdoctor.query` module, or a skip while the lead has not written it."""
+    if importlib.util.find_spec("kvdoctor.query") is None:
+        pytest.skip("kvdoctor.query does not exist yet")
+    return importlib.import_module("kvdoctor.query")
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 Prometheus holds (a) raw vLLM series of real recordings (0.32, a copy of one renamed to the pre-0.9.2/0.11 names,
 and the older-version fixtures when committed), (b) the rule pack's recording rules over them
 (`promtool tsdb create-blocks-from rules`, layer by layer, Prometheus restarted in between) and (c) kvdoctor's
-replayed `kvdoctor_*` series (doctor.export.openmetrics). Each query runs with `$__rate_interval` = 1m and
+replayed `kvdoctor_*` series (kvdoctor.export.openmetrics). Each query runs with `$__rate_interval` = 1m and
 `$target`/`$model_name` set to one real target at an instant inside its labelled window.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from doctor.export.openmetrics import export_openmetrics
+from kvdoctor.export.openmetrics import export_openmetrics
 from tests.conftest import FIXTURES, SHARED, labelled_windows
 from tests.support.openmetrics import read_frames, recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries

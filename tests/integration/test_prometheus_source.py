@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from doctor.cli import main
-from doctor.config import Config, TargetSpec
-from doctor.config.schema import PrometheusSource
-from doctor.daemon.runner import Daemon
-from doctor.replayserver import Playlist, ReplayServer
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.sources.prometheus import QUERIES
+from kvdoctor.cli import main
+from kvdoctor.config import Config, TargetSpec
+from kvdoctor.config.schema import PrometheusSource
+from kvdoctor.daemon.runner import Daemon
+from kvdoctor.replayserver import Playlist, ReplayServer
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.sources.prometheus import QUERIES
 from tests.support.prometheus import PrometheusError, binaries, free_port
 
 pytestmark = pytest.mark.integration

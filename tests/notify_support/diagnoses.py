@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from doctor.verdicts import Advice, Diagnosis, Finding
+from kvdoctor.verdicts import Advice, Diagnosis, Finding
 
 T0 = 1_760_000_000.0
 TARGET, MODEL = "vllm-a:8000", "meta-llama/Llama-3.1-8B-Instruct"

@@ -32,7 +32,7 @@ class Serve:
         self.config = tmp / "kvdoctor.yml"
         self.log = (tmp / "serve.log").open("w+")
         self.write(config)
-        self.proc = subprocess.Popen([sys.executable, "-m", "doctor", "serve", "--config", str(self.config)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "kvdoctor", "serve", "--config", str(self.config)],
                                      cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip
 
     def write(self, config: str) -> None:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from doctor.ingest.recording import load_frames
-from doctor.pipeline import Cycle, Pipeline
-from doctor.report.collect import from_recordings
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.signals import recorded
+from kvdoctor.ingest.recording import load_frames
+from kvdoctor.pipeline import Cycle, Pipeline
+from kvdoctor.report.collect import from_recordings
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.signals import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 # window name -> (directory, recording): "healthy" is the shared 0.32 one, "extra/kv_bound_mha" a committed fixture

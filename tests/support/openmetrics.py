@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-# (path, instance, time shift in seconds), as doctor.query.load_store takes them
+# (path, instance, time shift in seconds), as kvdoctor.query.load_store takes them
 Recording = tuple[str, str, float]
 LabelKey = tuple[tuple[str, str], ...]
 SeriesKey = tuple[str, LabelKey]  # (sample name, sorted labels without __name__)

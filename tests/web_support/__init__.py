@@ -7,12 +7,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from doctor.diagnosis.target import Target, TargetFacts
-from doctor.pipeline import Pipeline
-from doctor.replay import replay
-from doctor.rules.loader import default_rule_files, load_files
-from doctor.status.state import DaemonState
-from doctor.verdicts import Diagnosis
+from kvdoctor.diagnosis.target import Target, TargetFacts
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.status.state import DaemonState
+from kvdoctor.verdicts import Diagnosis
 from tests.conftest import SHARED
 
 RECORDINGS = SHARED / "vllm-0.32-cpu"

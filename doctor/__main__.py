@@ -1,7 +1,0 @@
-"""`python -m doctor` runs the kvdoctor command."""
-
-import sys
-
-from doctor.cli import main
-
-sys.exit(main())

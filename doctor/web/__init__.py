@@ -1,6 +1,0 @@
-"""kvdoctor's web layer: HTTP(S) server, JSON API, status page and exporter-toolkit web-config."""
-
-from doctor.web.server import WebServer
-from doctor.web.webconfig import WebConfigError, load_web_config
-
-__all__ = ["WebConfigError", "WebServer", "load_web_config"]

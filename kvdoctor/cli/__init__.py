@@ -1,0 +1,57 @@
+"""The `kvdoctor` command: one subcommand module per job."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from kvdoctor import __version__
+
+# subcommand name -> module under kvdoctor.cli (or a full module path) exposing add_parser(subparsers) and run(args)
+SUBCOMMANDS = {
+    "query": "kvdoctor.cli.query",
+    "replay": "kvdoctor.cli.replay",
+    "capacity": "kvdoctor.capacity.cli",
+    "check": "kvdoctor.cli.check",
+    "replay-server": "kvdoctor.cli.replayserver",
+    "serve": "kvdoctor.cli.serve",
+    "demo": "kvdoctor.cli.demo",
+    "notify": "kvdoctor.cli.notify",
+    "config": "kvdoctor.cli.config",
+    "rules": "kvdoctor.cli.rules",
+    "report": "kvdoctor.cli.report",
+    "whatif": "kvdoctor.cli.whatif",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="kvdoctor", description="Tells vLLM operators which limit they hit and what to change."
+    )
+    parser.add_argument("--version", action="version", version=f"kvdoctor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in SUBCOMMANDS.values():
+        importlib.import_module(module).add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run kvdoctor; returns the exit code (0 ok, 1 a limit was hit where that applies, 2 usage or input error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int((getattr(args, "run", None) or args.func)(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Pieces several subcommands share: loading config and rules (printing every error), building a pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kvdoctor.config import Config, ConfigError, load_config
+from kvdoctor.config.durations import EXAMPLES, parse_duration
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_files
+from kvdoctor.targets import pipeline_for
+from kvdoctor.web.server import parse_listen
+from kvdoctor.whatif.advisor import Advisor
+
+
+def duration_arg(text: str) -> float:
+    """argparse type of every duration flag: the config's grammar (`2`, `1.5s`, `500ms`, `1h30m`), in seconds."""
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (give one {EXAMPLES})") from None
+
+
+def interval_arg(text: str) -> float:
+    """argparse type of a cadence flag: a duration above zero (0 would loop without advancing)."""
+    seconds = duration_arg(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be above zero, got {text!r}")
+    return seconds
+
+
+def listen_arg(text: str) -> str:
+    """argparse type of --listen: HOST:PORT, checked before anything starts."""
+    try:
+        parse_listen(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}") from None
+    return text
+
+
+def positive_int_arg(text: str) -> int:
+    """argparse type of a count flag such as --max-num-seqs: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def load_config_or_exit(path: str | None) -> Config | None:
+    """The config, or None after printing every error."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        for e in exc.errors:
+            print(f"kvdoctor: {e}", file=sys.stderr)
+        return None
+
+
+def load_rules(cfg: Config, override: list[str] | None) -> list[RuleGroup] | None:
+    """The rule groups, or None after printing every error."""
+    try:
+        return load_files(rule_files(override or cfg.rules))
+    except RuleLoadError as exc:
+        for e in exc.errors:
+            print(f"kvdoctor: {e}", file=sys.stderr)
+        return None
+
+
+def build_pipeline(
+    cfg: Config, rules: list[str] | None, recordings: list[str] | None = None
+) -> Pipeline | None:
+    """A pipeline with the config's targets declared, or None after printing every rule error."""
+    groups = load_rules(cfg, rules)
+    # replay and check predict the advice's effects inline, on the recording's clock
+    return None if groups is None else pipeline_for(cfg, groups, recordings, advisor=Advisor())
+
+
+def existing(paths: list[str]) -> list[str]:
+    """Paths that do not exist, for a usage error."""
+    return [p for p in paths if not Path(p).exists()]
+
+
+def usage(p: argparse.ArgumentParser) -> int:
+    """Print a subcommand group's help on stderr and return 2 (an action is missing)."""
+    p.print_help(sys.stderr)
+    return 2

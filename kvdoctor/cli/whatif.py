@@ -1,0 +1,226 @@
+"""`kvdoctor whatif SOURCE --set NAME=VALUE …`: predict what a flag change buys, from the server's own metrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kvdoctor import fmt
+from kvdoctor.capacity.presets import get_gpu, get_model
+from kvdoctor.cli.common import build_pipeline, load_config_or_exit
+from kvdoctor.config.durations import duration_seconds
+from kvdoctor.ingest.fetch import HttpOptions, ScrapeError, fetch
+from kvdoctor.ingest.parse import ParseError, parse
+from kvdoctor.ingest.recording import RecordingError
+from kvdoctor.replay import replay
+from kvdoctor.sources.client import PromClient, SourceError
+from kvdoctor.whatif.knobs import KnobError, parse_knob
+from kvdoctor.whatif.predict import Prediction, predict
+from kvdoctor.whatif.sources import (
+    default_window,
+    history_before,
+    matrix_snaps,
+    parse_window,
+    recording_snaps,
+)
+from kvdoctor.whatif.window import Snap, snapshot
+from kvdoctor.whatif.workload import WindowError
+
+ROWS = (("TTFT p50", "ttft_p50_s", "s"), ("TTFT p95", "ttft_p95_s", "s"), ("ITL p50", "itl_p50_s", "s"),
+        ("ITL p95", "itl_p95_s", "s"), ("Queue time p95", "queue_time_p95_s", "s"),
+        ("Generation tokens/s", "generation_tokens_per_s", "n"), ("Requests/s", "requests_per_s", "n"),
+        ("Running", "running", "n"), ("Waiting", "waiting", "n"), ("KV usage peak", "kv_usage_max", "%"),
+        ("Preemptions/s", "preemptions_per_s", "n"), ("Class", "bottleneck", ""))  # fmt: skip
+
+
+def add_parser(sub: Any) -> None:
+    """Register the subcommand."""
+    p = sub.add_parser("whatif", help="predict what a vLLM flag change buys, from the server's own metrics")
+    p.add_argument(
+        "source", nargs="?", help="a recording (JSON lines, gzip ok) or a live server's /metrics URL"
+    )
+    p.add_argument("--set", dest="changes", action="append", default=[], metavar="NAME=VALUE",
+                   help="a change: max_num_seqs, max_num_batched_tokens, kv_cache_tokens, kv_cache_dtype=fp8, "
+                   "gpu_memory_utilization, max_model_len, replicas, load=x1.5 (repeatable)")  # fmt: skip
+    p.add_argument("--window", help="FROM:TO seconds from the recording's start to learn from (default: the last "
+                   "steady stretch of load)")  # fmt: skip
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object: measured, predicted_unchanged, predicted…"
+    )
+    p.add_argument("--prometheus-url", help="read the target's history from this Prometheus instead")
+    p.add_argument("--target", help="with --prometheus-url: the target's `instance` label")
+    p.add_argument("--duration", help="live URL: how long to sample (default 60s); Prometheus: how far back "
+                   "(default 10m)")  # fmt: skip
+    p.add_argument(
+        "--interval", type=float, default=2.0, help="live URL: seconds between scrapes (default 2)"
+    )
+    p.add_argument("--max-num-seqs", type=int, help="the server's --max-num-seqs, if known (not exported)")
+    p.add_argument(
+        "--max-num-batched-tokens", type=int, help="the server's --max-num-batched-tokens, if known"
+    )
+    p.add_argument("--gpu", help="GPU preset, e.g. H100: sizes gpu_memory_utilization and, with --model, gives "
+                   "the step-time fit a roofline prior")  # fmt: skip
+    p.add_argument("--model", help="model preset, e.g. Qwen3-8B (with --gpu: the roofline prior)")
+    p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Learn, simulate, print; 0 on a prediction, 2 on bad input or a window the what-if cannot learn from."""
+    try:
+        changes = dict(parse_knob(c) for c in args.changes)
+        if not changes:
+            raise KnobError("--set: give at least one change, e.g. --set max_num_seqs=16")
+        gpu = get_gpu(args.gpu) if args.gpu else None
+        model = get_model(args.model) if args.model else None
+        gpu_bytes = float(gpu.memory_bytes) if gpu else None
+        snaps, measured_class, where = _load(args)
+        if args.window and not _is_recording(args):
+            raise WindowError("--window applies to a recording; a live or Prometheus source uses --duration")
+        if args.window:
+            lo, hi = parse_window(args.window, snaps)
+        elif args.source and not args.prometheus_url and not _is_recording(args):
+            lo, hi = snaps[0].t, snaps[-1].t  # a live server: all it sampled
+        else:
+            lo, hi = default_window(snaps)
+        where_w = f"window {lo - snaps[0].t:.0f}-{hi - snaps[0].t:.0f} s"
+        try:
+            history, window = history_before(snaps, lo, hi)
+            cls = measured_class(lo, hi) if measured_class else None
+            pred = predict(history, window, changes, max_num_seqs=args.max_num_seqs,
+                           max_num_batched_tokens=args.max_num_batched_tokens, gpu_memory_bytes=gpu_bytes,
+                           measured_bottleneck=cls, seed=args.seed, model=model, gpu=gpu)  # fmt: skip
+        except WindowError as exc:
+            raise WindowError(f"{where_w}: {exc}") from None
+    except (
+        KnobError,
+        WindowError,
+        RecordingError,
+        SourceError,
+        ScrapeError,
+        ValueError,
+        KeyError,
+        OSError,
+    ) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"kvdoctor whatif: {msg}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(pred.to_dict()))
+    else:
+        t0 = snaps[0].t
+        print(f"kvdoctor whatif on {where}, window {lo - t0:.0f}-{hi - t0:.0f} s ({len(window)} scrapes)\n")
+        print(render(pred))
+    return 0
+
+
+def _is_recording(args: argparse.Namespace) -> bool:
+    return bool(args.source) and not args.prometheus_url and "://" not in args.source
+
+
+def _load(args: argparse.Namespace) -> tuple[list[Snap], Any, str]:
+    if args.prometheus_url:
+        if not args.target:
+            raise WindowError("--prometheus-url needs --target NAME (the target's instance label)")
+        return _prometheus(args), None, f"{args.target} via {args.prometheus_url}"
+    if not args.source:
+        raise WindowError("give a recording, a /metrics URL, or --prometheus-url URL --target NAME")
+    if "://" in args.source or args.source.startswith(("localhost:", "127.")):
+        snaps, cls = _sample(args)
+        return snaps, (lambda lo, hi: cls), args.source
+    path = Path(args.source)
+    if not path.is_file():
+        raise RecordingError(f"{path}: no such recording")
+    return recording_snaps(path), (lambda lo, hi: _replay_class(path, lo, hi)), str(path)
+
+
+def _replay_class(path: Path, lo: float, hi: float) -> str | None:
+    """The class kvdoctor gave during the window, replaying the recording through the real pipeline."""
+    cfg = load_config_or_exit(None)
+    pipeline = build_pipeline(cfg, None, recordings=[str(path)]) if cfg else None
+    if pipeline is None:
+        return None
+    seen: Counter[str] = Counter()
+    for cycle in replay(pipeline, [str(path)], interval_s=5.0):
+        if lo <= cycle.t <= hi:
+            seen.update(d.bottleneck for d in cycle.diagnoses if d.bottleneck != "unknown")
+    return seen.most_common(1)[0][0] if seen else None
+
+
+def _sample(args: argparse.Namespace) -> tuple[list[Snap], str | None]:
+    url = args.source if "://" in args.source else f"http://{args.source}"
+    if url.rstrip("/").count("/") == 2:
+        url = url.rstrip("/") + "/metrics"
+    duration = duration_seconds(args.duration or "60s")
+    http = HttpOptions(total_timeout=min(10.0, max(2.0, args.interval * 3)))
+    tty = sys.stderr.isatty() and not args.json
+    snaps: list[Snap] = []
+    start = time.time()
+    last_error = ""
+    while True:
+        now = time.time()
+        try:
+            snaps.append(snapshot(now, parse(fetch(url, http)).samples))
+        except (ScrapeError, ParseError) as exc:
+            last_error = str(exc)
+        if tty:
+            bits = f"{len(snaps)} scrapes" + (f", last error: {last_error[:60]}" if last_error else "")
+            print(f"\rsampling {min(now - start, duration):4.0f}/{duration:.0f} s  {bits}".ljust(100),
+                  end="", file=sys.stderr, flush=True)  # fmt: skip
+        if now - start >= duration:
+            break
+        time.sleep(max(0.0, args.interval - (time.time() - now)))
+    if tty:
+        print(file=sys.stderr)
+    if not snaps:
+        raise ScrapeError(f"no successful scrape of {url}: {last_error}")
+    return snaps, None
+
+
+def _prometheus(args: argparse.Namespace) -> list[Snap]:
+    lookback = duration_seconds(args.duration or "10m")
+    client = PromClient(args.prometheus_url)
+    end = time.time()
+    target = args.target.replace("\\", "\\\\").replace('"', '\\"')
+    selector = f'{{__name__=~"vllm:.+", instance="{target}"}}'
+    snaps = matrix_snaps(client.query_raw(selector, lookback, end))
+    if not snaps:
+        raise SourceError(
+            f"{client.base}: no vllm:* series for instance {args.target!r} in the last {lookback:g}s"
+        )
+    return snaps
+
+
+def _cell(v: Any, kind: str) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    if kind == "s":
+        return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+    if kind == "%":
+        return f"{v:.0%}"
+    if kind == "n":
+        return fmt.sig3(v)
+    return str(v)
+
+
+def render(pred: Prediction) -> str:
+    """The side-by-side table, the workload and step model it rests on, and the assumptions."""
+    d = pred.to_dict()
+    cols = ("measured now", "predicted unchanged", "predicted after")
+    change = ", ".join(f"{k}={v}" for k, v in pred.changes.items())
+    lines = [f"{'':22s}{cols[0]:>16s}{cols[1]:>22s}{cols[2]:>18s}    ({change})"]
+    for label, key, kind in ROWS:
+        m, u, p = (_cell(d[c][key], kind) for c in ("measured", "predicted_unchanged", "predicted"))
+        lines.append(f"{label:22s}{m:>16s}{u:>22s}{p:>18s}")
+    s = pred.step
+    lines += ["", f"step time = {s.c0 * 1000:.3g} ms + {s.c_decode * 1000:.3g} ms/decoding request + "
+              f"{s.c_prefill * 1e6:.3g} µs/prefill token ({s.source}, fit error {s.residual_ratio:.0%}, "
+              f"{s.points} batch sizes seen)", "assumptions:"]  # fmt: skip
+    lines += [f"  - {a}" for a in pred.assumptions]
+    return "\n".join(lines)

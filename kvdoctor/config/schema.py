@@ -1,0 +1,141 @@
+"""The configuration's shape and defaults."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from kvdoctor.ingest.fetch import HttpOptions
+from kvdoctor.ingest.parse import ScrapeLimits
+from kvdoctor.verdicts import RUNBOOK_PATH
+
+DEFAULT_LISTEN = "127.0.0.1:9860"
+
+
+@dataclass
+class TargetSpec:
+    """One vLLM server to watch."""
+
+    url: str
+    name: str = ""
+    max_num_seqs: int | None = None
+    slo_itl_p95_s: float | None = None
+    slo_ttft_p95_s: float | None = None
+    model: str | None = None  # capacity preset name
+    model_config: str | None = None  # path to an HF config.json
+    gpu: str | None = None
+    tensor_parallel: int = 1
+    labels: dict[str, str] = field(default_factory=dict)
+    http: HttpOptions = field(default_factory=HttpOptions)
+    limits: ScrapeLimits = field(default_factory=ScrapeLimits)
+    origin: dict[str, str] = field(default_factory=dict)  # "file:line" of its entry ("") and of its keys
+
+    def where(self, key: str = "") -> str:
+        """`file:line` of one of its keys (of the entry when unknown), "" for a target not from a file."""
+        return self.origin.get(key) or self.origin.get("", "")
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            self.name = urlsplit(self.url).netloc.rsplit("@", 1)[-1] or self.url
+
+    @property
+    def safe_url(self) -> str:
+        """The URL without user:password."""
+        u = urlsplit(self.url)
+        return urlunsplit(u._replace(netloc=u.netloc.rsplit("@", 1)[-1]))
+
+    def __repr__(self) -> str:
+        return f"TargetSpec(name={self.name!r}, url={self.safe_url!r})"
+
+
+@dataclass(frozen=True)
+class ScrapeDefaults:
+    """The `scrape:` section: what every target gets unless its own entry says otherwise."""
+
+    timeout_s: float = 10.0
+    max_bytes: int = 16 * 1024 * 1024
+    limits: ScrapeLimits = field(default_factory=ScrapeLimits)
+
+
+@dataclass
+class FileSD:
+    """Prometheus file_sd files to read targets from (re-read when they change)."""
+
+    files: list[str]
+    refresh_s: float = 30.0
+
+
+@dataclass
+class PrometheusSource:
+    """Where to read vLLM series when kvdoctor runs on a Prometheus instead of scraping."""
+
+    url: str
+    http: HttpOptions = field(default_factory=HttpOptions)
+
+
+@dataclass
+class Config:
+    """Everything kvdoctor serve needs."""
+
+    interval_s: float = 15.0
+    listen: str = DEFAULT_LISTEN
+    job: str = "vllm"
+    retention_s: float = 1800.0
+    rules: list[str] | None = None
+    state_file: str | None = None
+    log_format: str = "text"
+    log_level: str = "info"
+    scrape: ScrapeDefaults = field(default_factory=ScrapeDefaults)
+    scrape_max_connections: int = 1024  # the connection pool shared by every scrape
+    targets: list[TargetSpec] = field(default_factory=list)
+    file_sd: list[FileSD] = field(default_factory=list)
+    source: str = "scrape"  # or "prometheus"
+    prometheus: PrometheusSource | None = None
+    web_config: str | None = None
+    external_url: str | None = None  # how users reach kvdoctor (a proxy's URL); default: from `listen`
+    runbook_url: str | None = None  # the runbook page links point to; default: <external URL>/runbook
+    notify: dict[str, Any] | None = None
+    path: str | None = None
+
+    def runbook_page(self, bound: str | None = None, tls: bool = False) -> str:
+        """The runbook page findings link to: runbook_url, else <external URL>/runbook.
+
+        bound is the HOST:PORT the web server actually listens on (port 0 resolved), else `listen` is used.
+        """
+        if self.runbook_url:
+            return runbook_page(self.runbook_url)
+        base = self.external_url or default_external_url(bound or self.listen, tls)
+        return base.rstrip("/") + RUNBOOK_PATH
+
+
+def default_external_url(listen: str, tls: bool = False) -> str:
+    """http(s)://HOST:PORT from a listen address; every-interface binds use this machine's name, as Prometheus does."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if tls else 'http'}://{host}:{port}"
+
+
+def runbook_page(url: str) -> str:
+    """A configured runbook URL as the page links append #<finding> to; a bare server URL gets /runbook."""
+    u = urlsplit(url)
+    if u.path in ("", "/"):
+        return urlunsplit(u._replace(path=RUNBOOK_PATH))
+    return url
+
+
+def check_url(url: object, what: str) -> str | None:
+    """Why url cannot be a base for links kvdoctor sends (None when it can)."""
+    if not isinstance(url, str):
+        return f"{what}: must be a string"
+    u = urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.netloc:
+        return f"{what}: expected an absolute http(s) URL, got {url!r}"
+    if u.fragment or u.query:
+        return f"{what}: no ?query or #fragment allowed (kvdoctor appends #<finding>), got {url!r}"
+    return None

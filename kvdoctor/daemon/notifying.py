@@ -1,0 +1,30 @@
+"""The daemon's notifier, from the config's notify section and the KVDOCTOR_SLACK_* environment."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from kvdoctor.config import Config, ConfigError
+from kvdoctor.notify import Notifier, parse_notify_config
+from kvdoctor.notify.located import located_errors
+
+log = logging.getLogger("kvdoctor")
+
+
+def build_notifier(cfg: Config, base_url: str) -> Notifier | None:
+    """A Notifier whose links point at base_url (this daemon), or None when nothing is configured."""
+    if not cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
+        return None
+    ncfg, errors = parse_notify_config(cfg.notify, os.environ)
+    if errors:
+        raise ConfigError(located_errors(cfg, errors))
+    # links a message carries default to this daemon: its status page, and the page as the generator URL
+    am = replace(ncfg.alertmanager, generator_url=ncfg.alertmanager.generator_url or base_url + "/")
+    ncfg = replace(ncfg, status_page_url=ncfg.status_page_url or base_url, alertmanager=am)
+    state_dir = Path(cfg.state_file).parent if cfg.state_file else Path(".kvdoctor")
+    if not cfg.state_file:
+        log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
+    return Notifier(ncfg, state_dir)

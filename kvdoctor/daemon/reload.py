@@ -1,0 +1,88 @@
+"""What a reload reads, the settings it applies, and those that only a restart can change."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kvdoctor.config import Config, ConfigError, TargetSpec, load_config
+from kvdoctor.config.targets import parse_target
+from kvdoctor.config.yamlpos import Located
+from kvdoctor.notify import parse_notify_config
+from kvdoctor.notify.located import located_errors
+from kvdoctor.rules.loader import RuleGroup, load_files, rule_files
+
+# Config fields a running daemon cannot change, with the reason given to the operator.
+RESTART_ONLY = {
+    "listen": "the listening socket is bound at start",
+    "source": "the source (scrape or prometheus) is chosen at start",
+    "state_file": "incident and notification state live beside it",
+    "retention_s": "the series store is sized at start",
+}
+NAMES = {
+    "retention_s": "retention",
+    "interval_s": "interval",
+    "scrape_max_connections": "scrape.max_connections",
+}
+
+
+def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[RuleGroup]]:
+    """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem."""
+    cfg = load_config(cfg_path)
+    errors: list[str] = []
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "targets":  # URLs from --target get the config's `scrape:` defaults like any other target
+            flags = Located({}, {}, "--target")
+            value = [
+                v if isinstance(v, TargetSpec) else parse_target(v, flags, (), errors, cfg.scrape)
+                for v in value
+            ]
+        setattr(cfg, key, [v for v in value if v is not None] if key == "targets" else value)
+    if errors:
+        raise ConfigError(errors)
+    return cfg, load_files(rule_files(cfg.rules))
+
+
+def restart_needed(old: Config, new: Config) -> list[str]:
+    """One line per restart-only setting that differs between the running config and the new one."""
+    out = []
+    for attr, why in RESTART_ONLY.items():
+        before, after = getattr(old, attr), getattr(new, attr)
+        if before != after:
+            out.append(f"{NAMES.get(attr, attr)}: {before!r} -> {after!r} needs a restart ({why})")
+    return out
+
+
+def refuse_unless_applicable(old: Config, new: Config) -> None:
+    """Raise ConfigError naming what keeps the new config from being applied whole to a running daemon."""
+    refused = restart_needed(old, new)
+    if refused:
+        raise ConfigError(["nothing applied, the running config stays in force:", *refused])
+    if new.notify != old.notify:
+        _, errors = parse_notify_config(new.notify, os.environ)
+        if errors:
+            raise ConfigError(located_errors(new, errors))
+
+
+def changes(old: Config, new: Config) -> list[str]:
+    """The settings a reload applies, for the log and /api/v1/status (secrets never shown)."""
+    out = []
+    if old.interval_s != new.interval_s:
+        out.append(f"interval {old.interval_s:g}s -> {new.interval_s:g}s")
+    before, after = {t.name: t for t in old.targets}, {t.name: t for t in new.targets}
+    added, removed = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+    changed = sorted(n for n in set(before) & set(after) if before[n] != after[n])
+    for what, names in (("added", added), ("removed", removed), ("changed", changed)):
+        if names:
+            out.append(f"targets {what}: {', '.join(names[:5])}{' …' if len(names) > 5 else ''}")
+    for attr in ("scrape", "scrape_max_connections", "file_sd", "rules", "job", "web_config", "prometheus",
+                 "external_url", "runbook_url"):  # fmt: skip
+        if getattr(old, attr) != getattr(new, attr):
+            out.append(f"{NAMES.get(attr, attr)} changed")
+    if old.notify != new.notify:
+        out.append("notify changed")
+    if (old.log_format, old.log_level) != (new.log_format, new.log_level):
+        out.append(f"log {new.log_format}/{new.log_level}")
+    return out

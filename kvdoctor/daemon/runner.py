@@ -1,0 +1,296 @@
+"""`kvdoctor serve`: targets scraped on their own schedules, one evaluation per interval on what arrived."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kvdoctor.config import Config, ConfigError, TargetSpec
+from kvdoctor.config.schema import default_external_url
+from kvdoctor.daemon import persist
+from kvdoctor.daemon.discovery import FileDiscovery
+from kvdoctor.daemon.logs import setup_logging
+from kvdoctor.daemon.notifying import build_notifier
+from kvdoctor.daemon.pace import Pace
+from kvdoctor.daemon.reload import changes, load_everything, refuse_unless_applicable
+from kvdoctor.daemon.scrape import Scraper, ScrapeResult, capped
+from kvdoctor.notify import Notifier
+from kvdoctor.pipeline import Cycle, Pipeline
+from kvdoctor.report.history import History
+from kvdoctor.report.live import report_response
+from kvdoctor.rules.loader import RuleGroup, RuleLoadError
+from kvdoctor.sources.daemon import DaemonSource
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.targets import target_facts
+from kvdoctor.verdicts import Diagnosis
+from kvdoctor.web.server import WebServer
+from kvdoctor.whatif.advisor import Advisor
+
+__all__ = ["Daemon", "load_everything"]
+log = logging.getLogger("kvdoctor")
+
+
+class Daemon:
+    """Owns the pipeline, the scraper, the cycle thread and the sinks."""
+
+    def __init__(self, cfg: Config, groups: list[RuleGroup], cfg_path: str | None = None,
+                 overrides: dict[str, Any] | None = None, on_change: Any = None,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+        self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
+        self.state = DaemonState()
+        # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation
+        self.pipeline = Pipeline(
+            groups, retention_s=cfg.retention_s, job=cfg.job, advisor=Advisor(background=True)
+        )
+        self.pipeline.runbook_url = cfg.runbook_page()
+        self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
+        self.scraper = Scraper(cfg.scrape_max_connections, clock)
+        self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
+        self.registry = make_registry(self.state)
+        self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes
+        self.notifier: Notifier | None = None
+        self.web: WebServer | None = None
+        self.stop_event = threading.Event()
+        self._wake = threading.Event()  # a reload changed the interval: the cycle clock starts over
+        self._lock = threading.Lock()
+        self._specs: dict[str, TargetSpec] = {}
+        self._plan: tuple[float, dict[str, TargetSpec]] | None = None
+        self._capped: set[tuple[str, float, float]] = set()
+        self._last: dict[tuple[str, str], str] = {}
+        self._pace = Pace(self.state)
+        self._thread: threading.Thread | None = None
+        self.history = History("kvdoctor serve")  # hourly summaries for `/report`
+        if cfg.state_file:
+            persist.load(cfg.state_file, self.pipeline, self.history)
+        self._sync_targets()
+        self.source: DaemonSource | None = (
+            None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        )
+        if cfg.source == "prometheus":
+            self.source = DaemonSource(self)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(self, web: bool = True) -> None:
+        """Start the web server, the sinks, the scrape schedules and the cycle thread (the first cycle once the
+        first scrapes are in)."""
+        if web:  # first: links in notifications point at the address it is bound to
+            self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
+                                 reload=self.reload, extra_status=self._notify_status,
+                                 rules=lambda: self.pipeline.rules.groups,
+                                 report=lambda query: report_response(self.history, query))  # fmt: skip
+            self.web.start()
+            self.pipeline.runbook_url = self._runbook_page()
+        try:
+            self._start_notifier()
+        except ConfigError:
+            if self.web is not None:
+                self.web.stop()
+            raise
+        self.state.started_ts = self.clock()
+        if self.source is None:
+            self._schedule()
+        self._thread = threading.Thread(target=self._run_cycles, name="kvdoctor-cycle", daemon=True)
+        self._thread.start()
+
+    def handle_signals(self) -> None:
+        """SIGTERM/SIGINT stop, SIGHUP reloads; call from the main thread before start() so no signal is missed."""
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        signal.signal(signal.SIGINT, lambda *_: self.stop())
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
+
+    def stop(self) -> None:
+        """Ask the daemon to stop (serve_forever then drains)."""
+        self.stop_event.set()
+        self._wake.set()
+
+    def serve_forever(self) -> int:
+        """Block until stopped, then drain."""
+        self.stop_event.wait()
+        self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        """Drain: wait for the running cycle, persist, flush notifications, stop serving."""
+        log.info("shutting down")
+        self.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self.scraper.close()
+        with self._lock:
+            self._persist()
+        if self.notifier is not None:
+            self.notifier.flush(10.0)
+            self.notifier.close()
+        if self.web is not None:
+            self.web.stop()
+
+    # -- cycles --------------------------------------------------------------------------------------
+    def _run_cycles(self) -> None:
+        if self.source is None:
+            self.scraper.wait_first(set(self._specs), self.cfg.interval_s)
+        self._pace.run(self._tick_safely, lambda: self.cfg.interval_s, self.stop_event, self._wake)
+
+    def _tick_safely(self) -> None:
+        try:
+            self.tick()
+        except Exception:  # one bad cycle must not end the daemon
+            self.state.count_event("error")
+            log.exception("cycle failed")
+
+    def tick(self) -> list[Diagnosis]:
+        """One scheduled cycle: ingest the scrapes that arrived since the last one, evaluate, publish."""
+        return self._cycle(scrape_now=False)
+
+    def cycle(self) -> list[Diagnosis]:
+        """Scrape every target now (each within its own timeout), evaluate the rules, publish the diagnoses."""
+        return self._cycle(scrape_now=True)
+
+    def _cycle(self, scrape_now: bool) -> list[Diagnosis]:
+        with self._lock:
+            start = time.monotonic()
+            if self.source is not None:
+                cycle = self.source.cycle(self.clock())
+                return self._publish(cycle, start) if cycle is not None else []
+            self._sync_targets()
+            # scraping now, each target gets its own timeout; the cap to the interval protects the schedule
+            scraped = self.scraper.scrape(list(self._specs.values())) if scrape_now else self.scraper.drain()
+            for r in scraped:
+                self._ingest(r)
+            return self._publish(self.pipeline.evaluate(self.clock()), start)
+
+    def _ingest(self, r: ScrapeResult) -> None:
+        if r.target not in self._specs:
+            return  # removed while its scrape was in flight
+        before = self.pipeline.targets[r.target]
+        was = (before.up, before.last_error)
+        self.pipeline.observe(r.target, r.t, r.scrape, r.error, r.duration_s, r.limit)
+        self._log_health(r.target, was)
+        self.state.set_target(self.pipeline.targets[r.target])
+
+    def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
+        evaluated = time.monotonic()
+        self.state.publish(cycle.diagnoses, cycle.t, evaluated - start, len(cycle.evaluation.errors))
+        self.history.observe(cycle.diagnoses, cycle.t, self.cfg.interval_s)
+        if self.notifier is not None:
+            self.notifier.observe(cycle.diagnoses, cycle.t)
+        self._announce(cycle.diagnoses)
+        self._persist()
+        self._pace.note(time.monotonic() - start, self.cfg.interval_s)
+        return cycle.diagnoses
+
+    def _log_health(self, name: str, was: tuple[bool | None, str]) -> None:
+        target = self.pipeline.targets[name]
+        if target.up is False:
+            # Say it when a target goes down (and when the reason changes), not on every cycle.
+            level = logging.WARNING if was != (False, target.last_error) else logging.DEBUG
+            log.log(level, "target %s down: %s", name, target.last_error, extra={"target": name})
+        elif was[0] is False:
+            log.info("target %s is back up", name, extra={"target": name})
+
+    def _announce(self, diagnoses: list[Diagnosis]) -> None:
+        for d in diagnoses:
+            key = (d.target, d.model_name)
+            prev = self._last.get(key)
+            if prev != d.verdict:
+                log.info("%s · %s: %s (was %s)", d.target, d.model_name or "-", d.verdict, prev or "-",
+                         extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.verdict})  # fmt: skip
+                if self.on_change:
+                    self.on_change(d, prev)
+            self._last[key] = d.verdict
+
+    def _persist(self) -> None:
+        if self.cfg.state_file:
+            try:
+                persist.save(self.cfg.state_file, self.pipeline, self.history)
+            except OSError as exc:
+                log.error("cannot write state file %s: %s", self.cfg.state_file, exc)
+
+    # -- targets, reload --------------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        plan = (self.cfg.interval_s, dict(self._specs))
+        if plan != self._plan:
+            self._plan = plan
+            specs = capped(self._specs, self.cfg.interval_s, self._capped)
+            self.scraper.schedule(list(specs.values()), self.cfg.interval_s)
+
+    def _sync_targets(self) -> None:
+        wanted = {t.name: t for t in [*self.cfg.targets, *self.discovery.targets()]}
+        for gone in set(self._specs) - set(wanted):
+            self.pipeline.remove_target(gone)
+            self.state.drop_target(gone)
+        self.scraper.forget(set(self._specs) - set(wanted))
+        for name, spec in wanted.items():
+            old = self._specs.get(name)
+            if old is None or old != spec:
+                self.state.set_target(self.pipeline.add_target(name, target_facts(spec)))
+        self._specs = wanted
+        if self._plan is not None:  # scheduled: targets, their settings or the interval may have changed
+            self._schedule()
+
+    def reload(self) -> tuple[bool, str]:
+        """Re-read config and rules and apply them all, or refuse (keeping everything running) and say why."""
+        t = self.clock()
+        try:
+            cfg, groups = load_everything(self.cfg_path, self.overrides)
+            refuse_unless_applicable(self.cfg, cfg)
+            if self.web is not None:
+                self.web.use_web_config(cfg.web_config)  # raises WebConfigError, nothing applied yet
+        except (ConfigError, RuleLoadError, ValueError, OSError) as exc:
+            self.state.note_reload(False, t, str(exc))
+            log.error("reload failed, keeping the running config: %s", exc)
+            return False, str(exc)
+        applied = changes(self.cfg, cfg)
+        with self._lock:
+            notify_changed = (cfg.notify, cfg.external_url) != (self.cfg.notify, self.cfg.external_url)
+            interval_changed = cfg.interval_s != self.cfg.interval_s
+            log_changed = (cfg.log_format, cfg.log_level) != (self.cfg.log_format, self.cfg.log_level)
+            self.cfg = cfg
+            self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
+            self.pipeline.set_rules(groups)
+            self.pipeline.job = cfg.job
+            self.scraper.resize(cfg.scrape_max_connections)
+            self.pipeline.runbook_url = self._runbook_page()
+            self._sync_targets()
+        if interval_changed:
+            self._wake.set()
+        if log_changed:
+            setup_logging(cfg.log_format, cfg.log_level)
+        if notify_changed:
+            if self.notifier is not None:  # open incidents and Slack threads live in its state dir: kept
+                self.notifier.flush(5.0)
+                self.notifier.close()
+                self.notifier = None
+            self._start_notifier()
+        message = f"reloaded config and {len(groups)} rule groups" + (
+            f": {'; '.join(applied)}" if applied else ""
+        )
+        self.state.note_reload(True, t, message=message)
+        log.info("%s", message)
+        return True, message
+
+    def _bound(self) -> tuple[str | None, bool]:
+        if self.web is None:
+            return None, False
+        host, port = self.web.address
+        return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), self.web.tls
+
+    def _runbook_page(self) -> str:
+        """Where findings link to: the configured runbook or external URL, else the address the server is bound to."""
+        return self.cfg.runbook_page(*self._bound())
+
+    def _external_url(self) -> str:
+        """The URL users reach this daemon at: external_url, else from the bound (or configured) listen address."""
+        bound, tls = self._bound()
+        return (self.cfg.external_url or default_external_url(bound or self.cfg.listen, tls)).rstrip("/")
+
+    def _notify_status(self) -> dict[str, Any]:
+        # the web server starts before the notifier (its address is in the links), so there may be none yet
+        return {"notify": self.notifier.status()} if self.notifier is not None else {}
+
+    def _start_notifier(self) -> None:
+        self.notifier = build_notifier(self.cfg, self._external_url())

@@ -1,0 +1,140 @@
+"""Alertmanager sink: push active and just-resolved alerts to /api/v2/alerts every cycle."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import requests
+
+from kvdoctor.notify.config import AlertmanagerConfig
+from kvdoctor.notify.redact import describe_error, redact, redacting_logger
+
+log = redacting_logger("kvdoctor.notify.alertmanager")
+_TIMES = ("started", "last_seen", "fired_at", "resolved_at", "since")
+_BOTTLENECK_NAMES = {"kv_cache": "KVCache", "batch_cap": "BatchCap", "compute": "Compute"}
+
+
+def alertname(alert: dict[str, Any]) -> str:
+    """KVDoctorKVCacheBottleneck for a limit, KVDoctor<CamelCaseFinding> otherwise."""
+    b = alert.get("bottleneck") or ""
+    if b:
+        return f"KVDoctor{_BOTTLENECK_NAMES.get(b, b.title().replace('_', ''))}Bottleneck"
+    return "KVDoctor" + "".join(p.capitalize() for p in str(alert["finding"]).split("_"))
+
+
+def rfc3339(t: float) -> str:
+    """Unix seconds → RFC 3339 UTC with milliseconds."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def shifted(a: dict[str, Any], offset: float) -> dict[str, Any]:
+    """An alert view with its times moved by offset seconds (replay: the recording's clock → now)."""
+    if not offset:
+        return a
+    return {**a, **{k: a[k] + offset for k in _TIMES if isinstance(a.get(k), int | float)}}
+
+
+def to_alert(a: dict[str, Any], config: AlertmanagerConfig, now: float) -> dict[str, Any]:
+    """One Alertmanager API v2 postable alert for a lifecycle alert view."""
+    labels = {"alertname": alertname(a), "target": a["target"], "model_name": a["model_name"],
+              "finding": a["finding"], "severity": a["severity"]}  # fmt: skip
+    if a.get("bottleneck"):
+        labels["bottleneck"] = a["bottleneck"]
+    advice = "\n".join(
+        f"{x['flag']}: {x['text']}" if x.get("flag") else x["text"] for x in a.get("advice", [])
+    )
+    annotations = {"summary": a.get("summary", ""), "description": a.get("description", ""), "advice": advice,
+                   "runbook_url": a.get("runbook", "")}  # fmt: skip
+    ends = (
+        a["resolved_at"]
+        if a.get("status") == "resolved" and a.get("resolved_at")
+        else now + config.ends_at_after
+    )
+    out: dict[str, Any] = {
+        "labels": {k: str(v) for k, v in labels.items() if v != ""},
+        "annotations": {k: v for k, v in annotations.items() if v},
+        "startsAt": rfc3339(a.get("fired_at") or now),
+        "endsAt": rfc3339(ends),
+    }
+    if config.generator_url:
+        sep = "&" if "?" in config.generator_url else "?"
+        out["generatorURL"] = (
+            config.generator_url + sep + urlencode({"target": a["target"], "model_name": a["model_name"]})
+        )
+    return out
+
+
+class AlertmanagerSink:
+    """Pushes the latest alert set from a background thread; a newer cycle replaces an unsent older one."""
+
+    def __init__(self, config: AlertmanagerConfig, session: requests.Session | None = None) -> None:
+        self.config = config
+        self.session = session or requests.Session()
+        self._cond = threading.Condition()
+        self._latest: list[dict[str, Any]] | None = None
+        self._busy = False
+        self._stop = False
+        self.last_error = ""
+        self._thread = threading.Thread(target=self._run, name="kvdoctor-alertmanager", daemon=True)
+        self._thread.start()
+
+    def submit(self, alerts: list[dict[str, Any]], now: float, offset: float = 0.0) -> None:
+        """Queue this cycle's alerts (Alertmanager expects re-sends while active); offset shifts every time."""
+        if not alerts or not self.config.urls:
+            return
+        payload = [to_alert(shifted(a, offset), self.config, now + offset) for a in alerts]
+        with self._cond:
+            self._latest = payload
+            self._cond.notify_all()
+
+    def post(self, payload: list[dict[str, Any]]) -> list[tuple[bool, str]]:
+        """POST to every configured Alertmanager; returns (ok, redacted result line) per URL."""
+        out = []
+        for url in self.config.urls:
+            where = redact(url)
+            try:
+                r = self.session.post(f"{url}/api/v2/alerts", json=payload, timeout=self.config.timeout)
+                r.raise_for_status()
+                out.append((True, f"alertmanager {where}: ok ({len(payload)} alerts)"))
+            except Exception as e:
+                self.last_error = describe_error(e)
+                log.warning("alertmanager push to %s failed: %s", where, self.last_error)
+                out.append((False, f"alertmanager {where}: failed: {self.last_error}"))
+        return out
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._latest is None and not self._stop:
+                    self._cond.wait()
+                if self._stop and self._latest is None:
+                    return
+                payload, self._latest, self._busy = self._latest, None, True
+            try:
+                self.post(payload or [])
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until the latest submitted alerts were pushed."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._latest is None and not self._busy, timeout)
+
+    def send_test(self, now: float) -> list[tuple[bool, str]]:
+        """Push a short-lived test alert (KVDoctorTest, endsAt now + 1m)."""
+        alert = {"labels": {"alertname": "KVDoctorTest", "severity": "info"},
+                 "annotations": {"summary": "kvdoctor test notification"},
+                 "startsAt": rfc3339(now), "endsAt": rfc3339(now + 60)}  # fmt: skip
+        return self.post([alert])
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Push what is queued, then stop the thread."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout)

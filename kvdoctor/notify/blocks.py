@@ -1,0 +1,201 @@
+"""Block Kit rendering of notification events, validated against Slack's limits by slack_sdk.models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from slack_sdk.models.blocks import Block
+
+from kvdoctor import fmt
+from kvdoctor.notify.lifecycle import Event
+from kvdoctor.signals import FINDINGS, SIGNALS
+
+ICONS = {"critical": ":red_circle:", "warning": ":large_orange_circle:", "info": ":large_blue_circle:"}
+MAX_HEADER, MAX_FIELDS, MAX_FIELD, MAX_TEXT, MAX_BLOCKS = 150, 10, 2000, 3000, 50
+
+
+@dataclass(frozen=True)
+class Links:
+    """Base URLs for the context links (empty = no link)."""
+
+    status_page_url: str = ""
+    grafana_url: str = ""
+
+
+def _cut(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def title_of(alert: dict[str, Any]) -> str:
+    """Short title of one alert: the limit hit, or the finding name in words."""
+    kind = FINDINGS.get(alert.get("bottleneck") or "")
+    return kind.title if kind and kind.title else str(alert.get("finding", "")).replace("_", " ").capitalize()
+
+
+def _where(ev: Event, a: dict[str, Any]) -> str:
+    return f"{a.get('target', ev.group_labels.get('target', ''))} · {a.get('model_name', '')}".strip(" ·")
+
+
+# Variants of one quantity share a field: (key shown first, [(extra key, its short label)…]).
+MERGED = (
+    (
+        "kv_usage_max_1m",
+        [("kv_usage", "now"), ("kv_usage_max_30s", "30s peak"), ("kv_usage_avg_1m", "1m avg")],
+    ),
+    ("kv_usage", [("kv_usage_max_30s", "30s peak"), ("kv_usage_avg_1m", "1m avg")]),
+    ("running_max_1m", [("running", "now"), ("running_avg_1m", "1m avg")]),
+    ("running", [("running_avg_1m", "1m avg")]),
+    ("waiting", [("waiting_avg_1m", "1m avg")]),
+    ("ttft_p95_s", [("slo_ttft_p95_s", "SLO")]),
+    ("itl_p95_s", [("itl_p50_s", "p50"), ("itl_baseline_s", "baseline"), ("slo_itl_p95_s", "SLO")]),
+    ("itl_p50_s", [("itl_baseline_s", "baseline"), ("slo_itl_p95_s", "SLO")]),
+)
+
+
+def evidence_fields(evidence: dict[str, Any]) -> list[dict[str, Any]]:
+    """Up to 10 mrkdwn fields for the evidence, known keys first, variants of one quantity in one field."""
+    ev = dict(evidence)
+    out: list[tuple[str, str]] = []
+    run = next((k for k in ("running_max_1m", "running") if k in ev), None)
+    cap = next((k for k in ("batch_cap_configured", "batch_cap_inferred") if k in ev), None)
+    if run and cap:
+        extra = (
+            f" (1m avg {fmt.value('running_avg_1m', ev['running_avg_1m'])})" if "running_avg_1m" in ev else ""
+        )
+        out.append(("Running / cap", f"{fmt.value(run, ev[run])} / {fmt.value(cap, ev[cap])}{extra}"))
+        for k in ("running_max_1m", "running", "running_avg_1m", cap):
+            ev.pop(k, None)
+    extras: dict[str, str] = {}
+    for key, variants in MERGED:
+        if key in ev and key not in extras:
+            parts = [f"{short} {fmt.value(k, ev.pop(k))}" for k, short in variants if k in ev]
+            extras[key] = f" ({', '.join(parts)})" if parts else ""
+    order = {k: i for i, k in enumerate(SIGNALS)}
+    for k in sorted(ev, key=lambda k: (order.get(k, len(order)), k)):
+        out.append((fmt.label_of(k), fmt.value(k, ev[k]) + extras.get(k, "")))
+    return [
+        {"type": "mrkdwn", "text": _cut(f"*{label}*\n{val}", MAX_FIELD)} for label, val in out[:MAX_FIELDS]
+    ]
+
+
+def advice_text(alerts: list[dict[str, Any]]) -> str:
+    """The 'what to change' section: each vLLM flag with its quantified effect, deduplicated."""
+    lines, seen = [], set()
+    for a in alerts:
+        for adv in a.get("advice", []):
+            if (adv["flag"], adv["text"]) in seen:
+                continue
+            seen.add((adv["flag"], adv["text"]))
+            flag = f"`{adv['flag']}`: " if adv.get("flag") else ""
+            src = f" _({adv['source']})_" if adv.get("source") else ""
+            lines.append(f"• {flag}{adv['text']}{src}")
+            if adv.get("predicted"):
+                lines.append(f"   _predicted: {adv['predicted']}_")
+    return _cut("*What to change*\n" + "\n".join(lines), MAX_TEXT) if lines else ""
+
+
+def _links(ev: Event, a: dict[str, Any], links: Links) -> list[str]:
+    q = {"target": a.get("target", ""), "model_name": a.get("model_name", "")}
+    out = []
+    if links.status_page_url:
+        out.append(f"<{links.status_page_url}/?{urlencode(q)}|Status page>")
+    if links.grafana_url:
+        sep = "&" if "?" in links.grafana_url else "?"
+        g = {"var-target": q["target"], "var-model_name": q["model_name"],
+             "from": int(ev.opened - 900) * 1000, "to": "now" if ev.kind != "resolved" else int(ev.t + 300) * 1000}  # fmt: skip
+        out.append(f"<{links.grafana_url}{sep}{urlencode(g)}|Grafana>")
+    if a.get("runbook"):
+        out.append(f"<{a['runbook']}|Runbook>")
+    return out
+
+
+def _context(ev: Event, a: dict[str, Any], links: Links, lead: str) -> dict[str, Any]:
+    parts = [lead, f"finding `{a.get('finding', '')}`", *_links(ev, a, links)]
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _cut(" · ".join(parts), MAX_TEXT)}]}
+
+
+def _others(alerts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if len(alerts) < 2:
+        return None
+    lines = [
+        f"• {ICONS.get(a['severity'], '')} *{title_of(a)}* ({a['status']}): {a.get('summary', '')}"
+        for a in alerts[1:]
+    ]
+    return {
+        "type": "section",
+        "text": {"type": "mrkdwn", "text": _cut("*Also on this target*\n" + "\n".join(lines), MAX_TEXT)},
+    }
+
+
+def _text_section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text or " ", MAX_TEXT)}}
+
+
+def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dict[str, Any]]]:
+    """Fallback text and Block Kit blocks for an event (root message, or thread reply when root=False)."""
+    a: dict[str, Any] = ev.alerts[0] if ev.alerts else {"finding": "", "severity": "info", "summary": ""}
+    where, title = _where(ev, a), title_of(a)
+    icon = ICONS.get(a.get("severity", ""), "")
+    if ev.kind == "resolved":
+        # The problem's own span: from when the first finding started to hold to its last sighting.
+        start = min([x.get("started") or ev.opened for x in ev.alerts] or [ev.opened])
+        end = max([x.get("last_seen") or ev.t for x in ev.alerts] or [ev.t])
+        lasted = fmt.duration(end - start)
+        text = f"Resolved: {title} on {where} (lasted {lasted})"
+        head = f"✅ Resolved: {title} · {where}"
+        lead = f"started {fmt.clock(start)}, last seen {fmt.clock(end)}: lasted *{lasted}*"
+        lead += " · numbers from when it fired" if root and a.get("fired_evidence") else ""
+    else:
+        text = f"{title} on {where}: {a.get('summary', '')}"
+        head = f"{'🔁 Still firing: ' if ev.kind == 'repeat' else ''}{title} · {where}"
+        lead = f"firing since {fmt.clock(ev.opened)}"
+        if ev.kind == "repeat":
+            lead += f" ({fmt.duration(ev.t - ev.opened)})"
+    blocks: list[dict[str, Any]] = []
+    if root or ev.kind != "update":
+        blocks.append(
+            {"type": "header", "text": {"type": "plain_text", "text": _cut(head, MAX_HEADER), "emoji": True}}
+        )
+    body = f"{icon} *{a.get('summary', '')}*" + (f"\n{a['description']}" if a.get("description") else "")
+    if ev.changes:
+        body = "*Changed:* " + "; ".join(ev.changes) + "\n" + body
+        text = text if ev.kind == "resolved" else f"{where}: " + "; ".join(ev.changes)
+    blocks.append(_text_section(body))
+    # A resolved root keeps the numbers that made it fire (the last ones are often already back to normal).
+    evidence = a.get("fired_evidence") if root and ev.kind == "resolved" else None
+    fields = evidence_fields(evidence or a.get("evidence", {}))
+    if fields:
+        blocks.append({"type": "section", "fields": fields})
+    if (others := _others(ev.alerts)) is not None:
+        blocks.append(others)
+    if ev.kind != "resolved" and (adv := advice_text(ev.alerts)):
+        blocks += [{"type": "divider"}, _text_section(adv)]
+    blocks.append(_context(ev, a, links, lead))
+    return _cut(text, MAX_TEXT), validate(blocks[:MAX_BLOCKS])
+
+
+def validate(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Round-trip blocks through slack_sdk.models (raises SlackObjectFormationError beyond the limits)."""
+    out = []
+    for b in blocks:
+        parsed = Block.parse(b)
+        if parsed is None:
+            raise ValueError(f"unparseable block type {b.get('type')!r}")
+        out.append(parsed.to_dict())
+    return out
+
+
+def probe_message(links: Links, where: str = "kvdoctor") -> tuple[str, list[dict[str, Any]]]:
+    """A test message proving the sink is configured (kvdoctor notify test)."""
+    text = f"kvdoctor test notification from {where}: Slack delivery works."
+    extra = [x for x in (links.status_page_url and f"<{links.status_page_url}|Status page>",
+                         links.grafana_url and f"<{links.grafana_url}|Grafana>") if x]  # fmt: skip
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": "kvdoctor test notification"}},
+        _text_section(text),
+    ]
+    if extra:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(extra)}]})
+    return text, validate(blocks)

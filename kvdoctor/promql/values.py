@@ -1,0 +1,136 @@
+"""Evaluation value types and label helpers."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from decimal import Decimal
+from typing import NamedTuple
+
+from kvdoctor.errors import KvdoctorError
+from kvdoctor.samples import Labels
+
+NAME = "__name__"
+_MS = timedelta(milliseconds=1)
+
+
+class EvalError(KvdoctorError):
+    """An expression that cannot be evaluated (e.g. many-to-many matching); the message is Prometheus'."""
+
+
+class Scalar(NamedTuple):
+    """A scalar value."""
+
+    v: float
+
+
+class String(NamedTuple):
+    """A string value."""
+
+    s: str
+
+
+class Elem(NamedTuple):
+    """One instant-vector element."""
+
+    labels: Labels
+    v: float
+
+
+class Range(NamedTuple):
+    """One range-vector series: timestamps in ms and float values."""
+
+    labels: Labels
+    ts: list[int]
+    vs: list[float]
+
+
+Vector = list[Elem]
+Matrix = list[Range]
+Value = Scalar | String | Vector | Matrix
+
+
+def drop_name(labels: Labels) -> Labels:
+    """The label set without __name__."""
+    if labels and labels[0][0] == NAME:
+        return labels[1:]
+    return tuple(p for p in labels if p[0] != NAME)
+
+
+def set_label(labels: Labels, name: str, value: str) -> Labels:
+    """The label set with name=value (deleted when value is empty)."""
+    rest = [p for p in labels if p[0] != name]
+    if value:
+        rest.append((name, value))
+        rest.sort()
+    return tuple(rest)
+
+
+def get_label(labels: Labels, name: str) -> str:
+    """A label's value, or "" when absent."""
+    for k, v in labels:
+        if k == name:
+            return v
+    return ""
+
+
+class Grouping:
+    """The labels `by (...)`/`on (...)` keep, or `without (...)`/`ignoring (...)` leave, memoized per label set.
+
+    Series keep their label tuples from one evaluation to the next, so each is projected once, not per rule per cycle.
+    """
+
+    __slots__ = ("cache", "keep", "names")
+
+    def __init__(self, keep: bool, names: frozenset[str]) -> None:
+        self.keep, self.names = keep, names
+        self.cache: dict[Labels, Labels] = {}
+
+    def __call__(self, labels: Labels) -> Labels:
+        """The projected label set."""
+        key = self.cache.get(labels)
+        if key is None:
+            if self.keep:  # `by (__name__)` keeps the name, as in Prometheus
+                key = tuple(p for p in labels if p[0] in self.names)
+            else:
+                key = tuple(p for p in labels if p[0] not in self.names and p[0] != NAME)
+            if len(self.cache) >= _GROUPING_LIMIT:
+                self.cache.clear()
+            self.cache[labels] = key
+        return key
+
+
+_GROUPING_LIMIT = 1 << 22
+_GROUPINGS: dict[tuple[bool, frozenset[str]], Grouping] = {}
+
+
+def grouping(keep: bool, names: frozenset[str] | set[str] | list[str]) -> Grouping:
+    """The shared Grouping for keep/names (one per distinct clause across all rules)."""
+    k = (keep, frozenset(names))
+    g = _GROUPINGS.get(k)
+    if g is None:
+        g = _GROUPINGS[k] = Grouping(keep, k[1])
+    return g
+
+
+def check_unique(vec: Vector) -> Vector:
+    """Raise as Prometheus does when dropping names left two elements with one label set."""
+    if len({e.labels for e in vec}) != len(vec):
+        raise EvalError("vector cannot contain metrics with the same labelset")
+    return vec
+
+
+def format_value(v: float) -> str:
+    """A float as Prometheus' API prints it (strconv.FormatFloat(v, 'f', -1, 64))."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return format(Decimal(repr(v)), "f")
+
+
+def ms(td: timedelta | None) -> int:
+    """A duration in whole milliseconds (0 for None)."""
+    return 0 if td is None else td // _MS

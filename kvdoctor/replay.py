@@ -1,0 +1,47 @@
+"""Run recordings through the pipeline on their own clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from kvdoctor.ingest.recording import Frame, load_frames
+from kvdoctor.pipeline import Cycle, Pipeline
+from kvdoctor.query import recording_instance
+
+
+def replay(
+    pipeline: Pipeline,
+    recordings: list[str | Path],
+    interval_s: float = 15.0,
+    scrape_every_s: float = 0.0,
+    on_cycle: Callable[[Cycle], None] | None = None,
+) -> Iterator[Cycle]:
+    """Feed frames in time order and evaluate every interval_s; scrape_every_s > 0 drops frames to that cadence."""
+    frames: list[tuple[float, str, Frame]] = []
+    for path in recordings:
+        name = recording_instance(path)
+        if name not in pipeline.targets:
+            pipeline.add_target(name)
+        last = -1e18
+        for f in load_frames(path):
+            if scrape_every_s and f.t - last < scrape_every_s - 1e-6:
+                continue
+            last = f.t
+            frames.append((f.t, name, f))
+    frames.sort(key=lambda x: x[0])
+    if not frames:
+        return
+    t = frames[0][0]
+    i = 0
+    end = frames[-1][0]
+    while t <= end + 1e-9:
+        while i < len(frames) and frames[i][0] <= t:
+            _, name, f = frames[i]
+            pipeline.observe(name, f.t, f.text, f.error)
+            i += 1
+        cycle = pipeline.evaluate(t)
+        if on_cycle:
+            on_cycle(cycle)
+        yield cycle
+        t += interval_s

@@ -1,0 +1,107 @@
+"""History from recordings: the replay pipeline on their own clock, counters counted from every raw sample.
+
+Tokens and requests are counter increases between consecutive raw samples of each series, with Prometheus' reset
+rule (a lower value means the counter restarted from zero, so the new value is the increase), without
+extrapolation; each increase belongs to the evaluation step whose interval (t_i, t_i+1] holds its sample. A
+Prometheus source reads the same raw samples through range selectors, so both give the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from kvdoctor.pipeline import Cycle, Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.report.history import History, Key, Step, step_from_diagnosis
+
+COUNTERS = {
+    "requests": "vllm:request_success_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+}
+LabelSet = tuple[tuple[str, str], ...]
+
+
+def key_of(labels: LabelSet | dict[str, str]) -> Key:
+    """(instance, model_name) of a counter series."""
+    d = dict(labels)
+    return d.get("instance", ""), d.get("model_name", "")
+
+
+class Grid:
+    """Steps on a grid start + i·step, and the counter increases that fall in each; `history()` accounts them."""
+
+    def __init__(self, source: str, start: float, step: float) -> None:
+        self.source = source
+        self.start_ms, self.step_ms = round(start * 1000), round(step * 1000)
+        self.last_ms = self.start_ms  # samples after the last grid point belong to no step yet
+        self.steps: dict[int, dict[Key, Step]] = {}
+        self.counted: dict[tuple[int, Key], dict[str, float]] = {}
+        self._prev: dict[tuple[str, LabelSet], tuple[int, float]] = {}
+
+    def index(self, t: float) -> int:
+        """The grid index of an evaluation time."""
+        return round((t * 1000 - self.start_ms) / self.step_ms)
+
+    def point(self, t: float, steps: dict[Key, Step]) -> None:
+        """The steps evaluated at grid time t."""
+        self.steps[self.index(t)] = steps
+        self.last_ms = max(self.last_ms, round(t * 1000))
+
+    def sample(self, what: str, labels: LabelSet, t_ms: int, v: float) -> None:
+        """One raw counter sample (repeats and samples older than the series' last one are ignored)."""
+        sk = (what, labels)
+        prev = self._prev.get(sk)
+        if math.isnan(v) or (prev is not None and t_ms <= prev[0]):
+            return
+        self._prev[sk] = (t_ms, v)
+        if prev is None:
+            return  # the first sample is the baseline
+        inc = v if v < prev[1] else v - prev[1]
+        i = (t_ms - self.start_ms - 1) // self.step_ms
+        if i >= 0 and t_ms <= self.last_ms:
+            d = self.counted.setdefault((i, key_of(labels)), {})
+            d[what] = d.get(what, 0.0) + inc
+
+    def history(self) -> History:
+        """Every step, in time order, with the increases counted in it."""
+        h = History(self.source)
+        for i in sorted(self.steps):
+            for key, step in self.steps[i].items():
+                inc = self.counted.get((i, key), {})
+                step.requests += inc.get("requests", 0.0)
+                step.prompt_tokens += inc.get("prompt_tokens", 0.0)
+                step.generation_tokens += inc.get("generation_tokens", 0.0)
+                h.add(key[0], key[1], step)
+        return h
+
+
+def _feed(grid: Grid, pipeline: Pipeline, since_ms: int, t_ms: int) -> None:
+    for what, name in COUNTERS.items():
+        for s in pipeline.store.select(name):
+            labels = tuple((k, x) for k, x in s.labels if k != "__name__")
+            ts, vs = s.window(since_ms, t_ms)
+            for sample_t, v in zip(ts, vs, strict=True):
+                grid.sample(what, labels, sample_t, v)
+
+
+def from_recordings(
+    pipeline: Pipeline,
+    recordings: Iterable[str | Path],
+    step_s: float = 60.0,
+    on_cycle: Callable[[Cycle], None] | None = None,
+) -> History:
+    """Replay the recordings, one evaluation every step_s, into a History."""
+    paths = list(recordings)
+    grid: Grid | None = None
+    fed_ms = -(2**62)
+    for cycle in replay(pipeline, paths, interval_s=step_s, on_cycle=on_cycle):
+        grid = grid or Grid(f"{len(paths)} recording(s)", cycle.t, step_s)
+        steps = {(d.target, d.model_name): step_from_diagnosis(d, cycle.t, step_s) for d in cycle.diagnoses}
+        grid.point(cycle.t, steps)
+        t_ms = round(cycle.t * 1000)
+        _feed(grid, pipeline, fed_ms + 1, t_ms)
+        fed_ms = t_ms
+    return grid.history() if grid else History(f"{len(paths)} recording(s)")

@@ -1,0 +1,272 @@
+"""What a report is built from: per (target, model) hourly summaries and class segments, from any source.
+
+Recordings, Prometheus and the daemon all feed `Step`s (one evaluation of one target/model, holding for `dt`
+seconds) into a `History`; the history keeps only hourly sums and run-length class segments, so the daemon can
+keep weeks of it in its state file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from kvdoctor.errors import InputError
+from kvdoctor.verdicts import LIMITS, Diagnosis
+
+CLASSES = ("kv_cache", "batch_cap", "compute", "healthy", "idle", "unknown", "down")
+BINS = 20  # distribution bins over 0-1 (KV usage, running / cap), 5 % wide
+MAX_HOURS = 24 * 15  # the daemon keeps two weeks and a day per target: room for a weekly review
+MAX_SEGMENTS = 4000
+Key = tuple[str, str]  # (target, model_name)
+Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]  # (labels, [(t, value)]) per series
+
+
+class ReportError(InputError):
+    """Input the report cannot be built from (an empty range, no traffic, an unknown target); says what and why."""
+
+
+class RangeClient(Protocol):
+    """What the report needs of a Prometheus client (kvdoctor.sources.client.PromClient is one); errors pass through."""
+
+    base: str
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> Matrix:
+        """expr evaluated over [start, end] every step seconds."""
+        ...
+
+    def query_range_samples(self, expr: str, t: float) -> Matrix:
+        """The raw samples of a range selector expr at t."""
+        ...
+
+
+@dataclass
+class Step:
+    """One evaluation of one (target, model): its class for dt seconds, what was served in it, the gauges."""
+
+    t: float
+    dt: float
+    cls: str
+    finding: str = ""  # the finding that explains a limit (or target_down)
+    requests: float = 0.0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    kv: float | None = None
+    running: float | None = None
+    waiting: float | None = None
+    cap: float | None = None  # configured --max-num-seqs, else the inferred plateau
+    gen_tps: float | None = None
+    itl_p50: float | None = None
+    itl_baseline: float | None = None
+    preemptions_per_s: float | None = None
+
+
+@dataclass
+class Hour:
+    """Sums over one UTC hour of one (target, model)."""
+
+    start: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    requests: float = 0.0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    kv_max: float = 0.0
+    running_max: float = 0.0
+    waiting_max: float = 0.0
+    cap: float = 0.0
+    util_max: float = 0.0  # running / cap
+    gen_tps_max: float = 0.0
+    itl_ratio_max: float = 0.0  # ITL p50 / light-load baseline
+    saturated_s: float = 0.0  # seconds in a limit class with a token rate
+    saturated_tokens: float = 0.0  # generation tokens/s × dt over those seconds
+    kv_bins: list[float] = field(default_factory=lambda: [0.0] * BINS)  # seconds per KV usage bin
+    util_bins: list[float] = field(default_factory=lambda: [0.0] * BINS)  # seconds per running/cap bin
+
+
+@dataclass
+class Segment:
+    """A run of one class on one (target, model): [start, end), the explaining finding, the peaks within."""
+
+    start: float
+    end: float
+    cls: str
+    finding: str = ""
+    peak: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class KeyHistory:
+    """The hours and segments of one (target, model)."""
+
+    hours: dict[int, Hour] = field(default_factory=dict)
+    segments: list[Segment] = field(default_factory=list)
+
+
+def _bin(x: float) -> int:
+    return min(BINS - 1, max(0, int(x * BINS)))
+
+
+def _max(a: float, b: float | None) -> float:
+    return a if b is None or math.isnan(b) else max(a, b)
+
+
+class History:
+    """Hourly summaries and class segments per (target, model); `add` steps in time order per key."""
+
+    def __init__(self, source: str = "") -> None:
+        self.source = source
+        self.keys: dict[Key, KeyHistory] = {}
+
+    def add(self, target: str, model: str, s: Step) -> None:
+        """Account one step; a step crossing an hour boundary is split by time."""
+        kh = self.keys.setdefault((target, model), KeyHistory())
+        t, end = s.t, s.t + s.dt
+        while t < end - 1e-9:
+            hour = int(t // 3600) * 3600
+            part = min(end, hour + 3600) - t
+            self._hour(kh, hour, s, part, part / s.dt)
+            t += part
+        self._segment(kh, s)
+
+    def _hour(self, kh: KeyHistory, start: int, s: Step, dt: float, share: float) -> None:
+        h = kh.hours.get(start)
+        if h is None:
+            h = kh.hours[start] = Hour(start)
+        h.seconds[s.cls] = h.seconds.get(s.cls, 0.0) + dt
+        h.requests += s.requests * share
+        h.prompt_tokens += s.prompt_tokens * share
+        h.generation_tokens += s.generation_tokens * share
+        h.kv_max, h.running_max = _max(h.kv_max, s.kv), _max(h.running_max, s.running)
+        h.waiting_max, h.cap = _max(h.waiting_max, s.waiting), _max(h.cap, s.cap)
+        h.gen_tps_max = _max(h.gen_tps_max, s.gen_tps)
+        if s.kv is not None:
+            h.kv_bins[_bin(s.kv)] += dt
+        if s.cap and s.running is not None:
+            util = s.running / s.cap
+            h.util_max = max(h.util_max, util)
+            h.util_bins[_bin(util)] += dt
+        if s.itl_p50 and s.itl_baseline:
+            h.itl_ratio_max = max(h.itl_ratio_max, s.itl_p50 / s.itl_baseline)
+        if s.cls in LIMITS and s.gen_tps:
+            h.saturated_s += dt
+            h.saturated_tokens += s.gen_tps * dt
+        if len(kh.hours) > MAX_HOURS:
+            del kh.hours[min(kh.hours)]
+
+    def _segment(self, kh: KeyHistory, s: Step) -> None:
+        peak = {
+            k: v
+            for k, v in (("kv", s.kv), ("running", s.running), ("waiting", s.waiting), ("cap", s.cap),
+                         ("preemptions_per_s", s.preemptions_per_s), ("gen_tps", s.gen_tps))
+            if v is not None and not math.isnan(v)
+        }  # fmt: skip
+        last = kh.segments[-1] if kh.segments else None
+        if last is not None and last.cls == s.cls and abs(last.end - s.t) <= max(1.0, 0.5 * s.dt):
+            last.end = s.t + s.dt
+            last.finding = last.finding or s.finding
+            for k, v in peak.items():
+                last.peak[k] = max(last.peak.get(k, v), v)
+            return
+        kh.segments.append(Segment(s.t, s.t + s.dt, s.cls, s.finding, peak))
+        if len(kh.segments) > MAX_SEGMENTS:
+            del kh.segments[0]
+
+    def observe(self, diagnoses: list[Diagnosis], t: float, dt: float) -> None:
+        """Account one daemon cycle; tokens and requests come from the 1m rates (the daemon keeps no counters)."""
+        for d in diagnoses:
+            s = step_from_diagnosis(d, t, dt)
+            ev = d.evidence
+            s.requests, s.prompt_tokens, s.generation_tokens = (
+                _num(ev.get(k)) * dt
+                for k in ("requests_per_s", "prompt_tokens_per_s", "generation_tokens_per_s")
+            )
+            self.add(d.target, d.model_name, s)
+
+    def span(self) -> tuple[float, float] | None:
+        """First and last second covered by any segment."""
+        segs = [s for kh in self.keys.values() for s in kh.segments]
+        return (min(s.start for s in segs), max(s.end for s in segs)) if segs else None
+
+    def to_state(self) -> dict[str, Any]:
+        """Compact JSON-ready data for the state file (distribution bins sparse, segments as lists)."""
+        return {
+            "source": self.source,
+            "keys": [
+                {"target": k[0], "model_name": k[1], "hours": [_hour_state(h) for h in kh.hours.values()],
+                 "segments": [[s.start, s.end, s.cls, s.finding, s.peak] for s in kh.segments]}
+                for k, kh in self.keys.items()
+            ],
+        }  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> History:
+        """A history saved by to_state(); malformed entries are dropped."""
+        h = cls(str(state.get("source", "")))
+        h.restore(state)
+        return h
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load the keys saved by to_state() (a malformed entry is dropped, the others kept)."""
+        for item in state.get("keys") or []:
+            try:
+                hours = {}
+                for x in item["hours"]:
+                    x = dict(x)
+                    for b in ("kv_bins", "util_bins"):
+                        x[b] = _dense(x.get(b, []))
+                    hours[int(x["start"])] = Hour(**x)
+                segments = [
+                    Segment(float(s[0]), float(s[1]), str(s[2]), str(s[3]), dict(s[4]))
+                    for s in item["segments"]
+                ]
+                self.keys[(str(item["target"]), str(item["model_name"]))] = KeyHistory(hours, segments)
+            except (KeyError, TypeError, ValueError, IndexError):
+                continue
+
+
+def _hour_state(h: Hour) -> dict[str, Any]:
+    d = asdict(h)
+    for b in ("kv_bins", "util_bins"):
+        d[b] = [[i, s] for i, s in enumerate(d[b]) if s]
+    return d
+
+
+def _dense(pairs: list[list[float]]) -> list[float]:
+    bins = [0.0] * BINS
+    for i, s in pairs:
+        bins[int(i)] = float(s)
+    return bins
+
+
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, int | float) and not math.isnan(v) else 0.0
+
+
+def _opt(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not math.isnan(v) else None
+
+
+def merged_evidence(d: Diagnosis) -> dict[str, float | str]:
+    """The diagnosis evidence with its findings' evidence added (what kvdoctor exports as gauges)."""
+    evidence = dict(d.evidence)
+    for f in d.findings:
+        evidence.update({k: v for k, v in f.evidence.items() if k not in evidence})
+    return evidence
+
+
+def step_from_diagnosis(d: Diagnosis, t: float, dt: float) -> Step:
+    """A step from one diagnosis: its class (down when the target is down), explaining finding and gauges."""
+    ev = merged_evidence(d)
+    names = [f.name for f in d.findings]
+    cls, finding = d.verdict, ""
+    if cls == "unknown" and "target_down" in names:
+        cls, finding = "down", "target_down"
+    elif cls in LIMITS:
+        finding = next((f.name for f in d.findings if f.bottleneck == cls), cls)
+    cap = _opt(ev.get("batch_cap_configured")) or _opt(ev.get("batch_cap_inferred"))
+    return Step(
+        t, dt, cls, finding, kv=_opt(ev.get("kv_usage")), running=_opt(ev.get("running")),
+        waiting=_opt(ev.get("waiting")), cap=cap, gen_tps=_opt(ev.get("generation_tokens_per_s")),
+        itl_p50=_opt(ev.get("itl_p50_s")), itl_baseline=_opt(ev.get("itl_baseline_s")),
+        preemptions_per_s=_opt(ev.get("preemptions_per_s")),
+    )  # fmt: skip

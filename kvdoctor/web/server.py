@@ -1,0 +1,291 @@
+"""kvdoctor's HTTP(S) server on asyncio: /metrics, the JSON API, lifecycle endpoints and the status page.
+
+One event loop thread holds every connection, so an idle or slow client costs a socket, not a thread; each
+connection gets a few seconds for its TLS handshake, its headers and its body, a client holds a bounded number of
+connections (its oldest unfinished one makes room for a new one), and handlers run on a small thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import gzip
+import http.client
+import logging
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client.exposition import gzip_accepted
+from prometheus_client.registry import CollectorRegistry
+
+from kvdoctor import __version__
+from kvdoctor.status.state import DaemonState
+from kvdoctor.web.app import App, Reload, Report, Rules
+from kvdoctor.web.request import MAX_HEADER_BYTES, Refused, read_head, status_line
+from kvdoctor.web.responses import Response, api_error, text
+from kvdoctor.web.webconfig import WebConfig, WebConfigWatcher
+
+log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 1024
+MAX_PER_CLIENT = 32
+MAX_BODY = 64 * 1024
+HANDSHAKE_TIMEOUT_S = 5.0
+HEADER_TIMEOUT_S = 5.0
+BODY_TIMEOUT_S = 5.0
+WRITE_TIMEOUT_S = 10.0
+HANDLER_THREADS = 4
+GZIP_MIN_BYTES = 1024
+DEFAULT_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'",
+}
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """Split HOST:PORT ([v6]:PORT, :PORT for every interface); raises ValueError."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address {listen!r}: expected HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class _Conn:
+    """One connection: whose, since when, and whether it is still sending its request (then it may be evicted)."""
+
+    def __init__(self, client: str, writer: asyncio.StreamWriter) -> None:
+        self.client, self.writer = client, writer
+        self.since = time.monotonic()
+        self.waiting = True
+
+
+class WebServer:
+    """Serves kvdoctor's web endpoints from an event loop thread, optionally with TLS and basic auth."""
+
+    def __init__(
+        self,
+        state: DaemonState,
+        registry: CollectorRegistry,
+        *,
+        listen: str = "127.0.0.1:9860",
+        web_config: str | None = None,
+        reload: Reload | None = None,
+        extra_status: Callable[[], dict[str, Any]] | None = None,
+        rules: Rules | None = None,
+        report: Report | None = None,
+    ) -> None:
+        self.app = App(state, registry, reload, extra_status, rules, report)
+        self.listen = parse_listen(listen)
+        self.watcher = WebConfigWatcher(web_config) if web_config else None
+        self._path = web_config
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="kvdoctor-web")
+        self._conns: dict[str, list[_Conn]] = {}
+        self._count = 0
+
+    def config(self) -> WebConfig | None:
+        """The web config in force (re-read when its files change), or None."""
+        return self.watcher.get() if self.watcher else None
+
+    def use_web_config(self, path: str | None) -> None:
+        """Switch to another web config file (a reload); raises WebConfigError and keeps the old one if it is bad."""
+        if path != self._path:
+            self.watcher = WebConfigWatcher(path) if path else None
+            self._path = path
+
+    @property
+    def tls(self) -> bool:
+        """True when serving HTTPS."""
+        cfg = self.config()
+        return bool(cfg and cfg.ssl_context)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound (host, port); valid after start()."""
+        if self._server is None:
+            raise RuntimeError("WebServer not started")
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        """The base URL of the status page."""
+        host, port = self.address
+        host = "127.0.0.1" if host == "0.0.0.0" else f"[{host}]" if ":" in host else host
+        return f"{'https' if self.tls else 'http'}://{host}:{port}/"
+
+    def start(self) -> None:
+        """Bind and serve from a daemon thread; raises OSError if the address is taken."""
+        loop = asyncio.new_event_loop()
+        loop.set_exception_handler(
+            lambda _, ctx: log.debug("web: %s", ctx.get("message"), exc_info=ctx.get("exception"))
+        )
+        self._thread = threading.Thread(target=loop.run_forever, name="kvdoctor-web", daemon=True)
+        self._thread.start()
+        host, port = self.listen
+        bind = asyncio.start_server(self._client, host, port, reuse_address=True, limit=MAX_HEADER_BYTES,
+                                    backlog=512)  # fmt: skip
+        try:
+            self._server = asyncio.run_coroutine_threadsafe(bind, loop).result(10)
+        except BaseException:
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(timeout=5)
+            loop.close()
+            raise
+        self._loop = loop
+        log.info("web server listening on %s", self.url)
+
+    def stop(self) -> None:
+        """Stop accepting, close every connection and wait for the serving thread."""
+        if self._loop is None or self._server is None:
+            return
+        loop, server = self._loop, self._server
+
+        async def close() -> None:
+            server.close()
+            for conns in list(self._conns.values()):
+                for c in conns:
+                    c.writer.transport.abort()
+            await server.wait_closed()
+
+        try:
+            asyncio.run_coroutine_threadsafe(close(), loop).result(5)
+        except Exception:
+            log.debug("web server did not close cleanly", exc_info=True)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread:
+            self._thread.join(timeout=5)
+        loop.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._loop, self._server, self._thread = None, None, None
+
+    # -- connections --------------------------------------------------------------------------------------
+    def _admit(self, conn: _Conn) -> bool:
+        mine = self._conns.setdefault(conn.client, [])
+        if len(mine) >= MAX_PER_CLIENT and not self._evict(mine):
+            return False
+        if self._count >= MAX_CONNECTIONS and not self._evict([c for cs in self._conns.values() for c in cs]):
+            return False
+        mine.append(conn)
+        self._count += 1
+        return True
+
+    def _evict(self, crowd: list[_Conn]) -> bool:
+        # The connection that has spent longest without finishing its request makes room for the new one.
+        idle = [c for c in crowd if c.waiting]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: c.since)
+        self._release(victim)
+        victim.writer.transport.abort()
+        return True
+
+    def _release(self, conn: _Conn) -> None:
+        mine = self._conns.get(conn.client, [])
+        if conn in mine:
+            mine.remove(conn)
+            self._count -= 1
+        if not mine:
+            self._conns.pop(conn.client, None)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        conn = _Conn(str(peer[0]), writer)
+        if not self._admit(conn):
+            writer.transport.abort()
+            return
+        try:
+            await self._serve(conn, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError, OSError) as exc:
+            log.debug("connection from %s ended: %s", peer, type(exc).__name__)
+        finally:
+            self._release(conn)
+            writer.close()
+
+    async def _serve(self, conn: _Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        cfg = self.config()
+        if cfg is not None and cfg.ssl_context is not None:
+            await writer.start_tls(cfg.ssl_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+            if not cfg.peer_allowed(writer.get_extra_info("peercert")):
+                log.info("client %s refused: certificate SAN not in client_allowed_sans", conn.client)
+                return
+        method, target, headers = "GET", "/", http.client.HTTPMessage()
+        try:
+            try:
+                method, target, headers = await asyncio.wait_for(read_head(reader), HEADER_TIMEOUT_S)
+            except TimeoutError:
+                raise Refused(408, f"request headers not received within {HEADER_TIMEOUT_S:g}s") from None
+            resp = await self._respond(conn, reader, method, target, headers, cfg)
+        except Refused as exc:
+            resp = text(exc.status, str(exc))
+            resp.headers["Connection"] = "close"
+        await asyncio.wait_for(self._write(writer, resp, method, target, headers, cfg), WRITE_TIMEOUT_S)
+        log.debug("%s %s %s %d", conn.client, method, target, resp.status)
+
+    async def _respond(self, conn: _Conn, reader: asyncio.StreamReader, method: str, target: str,
+                       headers: http.client.HTTPMessage, cfg: WebConfig | None) -> Response:  # fmt: skip
+        loop = asyncio.get_running_loop()
+        if (
+            cfg is not None
+            and cfg.users
+            and not await loop.run_in_executor(self._pool, cfg.authorized, headers.get("Authorization"))
+        ):
+            return text(
+                401, "Unauthorized", **{"WWW-Authenticate": 'Basic realm="kvdoctor", charset="UTF-8"'}
+            )
+        if headers.get("Transfer-Encoding"):
+            raise Refused(411, "send the request body with a Content-Length")
+        length = (headers.get("Content-Length") or "").strip()
+        if length:
+            if not length.isdigit():
+                raise Refused(400, "invalid Content-Length")
+            if int(length) > MAX_BODY:
+                raise Refused(413, "request body too large")
+            try:
+                await asyncio.wait_for(reader.readexactly(int(length)), BODY_TIMEOUT_S)
+            except (asyncio.IncompleteReadError, TimeoutError):
+                raise Refused(
+                    400, f"request body shorter than its Content-Length of {length} bytes"
+                ) from None
+        conn.waiting = False
+        if urlsplit(target).path == "/-/healthy" and method in ("GET", "HEAD"):
+            return self.app.handle(method, target, headers)  # type: ignore[arg-type]  # on the loop: no queue
+        return await loop.run_in_executor(self._pool, self._handle, method, target, headers)
+
+    def _handle(self, method: str, target: str, headers: http.client.HTTPMessage) -> Response:
+        try:
+            return self.app.handle(method, target, headers)  # type: ignore[arg-type]
+        except Exception:
+            log.exception("error serving %s %s", method, target)
+            return api_error(500, "internal", "internal server error")
+
+    async def _write(self, writer: asyncio.StreamWriter, resp: Response, method: str, target: str,
+                     headers: http.client.HTTPMessage, cfg: WebConfig | None) -> None:  # fmt: skip
+        body = resp.body
+        out = {**DEFAULT_HEADERS, **(cfg.headers if cfg else {}), **resp.headers}
+        if resp.status != 304:
+            out["Content-Type"] = resp.content_type
+            if len(body) >= GZIP_MIN_BYTES or urlsplit(target).path == "/metrics":
+                out["Vary"] = "Accept-Encoding"
+                if gzip_accepted(headers.get("Accept-Encoding", "")):
+                    body = gzip.compress(body, compresslevel=6)
+                    out["Content-Encoding"] = "gzip"
+        out["Cache-Control"] = resp.cache
+        out["Content-Length"] = str(len(body))
+        out["Server"] = f"kvdoctor/{__version__}"
+        out["Date"] = email.utils.formatdate(usegmt=True)
+        out["Connection"] = "close"
+        head = status_line(resp.status) + "".join(f"{k}: {v}\r\n" for k, v in out.items()) + "\r\n"
+        writer.write(head.encode("latin-1"))
+        if method != "HEAD" and resp.status != 304:
+            writer.write(body)
+        await writer.drain()

@@ -1,0 +1,179 @@
+"""Predicted effects for the advice, off the evaluation path: per-target history, a cache, a worker thread.
+
+`observe` keeps each target's recent snapshots (cheap); `annotate` attaches the cached prediction to every advice
+that names a simulatable change, and asks for a fresh one when the cached one is older than `refresh_s`. In
+background mode one worker thread computes them, so an evaluation never waits for a simulation; in sync mode
+(replay, check) they are computed inline, on the recording's own clock. After an engine restart with another
+configuration, `followups` compare what the target now measures with what was predicted for that change.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import replace
+
+from kvdoctor.samples import Sample
+from kvdoctor.verdicts import Advice, Diagnosis, Effect
+from kvdoctor.whatif.followup import FollowUp, follow_up
+from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.sources import default_window
+from kvdoctor.whatif.window import Quantities, Snap, restarts, snapshot
+from kvdoctor.whatif.workload import WindowError
+
+EFFECT_KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "queue_time_p95_s", "generation_tokens_per_s")
+RETRY_S = 30.0  # a prediction that had too little traffic to learn from is tried again this soon
+FOLLOWUP_EVERY_S = 30.0  # a follow-up is recomputed as the new configuration shows more
+WINDOW_S = 120.0  # at most this much of the recent steady load is what a prediction learns its workload from
+MIN_STEADY_S = 30.0  # no prediction from a shorter steady stretch
+STEADY_S = 60.0  # a prediction from a shorter steady stretch is redone RETRY_S later
+Key = tuple[str, tuple[tuple[str, float | str], ...]]
+
+
+def _q(q: Quantities) -> dict[str, float | None]:
+    d = q.to_dict()
+    return {k: v for k, v in d.items() if k in EFFECT_KEYS and not isinstance(v, str)}
+
+
+class Advisor:
+    """Per-target history and cached predicted effects (thread-safe)."""
+
+    def __init__(
+        self, *, refresh_s: float = 180.0, history_s: float = 900.0, background: bool = False
+    ) -> None:
+        self.refresh_s, self.history_s, self.background = refresh_s, history_s, background
+        self._history: dict[str, deque[Snap]] = {}
+        self._effects: dict[Key, Effect | None] = {}
+        self._asked: dict[Key, float] = {}
+        self._young: set[Key] = set()
+        self._lock = threading.Lock()
+        self._jobs: queue.Queue[tuple[Key, float]] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
+        self._followups: dict[str, FollowUp] = {}
+
+    def observe(self, target: str, t: float, samples: Iterable[Sample]) -> None:
+        """Keep one scrape of a target."""
+        snap = snapshot(t, samples)
+        with self._lock:
+            h = self._history.setdefault(target, deque())
+            if h and restarts([h[-1], snap]):
+                self._restarts[target] = t
+                self._followups.pop(target, None)
+            h.append(snap)
+            while h and h[0].t < t - self.history_s:
+                h.popleft()
+
+    def forget(self, target: str) -> None:
+        """Drop a target's history and predictions."""
+        with self._lock:
+            self._history.pop(target, None)
+            for k in [k for k in self._effects if k[0] == target]:
+                self._effects.pop(k, None)
+
+    def annotate(self, diagnoses: list[Diagnosis], t: float) -> list[Diagnosis]:
+        """Attach predicted effects to the advice (and follow-ups as findings); never waits in background mode."""
+        for d in diagnoses:
+            d.advice = [self._with_effect(d.target, a, t) for a in d.advice]
+            for f in d.findings:
+                f.advice = [self._with_effect(d.target, a, t) for a in f.advice]
+            self._follow(d.target, t)
+            fu = self._followups.get(d.target)
+            if fu is not None:
+                d.findings.append(fu.finding())
+        return diagnoses
+
+    def followups(self) -> dict[str, FollowUp]:
+        """The latest follow-up per target."""
+        with self._lock:
+            return dict(self._followups)
+
+    def _follow(self, target: str, t: float) -> None:
+        restart = self._restarts.get(target)
+        if restart is None:
+            return
+        if t - restart > self.history_s:  # shown for as long as the history holds both sides
+            with self._lock:
+                self._restarts.pop(target, None)
+                self._followups.pop(target, None)
+            return
+        key: Key = (target, (("__followup__", restart),))
+        with self._lock:
+            done = self._followups.get(target)
+            if (done is not None and t - done.t < FOLLOWUP_EVERY_S) or t - self._asked.get(
+                key, -1e18
+            ) < FOLLOWUP_EVERY_S:
+                return
+            self._asked[key] = t
+        if self.background:
+            self._submit(key, t)
+        else:
+            self._compute(key, t)
+
+    def _with_effect(self, target: str, a: Advice, t: float) -> Advice:
+        if not a.change:
+            return a
+        key: Key = (target, tuple(sorted(a.change.items())))
+        with self._lock:
+            eff = self._effects.get(key)
+            every = RETRY_S if key in self._young else self.refresh_s  # a prediction from a short window soon
+            stale = key not in self._effects or (eff is not None and t - eff.t >= every)
+            retry = key in self._effects and eff is None and t - self._asked.get(key, t) >= RETRY_S
+            if stale or retry:
+                self._asked[key] = t
+        if stale or retry:
+            if self.background:
+                self._submit(key, t)
+            else:
+                eff = self._compute(key, t)
+        return replace(a, effect=eff) if eff is not None else a
+
+    def _submit(self, key: Key, t: float) -> None:
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._run, name="kvdoctor-whatif", daemon=True)
+            self._worker.start()
+        self._jobs.put((key, t))
+
+    def _run(self) -> None:
+        while True:
+            key, t = self._jobs.get()
+            self._compute(key, t)
+
+    def _compute(self, key: Key, t: float) -> Effect | None:
+        target, change = key
+        with self._lock:
+            history = list(self._history.get(target, ()))
+        cuts = restarts(history)
+        if change and change[0][0] == "__followup__":
+            fu = follow_up(target, history, float(change[0][1]))
+            if fu is not None:
+                with self._lock:
+                    self._followups[target] = fu
+            return None
+        history = history[cuts[-1] :] if cuts else history  # only the engine as it runs now
+        eff = None
+        young = False
+        try:
+            if len(history) < 5:
+                raise WindowError("too little history")
+            lo, hi = default_window(history)  # the load as it has held lately, not the ramp into it
+            lo = max(lo, hi - WINDOW_S)
+            if (
+                hi - lo < MIN_STEADY_S
+            ):  # a limit that just appeared: its queue has not shown what it costs yet
+                raise WindowError("the load has not held long enough")
+            young = hi - lo < STEADY_S
+            p = predict(history, [s for s in history if lo <= s.t <= hi], dict(change))
+            eff = Effect(dict(change), _q(p.unchanged), _q(p.predicted), p.predicted.bottleneck, t)
+            eff = replace(eff, text=eff.summary())
+        except (WindowError, ValueError, ZeroDivisionError):
+            eff = None  # not enough traffic yet: asked again after refresh_s
+        with self._lock:
+            self._effects[key] = eff
+            if young:
+                self._young.add(key)
+            else:
+                self._young.discard(key)
+        return eff

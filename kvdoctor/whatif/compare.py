@@ -1,0 +1,88 @@
+"""Predictions against what was measured: relative errors, directions, and recorded before/after pairs."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvdoctor.whatif.knobs import parse_knob
+from kvdoctor.whatif.predict import Prediction, predict
+from kvdoctor.whatif.sources import recording_snaps
+from kvdoctor.whatif.window import Quantities, in_window, measure
+
+# The quantities the accuracy targets are stated on, and the others a follow-up reports.
+HEADLINE = ("ttft_p50_s", "itl_p50_s", "generation_tokens_per_s", "ttft_p95_s")
+COMPARED = (*HEADLINE, "itl_p95_s", "queue_time_p95_s", "requests_per_s", "running", "waiting")
+FLAT = 0.05  # a measured change under 5 % has no direction
+
+
+def error_ratio(predicted: float, measured: float) -> float:
+    """|predicted − measured| / measured (NaN when either is unknown or measured is 0)."""
+    if not (math.isfinite(predicted) and math.isfinite(measured)) or measured == 0:
+        return math.nan
+    return abs(predicted - measured) / abs(measured)
+
+
+def errors(predicted: Quantities, measured: Quantities, keys: tuple[str, ...] = COMPARED) -> dict[str, float]:
+    """Relative error per quantity."""
+    return {k: error_ratio(getattr(predicted, k), getattr(measured, k)) for k in keys}
+
+
+def direction(before: float, after: float) -> int:
+    """+1 up, −1 down, 0 within FLAT of before."""
+    if not (math.isfinite(before) and math.isfinite(after)) or before == 0:
+        return 0
+    change = (after - before) / abs(before)
+    return 0 if abs(change) < FLAT else (1 if change > 0 else -1)
+
+
+@dataclass
+class PairResult:
+    """One recorded flag change: the prediction made from before, and what after measured."""
+
+    name: str
+    change: dict[str, float | str]
+    prediction: Prediction
+    after: Quantities
+    unchanged_error: dict[str, float] = field(default_factory=dict)
+    changed_error: dict[str, float] = field(default_factory=dict)
+    direction_right: dict[str, bool] = field(default_factory=dict)
+
+
+def run_pair(directory: Path, pair: dict[str, object], seed: int = 0) -> PairResult:
+    """Predict from the before recording's heavy phase (history: all of it) and measure after's heavy phase."""
+    before = recording_snaps(directory / str(pair["before"]))
+    after = recording_snaps(directory / str(pair["after"]))
+    lo, hi = _span(pair["heavy_before"])
+    alo, ahi = _span(pair["heavy_after"])
+    change = dict(parse_knob(f"{k}={v}") for k, v in dict(pair["change"]).items())  # type: ignore[call-overload]
+    history = [s for s in before if s.t <= hi]
+    pred = predict(history, in_window(before, lo, hi), change, seed=seed)
+    measured_after = measure(in_window(after, alo, ahi))
+    result = PairResult(str(pair["name"]), change, pred, measured_after)
+    result.unchanged_error = errors(pred.unchanged, pred.measured, HEADLINE)
+    result.changed_error = errors(pred.predicted, measured_after, HEADLINE)
+    for k in HEADLINE:
+        real = direction(getattr(pred.measured, k), getattr(measured_after, k))
+        guess = direction(getattr(pred.unchanged, k), getattr(pred.predicted, k))
+        result.direction_right[k] = real == guess or (real == 0 and _small(pred, k))
+    return result
+
+
+def _small(pred: Prediction, k: str) -> bool:
+    # a change vLLM did not show should be predicted as at most a small one
+    return error_ratio(getattr(pred.predicted, k), getattr(pred.unchanged, k)) < 2 * FLAT
+
+
+def _span(v: object) -> tuple[float, float]:
+    if not isinstance(v, list | tuple) or len(v) != 2:
+        raise ValueError(f"pairs.json: expected [from, to], got {v!r}")
+    return float(v[0]), float(v[1])
+
+
+def load_pairs(directory: Path) -> list[dict[str, object]]:
+    """The pairs a fixture directory's pairs.json lists ([] when it has none)."""
+    path = directory / "pairs.json"
+    return list(json.loads(path.read_text())) if path.is_file() else []

@@ -1,0 +1,111 @@
+"""After a restart with another configuration: what was predicted for that change against what is now measured."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kvdoctor import fmt
+from kvdoctor.verdicts import Finding
+from kvdoctor.whatif.compare import COMPARED, errors
+from kvdoctor.whatif.model import Workload
+from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.sources import default_window
+from kvdoctor.whatif.window import Quantities, Snap, measure
+from kvdoctor.whatif.workload import WindowError, infer_workload, plateau
+
+SETTLE_S = 30.0  # steady traffic after the restart before the new configuration is judged
+SAME_LOAD = 1.5  # before and after loads further apart than this are not compared
+RAMP_S = 10.0  # skipped after the restart while the queue refills
+SHOWN = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "generation_tokens_per_s")
+LABELS = {"ttft_p50_s": "TTFT p50", "ttft_p95_s": "TTFT p95", "itl_p50_s": "ITL p50",
+          "generation_tokens_per_s": "throughput"}  # fmt: skip
+
+
+@dataclass
+class FollowUp:
+    """A configuration change the target went through, the prediction for it and what it measured since."""
+
+    target: str
+    change: dict[str, float | str]
+    restart_t: float
+    predicted: Quantities
+    measured: Quantities
+    errors: dict[str, float] = field(default_factory=dict)
+    t: float = 0.0
+
+    def finding(self) -> Finding:
+        """The follow-up as an info finding: summary, and the error ratio per quantity as evidence."""
+        change = ", ".join(f"{k} {v}" for k, v in self.change.items())
+        parts = []
+        for k in SHOWN:
+            p, m = getattr(self.predicted, k), getattr(self.measured, k)
+            if math.isfinite(p) and math.isfinite(m):
+                parts.append(f"{LABELS[k]} predicted {_fmt(k, p)}, measured {_fmt(k, m)}")
+        ev: dict[str, float | str] = {
+            f"prediction_error_{k}": v for k, v in self.errors.items() if math.isfinite(v)
+        }
+        ev["change"] = change
+        return Finding(
+            "prediction_check",
+            "info",
+            f"after the restart with {change}: " + "; ".join(parts),
+            "kvdoctor predicted this change from the metrics before the restart; the error ratios compare that "
+            "prediction with the first minutes after it",
+            ev,
+            since=self.restart_t,
+        )
+
+
+def _fmt(key: str, v: float) -> str:
+    if not key.endswith("_per_s"):
+        return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+    return f"{fmt.sig3(v)} tok/s"
+
+
+def inferred_change(before: list[Snap], after: list[Snap]) -> dict[str, float | str] | None:
+    """The change the restart made, as far as the metrics tell: a new cache size, or a new batch-cap plateau."""
+    a, b = before[-1].info, after[-1].info
+    if a and b and a.get("num_gpu_blocks") != b.get("num_gpu_blocks"):
+        return {
+            "kv_cache_tokens": int(float(b.get("num_gpu_blocks", 0))) * int(float(b.get("block_size", 16)))
+        }
+    cap_before, cap_after = plateau(before), plateau(after)
+    if cap_after is not None and cap_after != cap_before:
+        return {"max_num_seqs": cap_after}
+    return None
+
+
+def comparable(a: Workload, b: Workload) -> bool:
+    """The same offered load within a third: the same client population, or the same arrival rate."""
+    if a.kind != b.kind:
+        return False
+    x, y = (a.population, b.population) if a.kind == "closed" else (a.rate_per_s, b.rate_per_s)
+    return x > 0 and y > 0 and 1 / SAME_LOAD <= y / x <= SAME_LOAD
+
+
+def follow_up(target: str, history: list[Snap], restart_t: float) -> FollowUp | None:
+    """Predict the change from before the restart and measure after it; None while too little is known."""
+    before = [s for s in history if s.t < restart_t]
+    after = [s for s in history if s.t >= restart_t + RAMP_S]
+    if len(before) < 5 or len(after) < 5:
+        return None
+    lo, hi = default_window(after)  # the steady load since the restart, once it has lasted SETTLE_S
+    after = [s for s in after if lo <= s.t <= hi]
+    if len(after) < 5 or hi - lo < SETTLE_S:
+        return None
+    change = inferred_change(before, after)
+    if not change:
+        return None  # the metrics do not tell what changed: nothing to hold a prediction against
+    blo, bhi = default_window(before)
+    window = [s for s in before if blo <= s.t <= bhi]
+    try:
+        if not comparable(infer_workload(window), infer_workload(after)):
+            return None  # the traffic changed too: a different load, not the change, would be measured
+        p = predict(before, window, change)
+        measured = measure(after)
+    except (WindowError, ValueError, ZeroDivisionError):
+        return None
+    return FollowUp(
+        target, change, restart_t, p.predicted, measured, errors(p.predicted, measured, COMPARED), hi
+    )

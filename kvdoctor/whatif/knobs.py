@@ -1,0 +1,115 @@
+"""The knobs a what-if can turn (`--set NAME=VALUE`), validated, and what each does to the engine and the traffic."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvdoctor.errors import InputError
+from kvdoctor.whatif.model import Engine, Workload
+
+INT_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "max_model_len", "replicas")
+KNOBS = (*INT_KNOBS, "kv_cache_dtype", "gpu_memory_utilization", "load")
+FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+class KnobError(InputError):
+    """A --set the what-if cannot apply; the message names it."""
+
+
+def parse_knob(text: str) -> tuple[str, float | str]:
+    """NAME=VALUE → (name, value); `load` takes 1.5, x1.5 or ×1.5."""
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip().replace("-", "_").lstrip("_"), raw.strip()
+    if not sep or not raw:
+        raise KnobError(f"--set {text!r}: expected NAME=VALUE, e.g. max_num_seqs=16")
+    if name not in KNOBS:
+        raise KnobError(f"--set {text!r}: unknown knob {name!r}; known: {', '.join(KNOBS)}")
+    if name == "kv_cache_dtype":
+        if raw.lower() not in (*FP8, "auto"):
+            raise KnobError(f"--set {text!r}: kv_cache_dtype takes fp8 (or auto)")
+        return name, raw.lower()
+    value = raw.lstrip("x×X*") if name == "load" else raw
+    try:
+        number = float(value)
+    except ValueError:
+        raise KnobError(f"--set {text!r}: {raw!r} is not a number") from None
+    if name in INT_KNOBS and (number != int(number) or number < 1):
+        raise KnobError(f"--set {text!r}: {name} must be a positive whole number")
+    if name == "gpu_memory_utilization" and not 0 < number <= 1:
+        raise KnobError(f"--set {text!r}: gpu_memory_utilization is a fraction in (0, 1]")
+    if name == "load" and number <= 0:
+        raise KnobError(f"--set {text!r}: load is a positive factor, e.g. x1.5")
+    return name, int(number) if name in INT_KNOBS else number
+
+
+def apply(
+    engine: Engine,
+    workload: Workload,
+    replicas: int,
+    changes: dict[str, float | str],
+    info: dict[str, str],
+    gpu_memory_bytes: float | None = None,
+) -> tuple[Engine, Workload, int, list[str]]:
+    """The engine, traffic and replica count after the changes, with a note per change."""
+    e, w, n, notes = engine, workload, replicas, []
+    for name, v in changes.items():
+        if name == "max_num_seqs":
+            e = replace(e, max_num_seqs=int(v))
+        elif name == "max_num_batched_tokens":
+            e = replace(e, max_num_batched_tokens=int(v))
+        elif name == "kv_cache_tokens":
+            e = replace(e, num_gpu_blocks=max(2, int(v) // e.block_size))
+        elif name == "max_model_len":
+            e = replace(e, max_model_len=int(v))
+            notes.append(f"max_model_len {v}: requests longer than that are refused (prompt + output tokens)")
+        elif name == "kv_cache_dtype":
+            e, note = _dtype(e, str(v), info)
+            notes.append(note)
+        elif name == "gpu_memory_utilization":
+            e, note = _memory(e, float(v), info, gpu_memory_bytes)
+            notes.append(note)
+        elif name == "replicas":
+            n = int(v)
+            notes.append(f"{n} replicas, the load split evenly")
+        elif name == "load":
+            w = w.scaled(float(v))
+            notes.append(
+                f"traffic ×{v:g} ({'more clients' if w.kind == 'closed' else 'a higher arrival rate'})"
+            )
+    if e.max_num_seqs > e.max_num_batched_tokens:
+        raise KnobError(
+            f"--set: max_num_seqs {e.max_num_seqs} above max_num_batched_tokens {e.max_num_batched_tokens}: "
+            "vLLM refuses to start"
+        )
+    return e, w, n, notes
+
+
+def _dtype(e: Engine, dtype: str, info: dict[str, str]) -> tuple[Engine, str]:
+    current = (info.get("cache_dtype") or "auto").lower()
+    if dtype == "auto" or current.startswith("fp8"):
+        return e, f"kv_cache_dtype {dtype}: the cache is already {current}, no change"
+    blocks = e.num_gpu_blocks * 2
+    return replace(e, num_gpu_blocks=blocks), (
+        f"kv_cache_dtype fp8: same cache memory, half the bytes per token: {e.num_gpu_blocks} → {blocks} blocks "
+        f"(assuming the model's {current} cache is 16-bit)"
+    )
+
+
+def _memory(e: Engine, util: float, info: dict[str, str], gpu_bytes: float | None) -> tuple[Engine, str]:
+    try:
+        kv_bytes = float(info.get("kv_cache_memory_bytes", ""))
+        current = float(info.get("gpu_memory_utilization", ""))
+    except ValueError:
+        raise KnobError(
+            "--set gpu_memory_utilization: cache_config_info lacks kv_cache_memory_bytes or gpu_memory_utilization"
+        ) from None
+    if not gpu_bytes:
+        raise KnobError("--set gpu_memory_utilization: needs --gpu NAME (the GPU's memory) to size the cache")
+    new_bytes = kv_bytes + (util - current) * gpu_bytes
+    if new_bytes <= 0:
+        raise KnobError(f"--set gpu_memory_utilization={util:g}: leaves no memory for the KV cache")
+    blocks = max(2, int(e.num_gpu_blocks * new_bytes / kv_bytes))
+    return replace(e, num_gpu_blocks=blocks), (
+        f"gpu_memory_utilization {current:g} → {util:g}: KV cache {kv_bytes / 2**30:.1f} → "
+        f"{new_bytes / 2**30:.1f} GiB, {e.num_gpu_blocks} → {blocks} blocks"
+    )

@@ -1,0 +1,170 @@
+"""Value types of the what-if: engine settings, the step-time model, the workload, a simulated request's record."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvdoctor.whatif.blocks import Segment
+
+# vLLM's own histogram buckets (vllm/v1/metrics/loggers.py), used when a recording does not carry them.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+               40.0, 80.0)  # fmt: skip
+QUEUE_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The scheduler and cache settings of one vLLM engine."""
+
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    num_gpu_blocks: int = 1024  # as cache_config_info reports it; one is vLLM's reserved null block
+    block_size: int = 16
+    max_model_len: int = 4096
+    draft_tokens: int = 0  # speculative tokens proposed per decode step (0: no spec decode)
+    accepted_per_step: float = 1.0  # output tokens a decoding request gains per step (1 without spec decode)
+
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks requests can hold: all but the null block."""
+        return max(1, self.num_gpu_blocks - 1)
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """Token slots of the cache."""
+        return self.num_gpu_blocks * self.block_size
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Step time t = c0 + c_decode·decoding + c_prefill·prefill tokens + c_kv·context read + c_attn·prefill pairs.
+
+    A prefill pair is one prefill token attending to one earlier token of its request: a chunk of n tokens after c
+    computed ones makes n·(c + n/2) of them, so a long prompt costs more per token than a short one.
+    """
+
+    c0: float
+    c_decode: float
+    c_prefill: float
+    c_kv: float = 0.0
+    c_attn: float = 0.0
+    source: str = ""  # "fit", "fit+prior(...)" — how each coefficient was obtained
+    residual_ratio: float = math.nan  # relative RMS error of the fit on the history it came from
+    points: int = 0  # distinct operating points (running levels) the fit saw
+    notes: tuple[str, ...] = ()
+
+    def duration(
+        self, decoding: float, prefill_tokens: float, context_tokens: float, prefill_pairs: float = 0.0
+    ) -> float:
+        """Seconds one step takes."""
+        return (
+            self.c0
+            + self.c_decode * decoding
+            + self.c_prefill * prefill_tokens
+            + self.c_kv * context_tokens
+            + self.c_attn * prefill_pairs
+        )
+
+    def scaled(self, factor: float) -> StepModel:
+        """The same shape with every coefficient multiplied by factor."""
+        return StepModel(self.c0 * factor, self.c_decode * factor, self.c_prefill * factor, self.c_kv * factor,
+                         self.c_attn * factor, self.source, self.residual_ratio, self.points, self.notes)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """An empirical length distribution: (upper bound, cumulative probability) over histogram buckets."""
+
+    bounds: tuple[tuple[float, float, float], ...]  # (low, high, cumulative fraction up to high)
+    mean: float
+
+    @classmethod
+    def fixed(cls, n: int) -> LengthDist:
+        """Every request has n tokens."""
+        return cls(((n - 0.5, n + 0.5, 1.0),), float(n))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Traffic as the metrics show it: open loop (arrival rate) or closed loop (a fixed population)."""
+
+    kind: str  # "open" or "closed"
+    rate_per_s: float  # open loop: arrivals per second
+    population: int  # closed loop: concurrent clients
+    think_s: float  # closed loop: delay between a client's answer and its next request
+    prompt: LengthDist
+    output: LengthDist
+    prefix_hit_ratio: float = 0.0
+    why: str = ""
+
+    def scaled(self, factor: float) -> Workload:
+        """The same traffic grown by factor (more clients, or a higher rate)."""
+        return Workload(self.kind, self.rate_per_s * factor, max(1, round(self.population * factor)),
+                        self.think_s, self.prompt, self.output, self.prefix_hit_ratio, self.why)  # fmt: skip
+
+
+@dataclass
+class SimResult:
+    """What a simulated run shows over its measured span, in the shape vLLM's metrics give."""
+
+    span_s: float
+    ttft: list[float] = field(default_factory=list)
+    queue: list[float] = field(default_factory=list)
+    itl: list[tuple[float, int]] = field(
+        default_factory=list
+    )  # (step seconds, decoding requests in that step)
+    generation_tokens: float = 0.0
+    finished: int = 0
+    preemptions: int = 0
+    rejected: int = 0
+    running_area: float = 0.0  # ∫ running dt
+    waiting_area: float = 0.0
+    kv_samples: list[float] = field(default_factory=list)  # usage at every 1 s "scrape"
+    steps: int = 0
+    running_max: int = 0
+
+
+class Request:
+    """One request as the scheduler sees it."""
+
+    __slots__ = ("arrival", "c", "c0", "chunk", "client", "g0", "gen", "gen0", "hit", "last", "nb", "out",
+                 "prompt", "scheduled", "seg", "seq", "ver")  # fmt: skip
+
+    def __init__(self, arrival: float, prompt: int, out: int, hit: int = 0, client: int = -1) -> None:
+        self.arrival, self.prompt, self.out, self.hit, self.client = arrival, prompt, max(1, out), hit, client
+        self.c = 0  # computed tokens (while prefilling; decoders derive it from g0/c0)
+        self.gen = 0  # output tokens so far
+        self.nb = 0  # blocks this request holds beyond the shared prefix
+        self.seq = 0  # admission order
+        self.ver = 0  # bumps on preemption, invalidating scheduled events
+        self.g0, self.c0, self.gen0 = 0, 0.0, 0.0
+        self.chunk = 0
+        self.scheduled = -1.0  # first time scheduled (queue time ends)
+        self.last = 0.0  # time of the last output token
+        self.seg: Segment | None = None  # its cached blocks in the free queue, after a preemption
+
+
+def sample_length(rng: random.Random, dist: LengthDist) -> int:
+    """A length drawn from the empirical distribution, uniform within its bucket."""
+    u = rng.random()
+    for low, high, cum in dist.bounds:
+        if u <= cum:
+            return max(1, round(low + (high - low) * rng.random()))
+    return max(1, round(dist.bounds[-1][1]))
+
+
+def make_request(
+    rng: random.Random, w: Workload, t: float, shared: int, e: Engine, client: int = -1
+) -> Request:
+    """A request of the workload arriving at t; `shared` tokens of its prompt are a cached common prefix."""
+    prompt = min(sample_length(rng, w.prompt), e.max_model_len)
+    out = sample_length(rng, w.output)
+    hit = min(shared, (prompt - 1) // e.block_size * e.block_size)
+    return Request(t, prompt, out, hit, client)

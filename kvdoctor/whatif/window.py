@@ -1,0 +1,180 @@
+"""A target's metrics as a time series of snapshots, and what a window of them measured (vLLM's own quantities)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kvdoctor.promql.quantile import bucket_quantile
+from kvdoctor.samples import Sample
+
+CACHE_INFO = "vllm:cache_config_info"
+# One name per quantity, with the names older vLLM releases used (never added together: the first present wins).
+ALIASES = {
+    "kv": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+}
+HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+              "vllm:time_per_output_token_seconds", "vllm:request_queue_time_seconds",
+              "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:request_params_max_tokens",
+              "vllm:iteration_tokens_total", "vllm:request_prefill_time_seconds", "vllm:e2e_request_latency_seconds",
+              "vllm:spec_decode_num_accepted_tokens_per_pos")  # fmt: skip
+
+
+@dataclass
+class Snap:
+    """One scrape of one target: flat values summed over engines, histograms by bucket, the cache info labels."""
+
+    t: float
+    flat: dict[str, float] = field(default_factory=dict)
+    buckets: dict[str, dict[float, float]] = field(default_factory=dict)
+    info: dict[str, str] = field(default_factory=dict)
+    engines: int = 0
+
+    def get(self, key: str, default: float = math.nan) -> float:
+        """A flat value by metric name or alias key."""
+        for name in ALIASES.get(key, (key,)):
+            if name in self.flat:
+                return self.flat[name]
+        return default
+
+
+def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
+    """Fold one scrape's samples into a Snap (every engine and model summed; KV usage the highest engine's)."""
+    s = Snap(t)
+    engines: set[str] = set()
+    for x in samples:
+        name = x.name
+        if name.endswith("_bucket"):
+            base = name[:-7]
+            if base in HISTOGRAMS:
+                le = next((v for k, v in x.labels if k == "le"), None)
+                if le is not None:
+                    b = s.buckets.setdefault(base, {})
+                    bound = math.inf if le == "+Inf" else float(le)
+                    b[bound] = b.get(bound, 0.0) + x.value
+            continue
+        if name == CACHE_INFO:
+            labels = dict(x.labels)
+            engines.add(labels.get("engine", "0"))
+            s.info = s.info or labels
+            continue
+        if not name.startswith("vllm:") and name != "process_start_time_seconds":
+            continue
+        if name in ALIASES["kv"]:
+            s.flat[name] = max(s.flat.get(name, 0.0), x.value)
+        else:
+            s.flat[name] = s.flat.get(name, 0.0) + x.value
+    s.engines = len(engines)
+    return s
+
+
+def hist_name(snap: Snap, key: str) -> str:
+    """The histogram family a snapshot carries for an alias key (or the key itself)."""
+    return next((n for n in ALIASES.get(key, (key,)) if n in snap.buckets), key)
+
+
+def delta_buckets(a: Snap, b: Snap, name: str) -> dict[float, float]:
+    """Cumulative bucket counts observed between two snapshots."""
+    hb, ha = b.buckets.get(name, {}), a.buckets.get(name, {})
+    return {le: max(0.0, c - ha.get(le, 0.0)) for le, c in hb.items()}
+
+
+def delta(a: Snap, b: Snap, key: str) -> float:
+    """Increase of a counter between two snapshots (0 when absent)."""
+    va, vb = a.get(key, 0.0), b.get(key, 0.0)
+    return max(0.0, vb - va)
+
+
+def quantile_of(buckets: dict[float, float], q: float) -> float:
+    """histogram_quantile over a bucket dict (NaN when it holds no observation)."""
+    return bucket_quantile(q, list(buckets.items())) if buckets else math.nan
+
+
+def mean_of(a: Snap, b: Snap, name: str) -> float:
+    """Mean observation of a histogram between two snapshots (its _sum over its _count)."""
+    n = delta(a, b, f"{name}_count")
+    return delta(a, b, f"{name}_sum") / n if n > 0 else math.nan
+
+
+@dataclass
+class Quantities:
+    """What a server shows (or a simulation predicts) over a window."""
+
+    ttft_p50_s: float = math.nan
+    ttft_p95_s: float = math.nan
+    itl_p50_s: float = math.nan
+    itl_p95_s: float = math.nan
+    queue_time_p95_s: float = math.nan
+    generation_tokens_per_s: float = math.nan
+    requests_per_s: float = math.nan
+    running: float = math.nan
+    waiting: float = math.nan
+    kv_usage_max: float = math.nan
+    preemptions_per_s: float = math.nan
+    bottleneck: str = "unknown"
+
+    def to_dict(self) -> dict[str, float | str | None]:
+        """JSON-ready, NaN as None, floats rounded to what the metrics can tell."""
+        out: dict[str, float | str | None] = {}
+        for k, v in self.__dict__.items():
+            if isinstance(v, float):
+                out[k] = None if not math.isfinite(v) else float(f"{v:.4g}")
+            else:
+                out[k] = v
+        return out
+
+
+def in_window(snaps: list[Snap], start: float, end: float) -> list[Snap]:
+    """The snapshots with start ≤ t ≤ end."""
+    return [s for s in snaps if start - 1e-6 <= s.t <= end + 1e-6]
+
+
+def measure(snaps: list[Snap]) -> Quantities:
+    """The quantities a window of snapshots (first to last) measured."""
+    a, b = snaps[0], snaps[-1]
+    dt = max(b.t - a.t, 1e-9)
+    itl = hist_name(b, "itl")
+    ttft = delta_buckets(a, b, "vllm:time_to_first_token_seconds")
+    itl_b = delta_buckets(a, b, itl)
+    queue = delta_buckets(a, b, "vllm:request_queue_time_seconds")
+    kv = [s.get("kv") for s in snaps if not math.isnan(s.get("kv"))]
+    return Quantities(
+        ttft_p50_s=quantile_of(ttft, 0.5),
+        ttft_p95_s=quantile_of(ttft, 0.95),
+        itl_p50_s=quantile_of(itl_b, 0.5),
+        itl_p95_s=quantile_of(itl_b, 0.95),
+        queue_time_p95_s=quantile_of(queue, 0.95),
+        generation_tokens_per_s=delta(a, b, "vllm:generation_tokens_total") / dt,
+        requests_per_s=delta(a, b, "vllm:request_success_total") / dt,
+        running=_mean(s.get("vllm:num_requests_running") for s in snaps),
+        waiting=_mean(s.get("vllm:num_requests_waiting") for s in snaps),
+        kv_usage_max=max(kv) if kv else math.nan,
+        preemptions_per_s=delta(a, b, "vllm:num_preemptions_total") / dt,
+    )
+
+
+def _mean(values: Iterable[float]) -> float:
+    vs = [v for v in values if not math.isnan(v)]
+    return sum(vs) / len(vs) if vs else math.nan
+
+
+def restarts(snaps: list[Snap]) -> list[int]:
+    """Indices where the engine restarted (a counter went down, or cache_config_info changed)."""
+    out = []
+    for i in range(1, len(snaps)):
+        a, b = snaps[i - 1], snaps[i]
+        if b.get("vllm:generation_tokens_total", 0.0) < a.get("vllm:generation_tokens_total", 0.0) or (
+            a.info and b.info and _config(a.info) != _config(b.info)
+        ):
+            out.append(i)
+    return out
+
+
+def _config(info: dict[str, str]) -> tuple[str, ...]:
+    return tuple(
+        info.get(k, "") for k in ("num_gpu_blocks", "block_size", "cache_dtype", "kv_cache_size_tokens")
+    )

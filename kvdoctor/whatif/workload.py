@@ -1,0 +1,192 @@
+"""The workload and the engine a window of metrics shows: arrivals or a population, lengths, prefix hits, settings."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from kvdoctor.errors import InputError
+from kvdoctor.whatif.model import Engine, LengthDist, Workload
+from kvdoctor.whatif.window import Snap, delta, delta_buckets, mean_of
+
+PERSISTENT_QUEUE = 0.75  # waiting > 0 in at least this share of scrapes (the pack's batch-cap test)
+HELD = 0.75  # share of scrapes with running + waiting within 10 % of its median for a fixed population
+CEILING = 0.15  # share of scrapes at the highest running + waiting seen for a ceiling (a client population)
+NEAR_CEILING = 0.6  # … and within one request of it
+SUB_BINS = 8
+# Where vLLM does not export a setting, the V1 SchedulerConfig fallback (CPU backend too); stated when used.
+DEFAULT_MAX_NUM_SEQS = 128
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+
+
+class WindowError(InputError):
+    """A window the what-if cannot learn from; the message names the window."""
+
+
+def length_dist(buckets: dict[float, float], mean: float) -> LengthDist:
+    """An empirical length distribution with the histogram's bucket counts and its exact mean (_sum/_count).
+
+    Within a bucket the density is tilted exponentially, one tilt for all buckets, found so the mean matches:
+    vLLM's 1-2-5 buckets are too coarse for a uniform fill to keep the mean.
+    """
+    items = sorted(buckets.items())
+    total = items[-1][1] if items else 0.0
+    if total <= 0:
+        raise WindowError("no finished request in the window to learn lengths from")
+    spans = []
+    low, prev = 0.0, 0.0
+    for le, cum in items:
+        high = le if math.isfinite(le) else max(low * 2, low + 1)
+        if cum - prev > 0:
+            spans.append((low, high, (cum - prev) / total))
+        low, prev = (le if math.isfinite(le) else high), cum
+
+    def mean_at(beta: float) -> float:
+        return sum(p * (lo + (hi - lo) * _tilted_mean(beta)) for lo, hi, p in spans)
+
+    beta = 0.0
+    if math.isfinite(mean):
+        lo_b, hi_b = -40.0, 40.0
+        for _ in range(60):
+            beta = (lo_b + hi_b) / 2
+            if mean_at(beta) < mean:
+                lo_b = beta
+            else:
+                hi_b = beta
+    bounds = []
+    cum = 0.0
+    for lo, hi, p in spans:
+        edges = [_tilted_cdf(beta, j / SUB_BINS) for j in range(SUB_BINS + 1)]
+        for j in range(SUB_BINS):
+            cum += p * (edges[j + 1] - edges[j])
+            w = (hi - lo) / SUB_BINS
+            bounds.append((lo + j * w, lo + (j + 1) * w, min(1.0, cum)))
+    return LengthDist(tuple(bounds), mean_at(beta))
+
+
+def _tilted_mean(beta: float) -> float:
+    if abs(beta) < 1e-6:
+        return 0.5
+    return 1 / (1 - math.exp(-beta)) - 1 / beta
+
+
+def _tilted_cdf(beta: float, u: float) -> float:
+    if abs(beta) < 1e-6:
+        return u
+    return math.expm1(beta * u) / math.expm1(beta)
+
+
+def infer_workload(snaps: list[Snap]) -> Workload:
+    """Open-loop arrival rate, or a closed-loop population when running + waiting stays flat under a queue."""
+    a, b = snaps[0], snaps[-1]
+    dt = b.t - a.t
+    done = delta(a, b, "vllm:request_success_total")
+    if dt <= 0 or done < 5:
+        raise WindowError(f"only {done:.0f} requests finished in {dt:.0f} s; the what-if needs at least 5")
+    prompt = length_dist(
+        delta_buckets(a, b, "vllm:request_prompt_tokens"), mean_of(a, b, "vllm:request_prompt_tokens")
+    )
+    output = length_dist(
+        delta_buckets(a, b, "vllm:request_generation_tokens"), mean_of(a, b, "vllm:request_generation_tokens")
+    )
+    queries = delta(a, b, "prefix_queries")
+    hit = delta(a, b, "prefix_hits") / queries if queries > 0 else 0.0
+    running = [s.get("vllm:num_requests_running", 0.0) for s in snaps]
+    waiting = [s.get("vllm:num_requests_waiting", 0.0) for s in snaps]
+    inside = [r + w for r, w in zip(running, waiting, strict=True)]
+    queued = sum(1 for w in waiting if w > 0) / len(waiting)
+    med = statistics.median(inside)
+    held = sum(1 for x in inside if abs(x - med) <= 0.1 * med) / len(inside) if med > 0 else 0.0
+    if queued >= PERSISTENT_QUEUE and held >= HELD:
+        n = max(1, round(med))
+        why = (f"closed loop: running + waiting held at {n} in {held:.0%} of scrapes while requests waited in "
+               f"{queued:.0%} of them, so clients wait for answers; more capacity raises their rate")  # fmt: skip
+        return Workload("closed", done / dt, n, 0.0, prompt, output, hit, why)
+    top = max(inside)
+    at_top = sum(1 for x in inside if x >= top) / len(inside)
+    near_top = sum(1 for x in inside if x >= top - 1) / len(inside)
+    if top >= 1 and at_top >= CEILING and near_top >= NEAR_CEILING:
+        n = round(top)
+        e2e = mean_of(a, b, "vllm:e2e_request_latency_seconds")
+        think = max(0.0, n / (done / dt) - e2e) if math.isfinite(e2e) else 0.0
+        why = (f"closed loop: running + waiting never above {n} and at it in {at_top:.0%} of scrapes, so {n} "
+               f"clients wait for answers (≈{think:.2g} s between an answer and the next request)")  # fmt: skip
+        return Workload("closed", done / dt, n, think, prompt, output, hit, why)
+    k = max(
+        1, len(inside) // 6
+    )  # a growing queue adds arrivals not yet finished; ends averaged against noise
+    rate = (done + max(0.0, statistics.fmean(inside[-k:]) - statistics.fmean(inside[:k]))) / dt
+    reason = (
+        f"requests waited in only {queued:.0%} of scrapes"
+        if queued < PERSISTENT_QUEUE
+        else f"running + waiting was near its median in only {held:.0%} of scrapes"
+    )
+    why = f"open loop at {rate:.3g} req/s: {reason}, so arrivals do not wait for answers"
+    return Workload("open", rate, 0, 0.0, prompt, output, hit, why)
+
+
+def infer_engine(
+    snaps: list[Snap], max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None
+) -> tuple[Engine, list[str]]:
+    """The engine's settings from cache_config_info and the plateau of running, with what had to be assumed."""
+    notes: list[str] = []
+    info = snaps[-1].info
+    if not info:
+        raise WindowError("no vllm:cache_config_info in the window: the cache size is unknown")
+    block = int(float(info.get("block_size", "16")))
+    blocks = int(float(info.get("num_gpu_blocks", "0") or 0))
+    if blocks <= 0:
+        raise WindowError("vllm:cache_config_info has no num_gpu_blocks")
+    tokens, conc = info.get("kv_cache_size_tokens"), info.get("kv_cache_max_concurrency")
+    max_len = 0
+    try:
+        if tokens and conc and float(conc) > 0:
+            max_len = round(float(tokens) / float(conc))
+    except ValueError:
+        max_len = 0
+    if not max_len:
+        max_len = blocks * block
+        notes.append(f"max_model_len not exported; taken as the cache size, {max_len} tokens")
+    engines = max(1, snaps[-1].engines)
+    if max_num_seqs is None:
+        max_num_seqs = plateau(snaps, engines)
+        if max_num_seqs is None:
+            max_num_seqs = DEFAULT_MAX_NUM_SEQS
+            notes.append(
+                f"max_num_seqs not exported and no batch-cap plateau seen: vLLM's default {max_num_seqs}"
+            )
+        else:
+            notes.append(f"max_num_seqs {max_num_seqs}: running held there while requests waited")
+    if max_num_batched_tokens is None:
+        max_num_batched_tokens = DEFAULT_MAX_NUM_BATCHED_TOKENS
+        notes.append(f"max_num_batched_tokens not exported: vLLM's default {max_num_batched_tokens}")
+    accepted, draft = spec_decode(snaps)
+    if draft:
+        notes.append(
+            f"speculative decoding: {draft:.2g} drafts per step, {accepted:.2g} tokens gained per step"
+        )
+    engine = Engine(max_num_seqs, max_num_batched_tokens, blocks, block, max_len, round(draft), accepted)
+    return engine, notes
+
+
+def plateau(snaps: list[Snap], engines: int = 1) -> int | None:
+    """The batch cap when running held at its peak under a persistent queue with KV to spare, per engine."""
+    running = [s.get("vllm:num_requests_running", 0.0) for s in snaps]
+    waiting = [s.get("vllm:num_requests_waiting", 0.0) for s in snaps]
+    kv = [s.get("kv", 0.0) for s in snaps]
+    top = max(running)
+    if top <= 0 or max(kv) >= 0.8 or delta(snaps[0], snaps[-1], "vllm:num_preemptions_total") > 0:
+        return None
+    held = sum(1 for r in running if r >= 0.9 * top) / len(running)
+    queued = sum(1 for w in waiting if w > 0) / len(waiting)
+    return round(top / engines) if held >= 0.75 and queued >= PERSISTENT_QUEUE else None
+
+
+def spec_decode(snaps: list[Snap]) -> tuple[float, float]:
+    """(output tokens gained per decode step, draft tokens per step); (1, 0) without speculative decoding."""
+    a, b = snaps[0], snaps[-1]
+    drafts = delta(a, b, "vllm:spec_decode_num_drafts_total")
+    if drafts <= 0:
+        return 1.0, 0.0
+    accepted = delta(a, b, "vllm:spec_decode_num_accepted_tokens_total") / drafts
+    return 1.0 + accepted, delta(a, b, "vllm:spec_decode_num_draft_tokens_total") / drafts
