@@ -62,7 +62,7 @@ def test_bot_and_alertmanager_one_line_each(
     assert req.headers["Authorization"] == f"Bearer {TOKEN}"
     assert "test notification" in req.body["text"]
     (alerts,) = am.bodies("/api/v2/alerts")
-    assert alerts[0]["labels"] == {"alertname": "KVDoctorTest", "severity": "info"}
+    assert alerts[0]["labels"] == {"alertname": "KvdoctorTest", "severity": "info"}
     assert TOKEN not in "\n".join(lines) + err
 
 

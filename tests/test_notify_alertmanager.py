@@ -19,10 +19,9 @@ from tests.notify_support.http_recorder import Recorder
 
 
 def test_alertname_and_payload_shape() -> None:
-    assert alertname({"bottleneck": "kv_cache", "finding": "kv_cache"}) == "KVDoctorKVCacheBottleneck"
+    assert alertname({"bottleneck": "kv_cache", "finding": "kv_cache"}) == "VLLMKVCacheBound"
     assert (
-        alertname({"bottleneck": "", "finding": "prefix_cache_low_hit_rate"})
-        == "KVDoctorPrefixCacheLowHitRate"
+        alertname({"bottleneck": "", "finding": "prefix_cache_low_hit_rate"}) == "VLLMPrefixCacheLowHitRate"
     )
     assert rfc3339(T0) == "2025-10-09T08:53:20.000Z"
     view = {"target": "a:8000", "model_name": "m", "finding": "kv_cache", "severity": "warning",
@@ -30,8 +29,9 @@ def test_alertname_and_payload_shape() -> None:
             "advice": [{"flag": "--max-num-seqs 48", "text": "cap"}], "status": "firing", "fired_at": T0}  # fmt: skip
     cfg = AlertmanagerConfig(urls=("http://am",), generator_url="http://kvdoctor:9400/")
     a = to_alert(view, cfg, T0 + 30)
-    assert a["labels"] == {"alertname": "KVDoctorKVCacheBottleneck", "target": "a:8000", "model_name": "m",
-                           "finding": "kv_cache", "severity": "warning", "bottleneck": "kv_cache"}  # fmt: skip
+    assert a["labels"] == {"alertname": "VLLMKVCacheBound", "job": "vllm", "instance": "a:8000",
+                           "model_name": "m", "finding": "kv_cache", "severity": "warning",
+                           "bottleneck": "kv_cache"}  # fmt: skip
     assert a["annotations"] == {"summary": "KV full", "description": "d", "advice": "--max-num-seqs 48: cap",
                                 "runbook_url": "https://r"}  # fmt: skip
     assert a["startsAt"] == rfc3339(T0) and a["endsAt"] == rfc3339(T0 + 30 + 240)
@@ -70,13 +70,13 @@ def test_real_alertmanager_receives_alert_with_advice_then_resolution(
     assert n.flush(5)
     firing = rx.wait(_with_status("firing"), timeout=20)
     alert = firing["alerts"][0]
-    assert alert["labels"]["alertname"] == "KVDoctorKVCacheBottleneck"
-    assert alert["labels"]["target"] == "vllm-a:8000" and alert["labels"]["severity"] == "warning"
+    assert alert["labels"]["alertname"] == "VLLMKVCacheBound"
+    assert alert["labels"]["instance"] == "vllm-a:8000" and alert["labels"]["severity"] == "warning"
     assert "--gpu-memory-utilization 0.95: +2,048 KV blocks" in alert["annotations"]["advice"]
     assert alert["annotations"]["runbook_url"].endswith("#kv-cache")
     assert alert["generatorURL"].startswith("http://kvdoctor:9400?target=vllm-a%3A8000")
     listed = requests.get(f"{url}/api/v2/alerts", timeout=2).json()
-    assert [a["labels"]["alertname"] for a in listed] == ["KVDoctorKVCacheBottleneck"]
+    assert [a["labels"]["alertname"] for a in listed] == ["VLLMKVCacheBound"]
     # The finding stops holding (no hysteresis here: real time) and the alert is sent with endsAt = now.
     now = time.time()
     n.observe([Diagnosis("vllm-a:8000", seq[0].model_name, now, "healthy", now, [])], now)

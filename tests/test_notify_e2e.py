@@ -222,10 +222,14 @@ def test_real_alertmanager_gets_the_kv_alert_with_advice_moved_to_now(
     assert rc == 0 and "notify: Alertmanager: ok" in output, output
     alerts = rx.wait(firing_alerts)
     names = {a["labels"]["alertname"] for a in alerts}
-    assert "KVDoctorKVCacheBottleneck" in names
-    assert not names & {"KVDoctorBatchCapBottleneck", "KVDoctorComputeBottleneck"}
-    kv = next(a for a in alerts if a["labels"]["alertname"] == "KVDoctorKVCacheBottleneck")
-    assert kv["labels"]["target"] == "gpu-1" and kv["labels"]["model_name"] == "tiny"
+    assert "VLLMKVCacheBound" in names
+    assert not names & {"VLLMBatchCapBound", "VLLMComputeBound"}
+    kv = next(a for a in alerts if a["labels"]["alertname"] == "VLLMKVCacheBound")
+    assert (
+        kv["labels"]["instance"] == "gpu-1"
+        and kv["labels"]["job"] == "vllm"
+        and kv["labels"]["model_name"] == "tiny"
+    )
     assert "--kv-cache-dtype: `--kv-cache-dtype fp8` doubles the cache" in kv["annotations"]["advice"]
     assert kv["annotations"]["runbook_url"].endswith("#kv_cache")
     assert kv["generatorURL"] == "http://kvdoctor:9860/?target=gpu-1&model_name=tiny"

@@ -137,7 +137,9 @@ def _notifier(cfg: Any, state: str | None, interval: float) -> tuple[Any, Path |
     state_dir = Path(state) if state else Path(tempfile.mkdtemp(prefix="kvdoctor-replay-"))
     # Alerts pushed on the replay's fast clock must not outlive their own resolution in Alertmanager.
     am = dataclasses.replace(
-        ncfg.alertmanager, ends_at_after=min(ncfg.alertmanager.ends_at_after, 2 * interval)
+        ncfg.alertmanager,
+        ends_at_after=min(ncfg.alertmanager.ends_at_after, 2 * interval),
+        job=cfg.job,
     )
     ncfg = dataclasses.replace(
         ncfg, enabled=True, outbox_path=str(state_dir / "replay-notify.sqlite"), alertmanager=am

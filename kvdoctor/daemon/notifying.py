@@ -22,7 +22,9 @@ def build_notifier(cfg: Config, base_url: str) -> Notifier | None:
     if errors:
         raise ConfigError(located_errors(cfg, errors))
     # links a message carries default to this daemon: its status page, and the page as the generator URL
-    am = replace(ncfg.alertmanager, generator_url=ncfg.alertmanager.generator_url or base_url + "/")
+    am = replace(
+        ncfg.alertmanager, generator_url=ncfg.alertmanager.generator_url or base_url + "/", job=cfg.job
+    )
     ncfg = replace(ncfg, status_page_url=ncfg.status_page_url or base_url, alertmanager=am)
     state_dir = Path(cfg.state_file).parent if cfg.state_file else Path(".kvdoctor")
     if not cfg.state_file:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from datetime import UTC, datetime
 from typing import Any
@@ -11,18 +12,28 @@ import requests
 
 from kvdoctor.notify.config import AlertmanagerConfig
 from kvdoctor.notify.redact import describe_error, redact, redacting_logger
+from kvdoctor.rules.loader import default_rule_files, load_files
 
 log = redacting_logger("kvdoctor.notify.alertmanager")
 _TIMES = ("started", "last_seen", "fired_at", "resolved_at", "since")
-_BOTTLENECK_NAMES = {"kv_cache": "KVCache", "batch_cap": "BatchCap", "compute": "Compute"}
+
+
+@functools.cache
+def pack_alertnames() -> dict[str, str]:
+    """finding → alertname, as the shipped rule pack names its alerting rules (the one vocabulary)."""
+    out: dict[str, str] = {}
+    for group in load_files(default_rule_files()):
+        for rule in group.rules:
+            if rule.kind == "alert" and "finding" in rule.labels:
+                out.setdefault(rule.labels["finding"], rule.name)
+    return out
 
 
 def alertname(alert: dict[str, Any]) -> str:
-    """KVDoctorKVCacheBottleneck for a limit, KVDoctor<CamelCaseFinding> otherwise."""
-    b = alert.get("bottleneck") or ""
-    if b:
-        return f"KVDoctor{_BOTTLENECK_NAMES.get(b, b.title().replace('_', ''))}Bottleneck"
-    return "KVDoctor" + "".join(p.capitalize() for p in str(alert["finding"]).split("_"))
+    """The pack's alertname for the finding; VLLM<CamelCaseFinding> for one only Python can see."""
+    finding = str(alert["finding"])
+    known = pack_alertnames().get(finding)
+    return known or "VLLM" + "".join(p.capitalize() for p in finding.split("_"))
 
 
 def rfc3339(t: float) -> str:
@@ -39,10 +50,17 @@ def shifted(a: dict[str, Any], offset: float) -> dict[str, Any]:
 
 def to_alert(a: dict[str, Any], config: AlertmanagerConfig, now: float) -> dict[str, Any]:
     """One Alertmanager API v2 postable alert for a lifecycle alert view."""
-    labels = {"alertname": alertname(a), "target": a["target"], "model_name": a["model_name"],
-              "finding": a["finding"], "severity": a["severity"]}  # fmt: skip
-    if a.get("bottleneck"):
-        labels["bottleneck"] = a["bottleneck"]
+    # The labels Prometheus gives the pack's alerts (job, instance, model_name + the rule's own), so that one
+    # Alertmanager config groups, routes and inhibits both alike; `target` would only repeat `instance`.
+    labels = {
+        "alertname": alertname(a),
+        "job": config.job,
+        "instance": a["target"],
+        "model_name": a["model_name"],
+        "finding": a["finding"],
+        "severity": a["severity"],
+        "bottleneck": a.get("bottleneck") or "",
+    }
     advice = "\n".join(
         f"{x['flag']}: {x['text']}" if x.get("flag") else x["text"] for x in a.get("advice", [])
     )
@@ -126,8 +144,8 @@ class AlertmanagerSink:
             return self._cond.wait_for(lambda: self._latest is None and not self._busy, timeout)
 
     def send_test(self, now: float) -> list[tuple[bool, str]]:
-        """Push a short-lived test alert (KVDoctorTest, endsAt now + 1m)."""
-        alert = {"labels": {"alertname": "KVDoctorTest", "severity": "info"},
+        """Push a short-lived test alert (KvdoctorTest, endsAt now + 1m): kvdoctor's own, not a vLLM finding."""
+        alert = {"labels": {"alertname": "KvdoctorTest", "severity": "info"},
                  "annotations": {"summary": "kvdoctor test notification"},
                  "startsAt": rfc3339(now), "endsAt": rfc3339(now + 60)}  # fmt: skip
         return self.post([alert])

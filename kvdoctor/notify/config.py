@@ -59,6 +59,7 @@ class AlertmanagerConfig:
     timeout: float = 5.0
     ends_at_after: float = 240.0  # endsAt horizon of active alerts, as Prometheus does (4 × resend)
     resend_resolved_for: float = 300.0
+    job: str = "vllm"  # the `job` label of pushed alerts: the config's `job`, as Prometheus' scrape has
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,20 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_alertmanager(workdir: Path) -> Iterator[tuple[str, Recorder]]:
-    """(Alertmanager URL, receiver); group_wait 1s, send_resolved on; skips when the binary is missing."""
+def running_alertmanager(workdir: Path, config: Path | None = None) -> Iterator[tuple[str, Recorder]]:
+    """(Alertmanager URL, receiver); group_wait 1s, send_resolved on, unless `config` is given (then the
+    receiver hears nothing); skips when the binary is missing."""
     if AM is None:
         pytest.skip("prometheus-alertmanager not installed")
     rx, port = Recorder(), free_port()
-    (workdir / "am.yml").write_text(
-        "route: {receiver: hook, group_by: [target], group_wait: 1s, group_interval: 1s, repeat_interval: 1h}\n"
-        f"receivers: [{{name: hook, webhook_configs: [{{url: '{rx.url}/hook', send_resolved: true}}]}}]\n"
-    )
-    args = [AM, f"--config.file={workdir / 'am.yml'}", f"--storage.path={workdir / 'am-data'}",
+    if config is None:
+        config = workdir / "am.yml"
+        config.write_text(
+            "route: {receiver: hook, group_by: [instance], group_wait: 1s, group_interval: 1s, "
+            "repeat_interval: 1h}\n"
+            f"receivers: [{{name: hook, webhook_configs: [{{url: '{rx.url}/hook', send_resolved: true}}]}}]\n"
+        )
+    args = [AM, f"--config.file={config}", f"--storage.path={workdir / 'am-data'}",
             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
