@@ -3,7 +3,11 @@
 KvdoctorError
 ├── InputError          bad input: a file, flag, expression, exposition or recording kvdoctor cannot use
 │   └── ValidationError every problem found in one input at once, one per line, each `file:line: …` first
-└── TransportError      a remote end (a vLLM target, Prometheus, a live capacity source) did not answer as needed
+├── TransportError      a remote end (a vLLM target, Prometheus, a live capacity source) did not answer as needed
+└── (internal)          signals caught where they are raised, never shown to a user: INTERNAL lists them
+
+`kvdoctor` (cli.main) exits EXIT_INPUT for an InputError and EXIT_TRANSPORT for a TransportError, printing the
+message without a traceback; README's "Exit codes" table is the same list.
 """
 
 from __future__ import annotations
@@ -27,3 +31,19 @@ class ValidationError(InputError):
 
 class TransportError(KvdoctorError):
     """A remote end did not answer, or answered something unusable."""
+
+
+EXIT_OK = 0
+EXIT_FOUND = (
+    1  # the command worked and found what it reports as a failure (a limit hit, an undelivered message)
+)
+EXIT_INPUT = 2  # usage or input error (InputError)
+EXIT_TRANSPORT = 3  # a remote end did not answer (TransportError)
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells count it (128 + SIGINT)
+
+# Errors on neither branch, by qualified name: each is caught next to where it is raised and turned into an
+# HTTP status, a scrape's `limit` or an alert's evaluation error, so none reaches the command line.
+INTERNAL = {
+    "kvdoctor.web.request.Refused": "a malformed or oversized HTTP request, answered with its 4xx status",
+    "kvdoctor.ingest.parse.LimitExceeded": "a scrape over sample_limit & co., recorded as the target's `limit`",
+}

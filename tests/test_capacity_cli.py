@@ -12,6 +12,7 @@ import pytest
 
 from kvdoctor.capacity.cli import add_parser, run
 from kvdoctor.capacity.scrape import recording_text
+from kvdoctor.cli import main
 
 FIX = Path(__file__).parent / "fixtures" / "capacity"
 
@@ -207,13 +208,22 @@ def test_url_scrapes_metrics_once(capsys, shared_032):
         (("--model", "Qwen3-8B", "--gpu", "V100"), "unknown GPU 'V100'"),
         (("--config", "/nonexistent/config.json", "--gpu", "L4"), "cannot read"),
         (("--recording", "/nonexistent.jsonl.gz"), "cannot read recording"),
-        (("--url", "127.0.0.1:9"), "cannot scrape"),
     ],
 )
 def test_input_errors_exit_2_with_a_message(capsys, argv, message):
     code, out, err = kvdoctor(capsys, *argv)
     assert code == 2 and out == ""
     assert message in err
+
+
+def test_a_url_that_does_not_answer_exits_3_in_one_line(capsys):
+    code = main(["capacity", "--url", "127.0.0.1:9"])
+    out, err = capsys.readouterr()
+    assert code == 3 and out == ""
+    assert (
+        err
+        == "kvdoctor capacity: cannot scrape: http://127.0.0.1:9/metrics: connection failed: connection refused\n"
+    )
 
 
 def test_missing_config_field_is_named(capsys, tmp_path):

@@ -95,7 +95,7 @@ def test_check_against_a_replayed_vllm_prints_class_and_advice(shared_032, capsy
 
 
 @pytest.mark.slow
-def test_check_healthy_exits_zero_and_dead_target_exits_two(shared_032, capsys):
+def test_check_healthy_exits_zero_and_dead_target_exits_three(shared_032, capsys):
     server = ReplayServer(Playlist([shared_032 / "healthy.jsonl.gz"], start_offset_s=30)).start()
     try:
         assert main(["check", server.url, "--duration", "17", "--interval", "1", "--json"]) == 0
@@ -103,7 +103,7 @@ def test_check_healthy_exits_zero_and_dead_target_exits_two(shared_032, capsys):
         server.stop()
     doc = json.loads(capsys.readouterr().out)
     assert doc["diagnoses"][0]["bottleneck"] == "healthy"
-    assert main(["check", "http://127.0.0.1:9/metrics", "--duration", "1", "--interval", "0.5"]) == 2
+    assert main(["check", "http://127.0.0.1:9/metrics", "--duration", "1", "--interval", "0.5"]) == 3
     err = capsys.readouterr().err
     assert "no successful scrape" in err and "shorter than the 15 s window" in err
 

@@ -87,7 +87,7 @@ def test_every_error_of_config_notify_web_config_rules_and_file_sd_is_printed(tm
         f"interval: soon\nrules: [{rules}]\nweb_config: {web}\nfile_sd:\n  - files: [{sd}]\n"
         "notify:\n  slack:\n    timeout: later\ntargets:\n  - {url: http://g:8000, model: Llama-9}\n"
     )
-    assert main(["config", "check", str(cfg)]) == 1
+    assert main(["config", "check", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert f"{cfg}:1: interval: not a duration: 'soon'" in err
     assert f"{cfg}:8: notify.slack.timeout: must be a duration" in err
@@ -107,7 +107,7 @@ def test_every_error_of_config_notify_web_config_rules_and_file_sd_is_printed(tm
 
 
 def test_an_unreadable_config_is_an_error(tmp_path, capsys):
-    assert main(["config", "check", str(tmp_path / "missing.yml")]) == 1
+    assert main(["config", "check", str(tmp_path / "missing.yml")]) == 2
     assert "missing.yml: cannot read" in capsys.readouterr().err
 
 
@@ -137,6 +137,6 @@ def test_string_duration_flags_take_the_grammar(tmp_path):
 def test_a_misspelt_gpu_preset_is_named_at_its_line(tmp_path, capsys):
     cfg = tmp_path / "kvdoctor.yml"
     cfg.write_text("targets:\n  - url: http://g:8000\n    model: Qwen3-8B\n    gpu: H10O\n")
-    assert main(["config", "check", str(cfg)]) == 1
+    assert main(["config", "check", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert f"{cfg}:4: target g:8000: unknown GPU 'H10O'" in err

@@ -18,11 +18,9 @@ from kvdoctor.capacity.budget import (
     model_figures,
 )
 from kvdoctor.capacity.config import load_model_config
-from kvdoctor.capacity.fields import ModelConfigError
 from kvdoctor.capacity.live import LiveCapacity, live_capacity
 from kvdoctor.capacity.presets import (
     GpuSpec,
-    PresetError,
     custom_gpu,
     get_gpu,
     get_model,
@@ -30,7 +28,7 @@ from kvdoctor.capacity.presets import (
     model_names,
 )
 from kvdoctor.capacity.report import table, to_dict
-from kvdoctor.capacity.scrape import LiveCapacityError, fetch_text, recording_text, samples_from_text
+from kvdoctor.capacity.scrape import fetch_text, recording_text, samples_from_text
 from kvdoctor.fmt import parse_size
 
 
@@ -178,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         spec = _model(args)
         live = _live(args)
         est = _estimate(args, spec, live) if spec is not None else None
-    except (PresetError, ModelConfigError, LiveCapacityError, ValueError) as e:
+    except ValueError as e:  # InputError (a ValueError) and flags that do not fit; TransportError: cli.main
         print(f"kvdoctor capacity: {e}", file=sys.stderr)
         return 2
     if live is not None and not live.engines and est is None:

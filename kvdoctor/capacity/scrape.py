@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvdoctor.config.targets import metrics_url
-from kvdoctor.errors import KvdoctorError
+from kvdoctor.errors import InputError, TransportError
 from kvdoctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from kvdoctor.ingest.parse import ParseError, parse
 from kvdoctor.ingest.recording import RecordingError, read_recording
@@ -14,8 +14,12 @@ from kvdoctor.samples import Sample
 TIMEOUT_S = 10.0
 
 
-class LiveCapacityError(KvdoctorError):
-    """The scrape could not be read (network, file, or format); the message says which."""
+class LiveCapacityError(TransportError):
+    """The live /metrics URL could not be scraped; the message says why."""
+
+
+class CapacityInputError(InputError):
+    """A recording or exposition the capacity figures cannot be read from; the message says which."""
 
 
 def fetch_text(url: str, timeout: float = TIMEOUT_S) -> str:
@@ -33,9 +37,9 @@ def recording_text(path: str | Path) -> str:
         for frame in read_recording(path):
             last = frame.text if frame.text is not None else last
     except (RecordingError, OSError, EOFError) as e:
-        raise LiveCapacityError(f"cannot read recording: {e}") from e
+        raise CapacityInputError(f"cannot read recording: {e}") from e
     if last is None:
-        raise LiveCapacityError(f"{path}: recording holds no successful scrape")
+        raise CapacityInputError(f"{path}: recording holds no successful scrape")
     return last
 
 
@@ -44,4 +48,4 @@ def samples_from_text(text: str) -> list[Sample]:
     try:
         return parse(text).samples
     except ParseError as e:
-        raise LiveCapacityError(f"cannot parse the exposition: {e}") from e
+        raise CapacityInputError(f"cannot parse the exposition: {e}") from e

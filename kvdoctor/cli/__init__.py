@@ -8,6 +8,15 @@ import sys
 from collections.abc import Sequence
 
 from kvdoctor import __version__
+from kvdoctor.errors import (
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TRANSPORT,
+    InputError,
+    TransportError,
+    ValidationError,
+)
 
 # subcommand name -> module under kvdoctor.cli (or a full module path) exposing add_parser(subparsers) and run(args)
 SUBCOMMANDS = {
@@ -38,19 +47,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def report_error(command: str, exc: InputError | TransportError) -> None:
+    """The error on stderr without a traceback: one line, or one per problem of a ValidationError."""
+    lines = exc.errors if isinstance(exc, ValidationError) else [" ".join(str(exc).split())]
+    for line in lines:
+        print(f"kvdoctor {command}: {line}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run kvdoctor; returns the exit code (0 ok, 1 a limit was hit where that applies, 2 usage or input error)."""
+    """Run kvdoctor; returns the exit code (README "Exit codes": 0 ok, 1 found, 2 input, 3 transport)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_INPUT
     try:
         return int((getattr(args, "run", None) or args.func)(args))
+    except InputError as exc:
+        report_error(args.command, exc)
+        return EXIT_INPUT
+    except TransportError as exc:
+        report_error(args.command, exc)
+        return EXIT_TRANSPORT
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return 0
+        return EXIT_OK
 
 
 if __name__ == "__main__":

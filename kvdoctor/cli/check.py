@@ -14,6 +14,7 @@ from kvdoctor.cli.common import build_pipeline, interval_arg, load_config_or_exi
 from kvdoctor.config import TargetSpec
 from kvdoctor.config.durations import duration_seconds, parse_duration
 from kvdoctor.config.targets import metrics_url
+from kvdoctor.errors import EXIT_TRANSPORT
 from kvdoctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from kvdoctor.targets import target_facts
 from kvdoctor.verdicts import LIMITS, Diagnosis
@@ -65,7 +66,7 @@ def _spec(args: argparse.Namespace) -> TargetSpec:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Sample, diagnose, print; 0 healthy/idle, 1 a limit was hit, 2 usage or input error."""
+    """Sample, diagnose, print; 0 healthy/idle, 1 a limit was hit, 2 usage or input error, 3 no scrape worked."""
     try:
         duration = duration_seconds(args.duration)
         spec = _spec(args)
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             f"kvdoctor check: no successful scrape of {spec.safe_url} in {errors} tries: {last_error}",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_TRANSPORT
     if args.json:
         print(json.dumps({"target": spec.name, "url": spec.safe_url, "scrapes": ok, "scrape_errors": errors,
                           "diagnoses": [d.to_dict() for d in diagnoses]}))  # fmt: skip

@@ -11,6 +11,7 @@ from typing import Any
 from kvdoctor.cli.common import usage
 from kvdoctor.config import Config, check_config
 from kvdoctor.config.filesd import read_file_sd
+from kvdoctor.errors import EXIT_INPUT
 from kvdoctor.notify import parse_notify_config
 from kvdoctor.notify.located import located_errors
 from kvdoctor.rules.loader import RuleLoadError, load_files, rule_files
@@ -27,7 +28,7 @@ def add_parser(sub: Any) -> None:
         help="validate a config and every file it names",
         description="Check a kvdoctor config as `serve` would read it (KVDOCTOR_* overrides applied): the "
         "config itself, its notify section, its web_config, its rule files and the file_sd files it matches. "
-        "Print every error with file:line and exit 1; print `FILE: ok` and exit 0 when all is clean.",
+        "Print every error with file:line and exit 2 (bad input, as every subcommand); print `FILE: ok` and exit 0 when all is clean.",
     )
     c.add_argument("file", help="the kvdoctor config (YAML)")
     c.set_defaults(run=run_check)
@@ -77,12 +78,12 @@ def _file_errors(cfg: Config) -> list[str]:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """0 and `FILE: ok` when the config and its files are clean; 1 after printing every error."""
+    """0 and `FILE: ok` when the config and its files are clean; 2 (bad input) after printing every error."""
     errors = config_errors(args.file)
     for e in errors:
         print(e, file=sys.stderr)
     if errors:
         print(f"{args.file}: {len(errors)} error{'s' if len(errors) > 1 else ''}", file=sys.stderr)
-        return 1
+        return EXIT_INPUT
     print(f"{args.file}: ok")
     return 0

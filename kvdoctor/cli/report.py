@@ -12,9 +12,7 @@ from typing import Any
 
 from kvdoctor.cli.common import build_pipeline, existing, load_config_or_exit
 from kvdoctor.cli.serve import add_source_arguments, prometheus_source
-from kvdoctor.config import ConfigError
 from kvdoctor.config.durations import duration_seconds, parse_duration
-from kvdoctor.ingest.recording import RecordingError
 from kvdoctor.report.build import build_report
 from kvdoctor.report.collect import from_recordings
 from kvdoctor.report.economics import Prices, parse_usd
@@ -22,7 +20,7 @@ from kvdoctor.report.history import History
 from kvdoctor.report.markdown import render_markdown
 from kvdoctor.report.page import render_html
 from kvdoctor.report.promrange import from_prometheus, progress_bar
-from kvdoctor.sources.client import PromClient, SourceError
+from kvdoctor.sources.client import PromClient
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
 
@@ -127,7 +125,7 @@ def _history(args: argparse.Namespace, step: float | None) -> History | None:
             raise ValueError(f"--since {args.since!r}: expected a duration such as 7d or 36h") from None
     if end <= start:
         raise ValueError(f"--end must be after --start ({end:.0f} ≤ {start:.0f})")
-    bar = progress_bar() if sys.stderr.isatty() or end - start > 86400 else None
+    bar = progress_bar() if sys.stderr.isatty() else None  # `\r` redraws would litter a CI log or `2> file`
     return from_prometheus(PromClient(source.url, source.http), start, end, step or 60.0, bar)
 
 
@@ -148,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         if history is None:
             return 2
         doc = build_report(history, p, args.target)
-    except (ValueError, ConfigError, SourceError, RecordingError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # InputError is a ValueError; a TransportError goes to cli.main (3)
         print(f"kvdoctor report: {exc}", file=sys.stderr)
         return 2
     renderers = {"json": lambda d: json.dumps(d, indent=1) + "\n", "md": render_markdown, "html": render_html}

@@ -15,9 +15,6 @@ from kvdoctor.config.targets import metrics_url
 from kvdoctor.daemon.logs import setup_logging
 from kvdoctor.daemon.runner import Daemon, load_everything
 from kvdoctor.ingest.fetch import HttpOptions
-from kvdoctor.rules.loader import RuleLoadError
-from kvdoctor.sources.client import SourceError
-from kvdoctor.web import WebConfigError
 
 
 def add_parser(sub: Any) -> None:
@@ -162,7 +159,7 @@ def _url(url: str | None, flag: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run until SIGTERM; exit 2 on a bad config or rule file."""
+    """Run until SIGTERM; a bad config or rule file (InputError: 2), Prometheus not answering (3): cli.main."""
 
     try:
         flags = overrides(args)
@@ -175,10 +172,6 @@ def run(args: argparse.Namespace) -> int:
         daemon = Daemon(cfg, groups, args.config, flags)
         daemon.handle_signals()
         daemon.start()
-    except (ConfigError, RuleLoadError, SourceError, WebConfigError) as exc:
-        for e in str(exc).splitlines():
-            print(f"kvdoctor serve: {e}", file=sys.stderr)
-        return 2
     except OSError as exc:
         print(f"kvdoctor serve: cannot listen on {cfg.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -7,14 +7,14 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
-from kvdoctor.errors import KvdoctorError
+from kvdoctor.errors import InputError
 from kvdoctor.samples import Labels
 
 NAME = "__name__"
 _MS = timedelta(milliseconds=1)
 
 
-class EvalError(KvdoctorError):
+class EvalError(InputError):
     """An expression that cannot be evaluated (e.g. many-to-many matching); the message is Prometheus'."""
 
 
