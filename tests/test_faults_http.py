@@ -3,6 +3,7 @@ seconds, and /metrics and /-/healthy keep answering at once."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import socket
 import statistics
@@ -102,23 +103,25 @@ def test_a_body_shorter_than_its_content_length_gets_400_without_a_traceback(
     caplog.set_level(logging.DEBUG)
     head = b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"
     reply, took = _raw(server, head, half_close=True)
-    assert reply.startswith(b"HTTP/1.0 400 ") and b"shorter than its Content-Length" in reply and took < 2
+    assert reply.startswith(b"HTTP/1.1 400 ") and b"shorter than its Content-Length" in reply and took < 2
     reply, took = _raw(server, head, half_close=False)  # the client just stops sending
-    assert reply.startswith(b"HTTP/1.0 400 ") and took < 10
+    assert reply.startswith(b"HTTP/1.1 400 ") and took < 10
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     ok, _ = _raw(
-        server, b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", half_close=False
+        server,
+        b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+        half_close=False,
     )
-    assert ok.startswith(b"HTTP/1.0 200 ")
+    assert ok.startswith(b"HTTP/1.1 200 ")
 
 
 def test_oversized_and_malformed_requests_get_plain_errors(server: WebServer) -> None:
     big = b"GET / HTTP/1.1\r\n" + b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 200) for i in range(200)) + b"\r\n"
-    assert _raw(server, big, half_close=False)[0].startswith(b"HTTP/1.0 431 ")
+    assert _raw(server, big, half_close=False)[0].startswith(b"HTTP/1.1 431 ")
     body = b"POST /-/reload HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n"
-    assert _raw(server, body, half_close=False)[0].startswith(b"HTTP/1.0 413 ")
+    assert _raw(server, body, half_close=False)[0].startswith(b"HTTP/1.1 413 ")
     chunked = b"POST /-/reload HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
-    assert _raw(server, chunked, half_close=False)[0].startswith(b"HTTP/1.0 411 ")
+    assert _raw(server, chunked, half_close=False)[0].startswith(b"HTTP/1.1 411 ")
 
 
 def test_idle_connections_to_a_tls_server_are_cut_off_after_the_handshake_timeout(pki, tmp_path) -> None:  # noqa: F811
@@ -138,4 +141,30 @@ def test_idle_connections_to_a_tls_server_are_cut_off_after_the_handshake_timeou
     finally:
         for s in idle:
             s.close()
+        web.stop()
+
+
+def test_keep_alive_ends_after_its_idle_timeout_and_its_request_limit() -> None:
+    state = DaemonState()
+    web = WebServer(state, make_registry(state), listen="127.0.0.1:0", idle_timeout=0.5, max_requests=2)
+    web.start()
+    try:
+        conn = http.client.HTTPConnection(*web.address, timeout=10)
+        conn.request("GET", "/-/healthy")
+        first = conn.getresponse()
+        assert first.read() and first.getheader("Connection") == "keep-alive"
+        assert first.getheader("Keep-Alive") == "timeout=0.5"
+        conn.request("GET", "/-/healthy")
+        second = conn.getresponse()
+        assert second.read() and second.getheader("Connection") == "close"  # the second of at most two
+        conn.close()
+        with socket.create_connection(web.address, timeout=10) as s:
+            s.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+            reply = b""
+            while chunk := s.recv(65536):  # the server closes the idle connection (else: socket timeout)
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200 ") and b"Connection: keep-alive" in reply
+        old, _ = _raw(web, b"GET /-/healthy HTTP/1.0\r\n\r\n", half_close=False)
+        assert old.startswith(b"HTTP/1.0 200 ") and b"Connection: close" in old
+    finally:
         web.stop()

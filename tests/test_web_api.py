@@ -207,7 +207,7 @@ def test_malformed_request_line_gets_plain_error(empty: tuple[WebServer, DaemonS
     with socket.create_connection((host, port), timeout=5) as s:
         s.sendall(b"GARBAGE\r\n\r\n")
         reply = s.recv(4096)
-    assert reply.startswith(b"HTTP/1.0 400") and b"nosniff" in reply and b"<html" not in reply.lower()
+    assert reply.startswith(b"HTTP/1.1 400") and b"nosniff" in reply and b"<html" not in reply.lower()
 
 
 def test_static_page_and_etag(empty: tuple[WebServer, DaemonState]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import socket
 import ssl
@@ -93,6 +94,19 @@ colour: blue
     assert not any("bob" in e for e in errors)
 
 
+def test_http2_is_refused_by_name_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "web.yml", "http_server_config:\n  http2: true\n")
+    with pytest.raises(WebConfigError) as exc:
+        load_web_config(path)
+    assert exc.value.errors == [
+        f"{path}:2: http_server_config.http2: HTTP/2 is not supported: kvdoctor serves HTTP/1.1 (keep-alive); "
+        "remove the key or set it to false"
+    ]
+    load_web_config(
+        write(tmp_path / "off.yml", "http_server_config:\n  http2: false\n")
+    )  # what it does anyway
+
+
 def test_yaml_errors_name_the_line(tmp_path: Path) -> None:
     path = write(tmp_path / "web.yml", "basic_auth_users:\n  alice: [unclosed\n")
     with pytest.raises(WebConfigError, match=r"web.yml: line \d+: invalid YAML"):
@@ -155,6 +169,34 @@ def test_https_with_the_ca_and_plain_http_refused(
         requests.get(server.url, timeout=5)
     with pytest.raises(requests.ConnectionError):
         requests.get(server.url.replace("https://", "http://"), timeout=5)
+
+
+def test_a_tls_scrape_of_metrics_reuses_its_connection(
+    tmp_path: Path, pki: Path, running: list[WebServer]
+) -> None:
+    path = write(
+        tmp_path / "web.yml", "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n"
+    )
+    shutil.copy(pki / "server.pem", tmp_path)
+    shutil.copy(pki / "server.key", tmp_path)
+    server = serve(path)
+    running.append(server)
+    host, port = server.address
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=5)
+    try:
+        conn.request("GET", "/metrics")
+        first = conn.getresponse()
+        body = first.read()
+        tls_socket = conn.sock
+        assert first.status == 200 and first.getheader("Connection") == "keep-alive"
+        assert b"process_resident_memory_bytes" in body and b"kvdoctor_build_info" in body
+        conn.request("GET", "/metrics")  # http.client would open a new socket had the server closed this one
+        second = conn.getresponse()
+        assert second.status == 200 and second.read().startswith(b"# HELP")
+        assert tls_socket is not None and conn.sock is tls_socket
+    finally:
+        conn.close()
 
 
 def test_min_version_tls13(tmp_path: Path, pki: Path, running: list[WebServer]) -> None:

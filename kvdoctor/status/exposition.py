@@ -6,6 +6,7 @@ import platform
 from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from kvdoctor import __version__
@@ -153,7 +154,9 @@ class DiagnosisCollector:
 
 
 def make_registry(state: DaemonState) -> CollectorRegistry:
-    """A private registry holding only kvdoctor's collector."""
+    """A private registry: kvdoctor's collector plus the process_* metrics every exporter has."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(DiagnosisCollector(state))  # type: ignore[arg-type]
+    # resident memory, CPU seconds, open fds…: what watching the watcher needs (read from /proc on Linux)
+    ProcessCollector(registry=reg)
     return reg

@@ -3,6 +3,8 @@
 One event loop thread holds every connection, so an idle or slow client costs a socket, not a thread; each
 connection gets a few seconds for its TLS handshake, its headers and its body, a client holds a bounded number of
 connections (its oldest unfinished one makes room for a new one), and handlers run on a small thread pool.
+Connections are HTTP/1.1 keep-alive (a TLS scrape pays one handshake, not one per scrape): open for at most
+KEEPALIVE_IDLE_S between requests and MAX_REQUESTS_PER_CONN requests; an idle one is the first to be evicted.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from prometheus_client.registry import CollectorRegistry
 from kvdoctor import __version__
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web.app import App, Reload, Report, Rules
-from kvdoctor.web.request import MAX_HEADER_BYTES, Refused, read_head, status_line
+from kvdoctor.web.conns import Conn, Connections
+from kvdoctor.web.request import MAX_HEADER_BYTES, Head, Refused, keep_alive, read_head, status_line
 from kvdoctor.web.responses import Response, api_error, text
 from kvdoctor.web.webconfig import WebConfig, WebConfigWatcher
 
@@ -39,6 +42,8 @@ HANDSHAKE_TIMEOUT_S = 5.0
 HEADER_TIMEOUT_S = 5.0
 BODY_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 10.0
+KEEPALIVE_IDLE_S = 60.0  # above the usual 15 s–1 m scrape intervals, so each scrape finds its connection open
+MAX_REQUESTS_PER_CONN = 1000
 HANDLER_THREADS = 4
 GZIP_MIN_BYTES = 1024
 DEFAULT_HEADERS = {
@@ -57,15 +62,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-class _Conn:
-    """One connection: whose, since when, and whether it is still sending its request (then it may be evicted)."""
-
-    def __init__(self, client: str, writer: asyncio.StreamWriter) -> None:
-        self.client, self.writer = client, writer
-        self.since = time.monotonic()
-        self.waiting = True
-
-
 class WebServer:
     """Serves kvdoctor's web endpoints from an event loop thread, optionally with TLS and basic auth."""
 
@@ -80,8 +76,11 @@ class WebServer:
         extra_status: Callable[[], dict[str, Any]] | None = None,
         rules: Rules | None = None,
         report: Report | None = None,
+        idle_timeout: float = KEEPALIVE_IDLE_S,
+        max_requests: int = MAX_REQUESTS_PER_CONN,
     ) -> None:
         self.app = App(state, registry, reload, extra_status, rules, report)
+        self.idle_timeout, self.max_requests = idle_timeout, max_requests
         self.listen = parse_listen(listen)
         self.watcher = WebConfigWatcher(web_config) if web_config else None
         self._path = web_config
@@ -89,8 +88,7 @@ class WebServer:
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="kvdoctor-web")
-        self._conns: dict[str, list[_Conn]] = {}
-        self._count = 0
+        self._conns = Connections(MAX_CONNECTIONS, MAX_PER_CLIENT)
 
     def config(self) -> WebConfig | None:
         """The web config in force (re-read when its files change), or None."""
@@ -152,9 +150,8 @@ class WebServer:
 
         async def close() -> None:
             server.close()
-            for conns in list(self._conns.values()):
-                for c in conns:
-                    c.writer.transport.abort()
+            for c in self._conns.all():
+                c.writer.transport.abort()
             await server.wait_closed()
 
         try:
@@ -168,39 +165,10 @@ class WebServer:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._loop, self._server, self._thread = None, None, None
 
-    # -- connections --------------------------------------------------------------------------------------
-    def _admit(self, conn: _Conn) -> bool:
-        mine = self._conns.setdefault(conn.client, [])
-        if len(mine) >= MAX_PER_CLIENT and not self._evict(mine):
-            return False
-        if self._count >= MAX_CONNECTIONS and not self._evict([c for cs in self._conns.values() for c in cs]):
-            return False
-        mine.append(conn)
-        self._count += 1
-        return True
-
-    def _evict(self, crowd: list[_Conn]) -> bool:
-        # The connection that has spent longest without finishing its request makes room for the new one.
-        idle = [c for c in crowd if c.waiting]
-        if not idle:
-            return False
-        victim = min(idle, key=lambda c: c.since)
-        self._release(victim)
-        victim.writer.transport.abort()
-        return True
-
-    def _release(self, conn: _Conn) -> None:
-        mine = self._conns.get(conn.client, [])
-        if conn in mine:
-            mine.remove(conn)
-            self._count -= 1
-        if not mine:
-            self._conns.pop(conn.client, None)
-
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
-        conn = _Conn(str(peer[0]), writer)
-        if not self._admit(conn):
+        conn = Conn(str(peer[0]), writer)
+        if not self._conns.admit(conn):
             writer.transport.abort()
             return
         try:
@@ -208,30 +176,49 @@ class WebServer:
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError, OSError) as exc:
             log.debug("connection from %s ended: %s", peer, type(exc).__name__)
         finally:
-            self._release(conn)
+            self._conns.release(conn)
             writer.close()
 
-    async def _serve(self, conn: _Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.config()
         if cfg is not None and cfg.ssl_context is not None:
             await writer.start_tls(cfg.ssl_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
             if not cfg.peer_allowed(writer.get_extra_info("peercert")):
                 log.info("client %s refused: certificate SAN not in client_allowed_sans", conn.client)
                 return
-        method, target, headers = "GET", "/", http.client.HTTPMessage()
+        first = b""
+        for served in range(self.max_requests):
+            if served:  # idle between requests: evictable, and closed after idle_timeout
+                conn.waiting, conn.since = True, time.monotonic()
+                try:
+                    first = await asyncio.wait_for(reader.read(1), self.idle_timeout)
+                except TimeoutError:
+                    return
+                if not first:
+                    return
+            if not await self._exchange(conn, reader, writer, first, served + 1 < self.max_requests):
+                return
+
+    async def _exchange(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        first: bytes, more: bool) -> bool:  # fmt: skip
+        """One request and its response; True when the connection stays open for another."""
+        cfg = self.config()  # per request: a reloaded web config applies to open connections too
+        head = Head("GET", "/", "HTTP/1.1", http.client.HTTPMessage())
         try:
             try:
-                method, target, headers = await asyncio.wait_for(read_head(reader), HEADER_TIMEOUT_S)
+                head = await asyncio.wait_for(read_head(reader, first), HEADER_TIMEOUT_S)
             except TimeoutError:
                 raise Refused(408, f"request headers not received within {HEADER_TIMEOUT_S:g}s") from None
-            resp = await self._respond(conn, reader, method, target, headers, cfg)
+            resp = await self._respond(conn, reader, head.method, head.target, head.headers, cfg)
+            # a 401 leaves any request body unread on the socket: close rather than parse it as a request
+            keep = more and keep_alive(head) and resp.status != 401
         except Refused as exc:
-            resp = text(exc.status, str(exc))
-            resp.headers["Connection"] = "close"
-        await asyncio.wait_for(self._write(writer, resp, method, target, headers, cfg), WRITE_TIMEOUT_S)
-        log.debug("%s %s %s %d", conn.client, method, target, resp.status)
+            resp, keep = text(exc.status, str(exc)), False
+        await asyncio.wait_for(self._write(writer, resp, head, cfg, keep), WRITE_TIMEOUT_S)
+        log.debug("%s %s %s %d", conn.client, head.method, head.target, resp.status)
+        return keep
 
-    async def _respond(self, conn: _Conn, reader: asyncio.StreamReader, method: str, target: str,
+    async def _respond(self, conn: Conn, reader: asyncio.StreamReader, method: str, target: str,
                        headers: http.client.HTTPMessage, cfg: WebConfig | None) -> Response:  # fmt: skip
         loop = asyncio.get_running_loop()
         if (
@@ -268,8 +255,9 @@ class WebServer:
             log.exception("error serving %s %s", method, target)
             return api_error(500, "internal", "internal server error")
 
-    async def _write(self, writer: asyncio.StreamWriter, resp: Response, method: str, target: str,
-                     headers: http.client.HTTPMessage, cfg: WebConfig | None) -> None:  # fmt: skip
+    async def _write(self, writer: asyncio.StreamWriter, resp: Response, head: Head, cfg: WebConfig | None,
+                     keep: bool) -> None:  # fmt: skip
+        method, target, headers = head.method, head.target, head.headers
         body = resp.body
         out = {**DEFAULT_HEADERS, **(cfg.headers if cfg else {}), **resp.headers}
         if resp.status != 304:
@@ -283,9 +271,11 @@ class WebServer:
         out["Content-Length"] = str(len(body))
         out["Server"] = f"kvdoctor/{__version__}"
         out["Date"] = email.utils.formatdate(usegmt=True)
-        out["Connection"] = "close"
-        head = status_line(resp.status) + "".join(f"{k}: {v}\r\n" for k, v in out.items()) + "\r\n"
-        writer.write(head.encode("latin-1"))
+        out["Connection"] = "keep-alive" if keep else "close"
+        if keep:
+            out["Keep-Alive"] = f"timeout={self.idle_timeout:g}"
+        lines = status_line(resp.status, head.version) + "".join(f"{k}: {v}\r\n" for k, v in out.items())
+        writer.write((lines + "\r\n").encode("latin-1"))
         if method != "HEAD" and resp.status != 304:
             writer.write(body)
         await writer.drain()
