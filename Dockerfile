@@ -16,9 +16,14 @@ RUN pip install . \
 
 USER kvdoctor
 WORKDIR /var/lib/kvdoctor
+# Defaults below the config file (a `listen:` or `health_listen:` there wins): every interface, since a
+# container's loopback is unreachable from outside, and the plain health listener on loopback for HEALTHCHECK,
+# which thus stays right when the main port has TLS and basic auth (Kubernetes sets health_listen: 0.0.0.0:9861).
+ENV KVDOCTOR_DEFAULT_LISTEN=0.0.0.0:9860 \
+    KVDOCTOR_DEFAULT_HEALTH_LISTEN=127.0.0.1:9861
 EXPOSE 9860
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9860/-/healthy', timeout=3)"]
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9861/-/healthy', timeout=3)"]
 
 ENTRYPOINT ["kvdoctor"]
 CMD ["serve", "--config", "/etc/kvdoctor/kvdoctor.yml"]

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
+from kvdoctor.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -182,3 +186,34 @@ def test_dockerfile() -> None:
     assert not {"kvdoctor", "rules", "pyproject.toml"} & ignored
     for name in ("kvdoctor", "kvdoctor-gpu"):
         assert "9860:9860" in compose()["services"][name]["ports"]
+
+
+def _image_env() -> dict[str, str]:
+    """The ENV the Dockerfile sets (KEY=VALUE pairs, continuation lines joined)."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    return dict(
+        pair.split("=", 1) for ln in text.splitlines() if ln.startswith("ENV ") for pair in ln.split()[1:]
+    )
+
+
+def test_the_image_listens_everywhere_and_its_healthcheck_asks_the_plain_health_listener(
+    tmp_path: Path,
+) -> None:
+    env = _image_env()
+    minimal = tmp_path / "kvdoctor.yml"
+    minimal.write_text("targets: [http://vllm:8000/metrics]\nweb_config: /etc/kvdoctor/web.yml\n")
+    cfg = load_config(str(minimal), env)
+    assert cfg.listen == "0.0.0.0:9860"  # reachable from outside the container, as EXPOSE says
+    health = re.search(r"HEALTHCHECK.*'(http://[^']+)'", (ROOT / "Dockerfile").read_text(), re.S)
+    assert health is not None
+    url = urlsplit(health.group(1))
+    # plain http to the health listener: right whatever TLS and basic auth web_config puts on the main port
+    assert (url.scheme, url.path, f"{url.hostname}:{url.port}") == ("http", "/-/healthy", cfg.health_listen)
+    for service in ("kvdoctor", "kvdoctor-gpu"):  # compose keeps the image's healthcheck
+        assert "healthcheck" not in compose()["services"][service]
+    own = tmp_path / "own.yml"
+    own.write_text("listen: 127.0.0.1:9999\nhealth_listen: 0.0.0.0:9861\n")
+    assert (load_config(str(own), env).listen, load_config(str(own), env).health_listen) == (
+        "127.0.0.1:9999",
+        "0.0.0.0:9861",
+    )  # a config's own addresses win over the image's defaults

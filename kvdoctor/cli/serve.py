@@ -24,16 +24,32 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--target", action="append", default=[], metavar="URL", help="a vLLM /metrics URL (repeatable)"
     )
+    # The exporter-toolkit spellings (--web.listen-address, --web.config.file, --log.format) are aliases, so a
+    # command line written for node_exporter & co. works here too.
     p.add_argument(
         "--listen",
+        "--web.listen-address",
+        dest="listen",
         type=listen_arg,
         help="HOST:PORT for /metrics, the API and the page (default 127.0.0.1:9860)",
     )
+    p.add_argument(
+        "--health-listen",
+        dest="health_listen",
+        type=listen_arg,
+        metavar="HOST:PORT",
+        help="also serve GET /-/healthy and /-/ready in plain HTTP without auth here, for probes (default off)",
+    )
     p.add_argument("--interval", type=interval_arg, help="time between cycles (default 15s)")
     p.add_argument("--state-file", help="where to keep pending/firing state across restarts")
-    p.add_argument("--log-format", choices=("text", "json"))
+    p.add_argument("--log-format", "--log.format", dest="log_format", choices=("text", "json"))
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")
-    p.add_argument("--web-config", help="exporter-toolkit web-config.yml (TLS, basic auth)")
+    p.add_argument(
+        "--web-config",
+        "--web.config.file",
+        dest="web_config",
+        help="exporter-toolkit web-config.yml (TLS, basic auth)",
+    )
     p.add_argument(
         "--external-url", "--web.external-url", dest="external_url", metavar="URL",
         help="the URL users reach kvdoctor at (behind a proxy); links in alerts start with it (default: from --listen)",
@@ -140,7 +156,7 @@ def prometheus_source(args: argparse.Namespace) -> PrometheusSource | None:
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Config fields set on the command line."""
     out: dict[str, Any] = {
-        "listen": args.listen, "interval_s": args.interval, "state_file": args.state_file,
+        "listen": args.listen, "health_listen": args.health_listen, "interval_s": args.interval, "state_file": args.state_file,
         "log_format": args.log_format, "rules": args.rules, "web_config": args.web_config,
         "external_url": _url(args.external_url, "--external-url"), "runbook_url": _url(args.runbook_url, "--runbook-url"),
     }  # fmt: skip

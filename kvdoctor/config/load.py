@@ -17,7 +17,7 @@ from kvdoctor.errors import ValidationError
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
-    "source", "prometheus", "web_config", "notify", "external_url", "runbook_url",
+    "source", "prometheus", "web_config", "notify", "external_url", "runbook_url", "health_listen",
 }  # fmt: skip
 SCRAPE_KEYS = {
     "timeout",
@@ -31,8 +31,10 @@ ENV = {
     "KVDOCTOR_INTERVAL": "interval", "KVDOCTOR_LISTEN": "listen", "KVDOCTOR_JOB": "job",
     "KVDOCTOR_STATE_FILE": "state_file", "KVDOCTOR_WEB_CONFIG": "web_config", "KVDOCTOR_SOURCE": "source",
     "KVDOCTOR_RETENTION": "retention", "KVDOCTOR_EXTERNAL_URL": "external_url",
-    "KVDOCTOR_RUNBOOK_URL": "runbook_url",
+    "KVDOCTOR_RUNBOOK_URL": "runbook_url", "KVDOCTOR_HEALTH_LISTEN": "health_listen",
 }  # fmt: skip
+# Defaults an environment (the container image) sets below the file: a config that says `listen:` still wins.
+DEFAULT_ENV = {"KVDOCTOR_DEFAULT_LISTEN": "listen", "KVDOCTOR_DEFAULT_HEALTH_LISTEN": "health_listen"}
 
 
 class ConfigError(ValidationError):
@@ -62,6 +64,10 @@ def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tupl
         if not isinstance(doc.value, dict):
             return Config(path=path), [f"{path}:1: the config must be a mapping"]
     data: dict[str, Any] = dict(doc.value)
+    for var, key in DEFAULT_ENV.items():
+        if env.get(var) and key not in data:
+            data[key] = env[var]
+            doc.lines[(key,)] = 0
     for var, key in ENV.items():
         if env.get(var):
             data[key] = env[var]
@@ -127,7 +133,7 @@ def _dur(d: dict[str, Any], key: str, default: float, doc: Located, path: tuple,
 def _scalars(cfg: Config, data: dict[str, Any], doc: Located, errors: list[str]) -> None:
     cfg.interval_s = _dur(data, "interval", cfg.interval_s, doc, (), errors)
     cfg.retention_s = _dur(data, "retention", cfg.retention_s, doc, (), errors)
-    for key in ("listen", "job", "state_file", "web_config", "source"):
+    for key in ("listen", "health_listen", "job", "state_file", "web_config", "source"):
         if data.get(key) is not None:
             if not isinstance(data[key], str):
                 errors.append(f"{doc.where(key)}: {key}: must be a string")
@@ -140,8 +146,10 @@ def _scalars(cfg: Config, data: dict[str, Any], doc: Located, errors: list[str])
                 errors.append(f"{doc.where(key)}: {problem}")
             else:
                 setattr(cfg, key, data[key])
-    if ":" not in cfg.listen:
-        errors.append(f"{doc.where('listen')}: listen: expected HOST:PORT, got {cfg.listen!r}")
+    for key in ("listen", "health_listen"):
+        value = getattr(cfg, key)
+        if value is not None and ":" not in value:
+            errors.append(f"{doc.where(key)}: {key}: expected HOST:PORT, got {value!r}")
     rules = data.get("rules")
     if rules is not None:
         rules = [rules] if isinstance(rules, str) else rules

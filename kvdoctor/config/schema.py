@@ -81,6 +81,7 @@ class Config:
 
     interval_s: float = 15.0
     listen: str = DEFAULT_LISTEN
+    health_listen: str | None = None  # plain-HTTP /-/healthy and /-/ready for probes, beside TLS and auth
     job: str = "vllm"
     retention_s: float = 1800.0
     rules: list[str] | None = None

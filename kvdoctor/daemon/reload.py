@@ -15,6 +15,7 @@ from kvdoctor.rules.loader import RuleGroup, load_files, rule_files
 # Config fields a running daemon cannot change, with the reason given to the operator.
 RESTART_ONLY = {
     "listen": "the listening socket is bound at start",
+    "health_listen": "the health listener's socket is bound at start",
     "source": "the source (scrape or prometheus) is chosen at start",
     "state_file": "incident and notification state live beside it",
     "retention_s": "the series store is sized at start",

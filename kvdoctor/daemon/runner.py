@@ -28,7 +28,7 @@ from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
 from kvdoctor.targets import target_facts
 from kvdoctor.verdicts import Diagnosis
-from kvdoctor.web.server import WebServer
+from kvdoctor.web.server import WebServer, health_listener
 from kvdoctor.whatif.advisor import Advisor
 
 __all__ = ["Daemon", "load_everything"]
@@ -55,6 +55,7 @@ class Daemon:
         self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes
         self.notifier: Notifier | None = None
         self.web: WebServer | None = None
+        self.health: WebServer | None = None  # the plain health listener (health_listen), when configured
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a reload changed the interval: the cycle clock starts over
         self._lock = threading.Lock()
@@ -86,10 +87,13 @@ class Daemon:
             self.web.start()
             self.pipeline.runbook_url = self._runbook_page()
         try:
+            if web and self.cfg.health_listen:
+                self.health = health_listener(self.state, self.registry, self.cfg.health_listen)
+                self.health.start()
             self._start_notifier()
-        except ConfigError:
-            if self.web is not None:
-                self.web.stop()
+        except (ConfigError, OSError):
+            for server in filter(None, (self.web, self.health)):
+                server.stop()
             raise
         self.state.started_ts = self.clock()
         if self.source is None:
@@ -126,8 +130,8 @@ class Daemon:
         if self.notifier is not None:
             self.notifier.flush(10.0)
             self.notifier.close()
-        if self.web is not None:
-            self.web.stop()
+        for server in filter(None, (self.web, self.health)):
+            server.stop()
 
     # -- cycles --------------------------------------------------------------------------------------
     def _run_cycles(self) -> None:

@@ -44,6 +44,7 @@ BODY_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 10.0
 KEEPALIVE_IDLE_S = 60.0  # above the usual 15 s–1 m scrape intervals, so each scrape finds its connection open
 MAX_REQUESTS_PER_CONN = 1000
+HEALTH_PATHS = ("/-/healthy", "/-/ready")
 HANDLER_THREADS = 4
 GZIP_MIN_BYTES = 1024
 DEFAULT_HEADERS = {
@@ -78,9 +79,12 @@ class WebServer:
         report: Report | None = None,
         idle_timeout: float = KEEPALIVE_IDLE_S,
         max_requests: int = MAX_REQUESTS_PER_CONN,
+        health_only: bool = False,
     ) -> None:
         self.app = App(state, registry, reload, extra_status, rules, report)
         self.idle_timeout, self.max_requests = idle_timeout, max_requests
+        # the health listener: plain HTTP without auth (no web_config), /-/healthy and /-/ready only
+        self.health_only = health_only
         self.listen = parse_listen(listen)
         self.watcher = WebConfigWatcher(web_config) if web_config else None
         self._path = web_config
@@ -140,7 +144,7 @@ class WebServer:
             loop.close()
             raise
         self._loop = loop
-        log.info("web server listening on %s", self.url)
+        log.info("%s listening on %s", "health listener" if self.health_only else "web server", self.url)
 
     def stop(self) -> None:
         """Stop accepting, close every connection and wait for the serving thread."""
@@ -244,6 +248,8 @@ class WebServer:
                     400, f"request body shorter than its Content-Length of {length} bytes"
                 ) from None
         conn.waiting = False
+        if self.health_only and urlsplit(target).path not in HEALTH_PATHS:
+            return text(404, "404 page not found: this listener serves /-/healthy and /-/ready only")
         if urlsplit(target).path == "/-/healthy" and method in ("GET", "HEAD"):
             return self.app.handle(method, target, headers)  # type: ignore[arg-type]  # on the loop: no queue
         return await loop.run_in_executor(self._pool, self._handle, method, target, headers)
@@ -279,3 +285,8 @@ class WebServer:
         if method != "HEAD" and resp.status != 304:
             writer.write(body)
         await writer.drain()
+
+
+def health_listener(state: DaemonState, registry: CollectorRegistry, listen: str) -> WebServer:
+    """The plain-HTTP listener for probes: GET /-/healthy and /-/ready without TLS or auth, 404 for the rest."""
+    return WebServer(state, registry, listen=listen, health_only=True)
