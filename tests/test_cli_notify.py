@@ -76,11 +76,11 @@ def test_webhook_from_environment_is_never_printed(
     assert slack.requests[0].path.startswith("/services/T0AAAAAAA/")
     slack.set_mode("500")
     rc, lines, err = run(capsys)
-    assert rc == 1 and lines[0].startswith("slack (webhook): failed")
+    assert rc == 3 and lines[0].startswith("slack (webhook): failed")
     assert "/services/" not in "\n".join(lines) + err and "c" * 24 not in "\n".join(lines) + err
 
 
-def test_one_failing_sink_exits_1(
+def test_one_failing_sink_exits_3(
     tmp_path: Path, slack: FakeSlack, capsys: pytest.CaptureFixture[str]
 ) -> None:
     broken = Recorder(status=500)
@@ -91,7 +91,7 @@ def test_one_failing_sink_exits_1(
         rc, lines, err = run(capsys, "--config", cfg)
     finally:
         broken.close()
-    assert rc == 1
+    assert rc == 3
     assert lines[0] == "slack (bot): failed: Slack API error 200 channel_not_found"
     assert lines[1].startswith(f"alertmanager {broken.url}: failed: HTTPError: 500")
     assert lines[2].startswith("alertmanager http://REDACTED@127.0.0.1:9: failed: ConnectionError")

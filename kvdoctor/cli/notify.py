@@ -11,6 +11,7 @@ from typing import Any
 
 from kvdoctor.cli.common import load_config_or_exit, usage
 from kvdoctor.config import Config
+from kvdoctor.errors import EXIT_OK, EXIT_TRANSPORT
 from kvdoctor.notify import Notifier
 from kvdoctor.notify.config import NotifyConfig, parse_notify_config
 from kvdoctor.notify.located import located_errors
@@ -51,7 +52,7 @@ def has_sinks(ncfg: NotifyConfig) -> bool:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    """Send the test message; 0 all ok, 1 a sink failed, 2 config error or nothing configured."""
+    """Send the test message; 0 all ok, 2 config error or nothing configured, 3 a sink did not take it."""
 
     cfg = load_config_or_exit(args.config)
     if cfg is None:
@@ -72,4 +73,4 @@ def run_test(args: argparse.Namespace) -> int:
             notifier.close()
     for _, line in results:
         print(line)
-    return 0 if all(ok for ok, _ in results) else 1
+    return EXIT_OK if all(ok for ok, _ in results) else EXIT_TRANSPORT

@@ -16,6 +16,7 @@ from typing import Any
 from kvdoctor import terminal
 from kvdoctor.cli.common import build_pipeline, duration_arg, interval_arg, load_config_or_exit
 from kvdoctor.cli.notify import NO_SINKS, has_sinks, notify_config
+from kvdoctor.errors import EXIT_OK, EXIT_TRANSPORT
 from kvdoctor.export.openmetrics import export_openmetrics
 from kvdoctor.ingest.recording import RecordingError
 from kvdoctor.notify import Notifier
@@ -58,7 +59,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Replay and print; exit 2 on bad input."""
+    """Replay and print; exit 2 on bad input, 3 when a notification was not delivered."""
     cfg = load_config_or_exit(args.config)
     if cfg is None:
         return 2
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {n} samples to {args.export_openmetrics}", file=sys.stderr)
     if args.json:
         print(json.dumps({"recordings": names, "interval": args.interval, "timeline": timeline}))
-    return 1 if undelivered else 0
+    return EXIT_TRANSPORT if undelivered else EXIT_OK  # a sink that did not take a notification
 
 
 def _entry(d: Diagnosis) -> dict[str, Any]:
