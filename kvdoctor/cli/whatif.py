@@ -15,11 +15,12 @@ from kvdoctor import fmt
 from kvdoctor.capacity.presets import get_gpu, get_model
 from kvdoctor.cli.common import build_pipeline, load_config_or_exit
 from kvdoctor.config.durations import duration_seconds
+from kvdoctor.errors import InputError
 from kvdoctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from kvdoctor.ingest.parse import ParseError, parse
 from kvdoctor.ingest.recording import RecordingError
 from kvdoctor.replay import replay
-from kvdoctor.sources.client import PromClient, SourceError
+from kvdoctor.sources.client import PromClient
 from kvdoctor.whatif.knobs import KnobError, parse_knob
 from kvdoctor.whatif.predict import Prediction, predict
 from kvdoctor.whatif.sources import (
@@ -98,16 +99,7 @@ def run(args: argparse.Namespace) -> int:
                            measured_bottleneck=cls, seed=args.seed, model=model, gpu=gpu)  # fmt: skip
         except WindowError as exc:
             raise WindowError(f"{where_w}: {exc}") from None
-    except (
-        KnobError,
-        WindowError,
-        RecordingError,
-        SourceError,
-        ScrapeError,
-        ValueError,
-        KeyError,
-        OSError,
-    ) as exc:
+    except (ValueError, KeyError, OSError) as exc:  # InputError is a ValueError; TransportError: cli.main (3)
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"kvdoctor whatif: {msg}", file=sys.stderr)
         return 2
@@ -190,8 +182,8 @@ def _prometheus(args: argparse.Namespace) -> list[Snap]:
     target = args.target.replace("\\", "\\\\").replace('"', '\\"')
     selector = f'{{__name__=~"vllm:.+", instance="{target}"}}'
     snaps = matrix_snaps(client.query_raw(selector, lookback, end))
-    if not snaps:
-        raise SourceError(
+    if not snaps:  # Prometheus answered: the --target names nothing it holds (bad input, not transport)
+        raise InputError(
             f"{client.base}: no vllm:* series for instance {args.target!r} in the last {lookback:g}s"
         )
     return snaps
