@@ -84,3 +84,27 @@ def test_real_alertmanager_receives_alert_with_advice_then_resolution(
     resolved = rx.wait(_with_status("resolved"), timeout=20)
     assert resolved["alerts"][0]["status"] == "resolved"
     n.close()
+
+
+def test_alerts_carry_the_job_prometheus_scrapes_the_target_in(tmp_path: Path) -> None:
+    from kvdoctor.config.schema import Config
+    from kvdoctor.daemon.notifying import build_notifier
+    from kvdoctor.diagnosis.target import Target, TargetFacts
+
+    view = {"target": "a:8000", "model_name": "m", "finding": "stalled", "severity": "critical",
+            "status": "firing", "fired_at": T0}  # fmt: skip
+    cfg = AlertmanagerConfig(urls=("http://am",), job="vllm")
+    assert to_alert(view, cfg, T0)["labels"]["job"] == "vllm"
+    assert to_alert(view, cfg, T0, "vllm-prod")["labels"]["job"] == "vllm-prod"
+    targets = {"a:8000": Target("a:8000", TargetFacts(labels={"job": "vllm-prod"}))}
+    notify = {"alertmanager": {"url": "http://127.0.0.1:9"}}
+    for source, job in (("prometheus", "vllm-prod"), ("scrape", None)):
+        daemon_cfg = Config(source=source, notify=notify, state_file=str(tmp_path / "s.json"), job="vllm")
+        notifier = build_notifier(daemon_cfg, "http://kvdoctor:9860", targets)
+        assert notifier is not None and notifier.alertmanager is not None
+        try:
+            job_of = notifier.alertmanager.job_of
+            assert (job_of("a:8000") if job_of else None) == job, source
+            assert notifier.alertmanager.config.job == "vllm"
+        finally:
+            notifier.close()

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from kvdoctor.config import Config, ConfigError
+from kvdoctor.diagnosis.target import Target
 from kvdoctor.notify import Notifier, parse_notify_config
 from kvdoctor.notify.located import located_errors
 
 log = logging.getLogger("kvdoctor")
 
 
-def build_notifier(cfg: Config, base_url: str) -> Notifier | None:
-    """A Notifier whose links point at base_url (this daemon), or None when nothing is configured."""
+def build_notifier(
+    cfg: Config, base_url: str, targets: Mapping[str, Target] | None = None
+) -> Notifier | None:
+    """A Notifier whose links point at base_url (this daemon), or None when nothing is configured; alerts
+    carry the `job` Prometheus scrapes a target in (from `targets`, the pipeline's), else the config's `job`."""
     if not cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
         return None
     ncfg, errors = parse_notify_config(cfg.notify, os.environ)
@@ -29,4 +34,10 @@ def build_notifier(cfg: Config, base_url: str) -> Notifier | None:
     state_dir = Path(cfg.state_file).parent if cfg.state_file else Path(".kvdoctor")
     if not cfg.state_file:
         log.warning("no state_file configured: notification state is kept in %s", state_dir.resolve())
-    return Notifier(ncfg, state_dir)
+    notifier = Notifier(ncfg, state_dir)
+    # Prometheus' job of each target (--source prometheus); scraped here, the pack's alerts carry the config's job
+    if notifier.alertmanager is not None and targets is not None and cfg.source == "prometheus":
+        notifier.alertmanager.job_of = lambda name: (
+            targets[name].labels.get("job") if name in targets else None
+        )
+    return notifier

@@ -297,4 +297,4 @@ class Daemon:
         return {"notify": self.notifier.status()} if self.notifier is not None else {}
 
     def _start_notifier(self) -> None:
-        self.notifier = build_notifier(self.cfg, self._external_url())
+        self.notifier = build_notifier(self.cfg, self._external_url(), self.pipeline.targets)

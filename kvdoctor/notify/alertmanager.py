@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -48,13 +49,15 @@ def shifted(a: dict[str, Any], offset: float) -> dict[str, Any]:
     return {**a, **{k: a[k] + offset for k in _TIMES if isinstance(a.get(k), int | float)}}
 
 
-def to_alert(a: dict[str, Any], config: AlertmanagerConfig, now: float) -> dict[str, Any]:
-    """One Alertmanager API v2 postable alert for a lifecycle alert view."""
+def to_alert(
+    a: dict[str, Any], config: AlertmanagerConfig, now: float, job: str | None = None
+) -> dict[str, Any]:
+    """One Alertmanager API v2 postable alert for a lifecycle alert view (job: the target's, else config.job)."""
     # The labels Prometheus gives the pack's alerts (job, instance, model_name + the rule's own), so that one
     # Alertmanager config groups, routes and inhibits both alike; `target` would only repeat `instance`.
     labels = {
         "alertname": alertname(a),
-        "job": config.job,
+        "job": job or config.job,
         "instance": a["target"],
         "model_name": a["model_name"],
         "finding": a["finding"],
@@ -96,6 +99,8 @@ class AlertmanagerSink:
         self._busy = False
         self._stop = False
         self.last_error = ""
+        # the `job` of a target by name, when it has its own (--source prometheus: the job Prometheus scrapes it in)
+        self.job_of: Callable[[str], str | None] | None = None
         self._thread = threading.Thread(target=self._run, name="kvdoctor-alertmanager", daemon=True)
         self._thread.start()
 
@@ -103,7 +108,10 @@ class AlertmanagerSink:
         """Queue this cycle's alerts (Alertmanager expects re-sends while active); offset shifts every time."""
         if not alerts or not self.config.urls:
             return
-        payload = [to_alert(shifted(a, offset), self.config, now + offset) for a in alerts]
+        job_of = self.job_of or (lambda _: None)
+        payload = [
+            to_alert(shifted(a, offset), self.config, now + offset, job_of(a["target"])) for a in alerts
+        ]
         with self._cond:
             self._latest = payload
             self._cond.notify_all()
