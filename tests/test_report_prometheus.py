@@ -102,5 +102,17 @@ def test_a_prometheus_without_kvdoctor_series_is_named(prometheus: str) -> None:
 
 
 def test_cli_says_when_prometheus_is_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", "--prometheus-url", "http://127.0.0.1:9", "--since", "1h"]) == 2
-    assert "cannot connect" in capsys.readouterr().err
+    assert main(["report", "--prometheus-url", "http://127.0.0.1:9", "--since", "1h"]) == 3  # transport
+    err = capsys.readouterr().err
+    assert "cannot connect" in err and len(err.splitlines()) == 1
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(
+    prometheus: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Three days: a range long enough for several query chunks, which once drew `\r` bars into any stderr.
+    args = ["report", "--prometheus-url", prometheus, "--start", str(T0 - 3 * 86400), "--end", str(LAST_GRID),
+            "--format", "json", "-o", str(tmp_path / "r.json")]  # fmt: skip
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "querying Prometheus" not in err and "wrote" in err
