@@ -9,7 +9,6 @@ import threading
 from typing import Any
 
 from kvdoctor.cli.common import duration_arg
-from kvdoctor.ingest.recording import RecordingError
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.web.server import parse_listen
 
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         playlist = Playlist(args.recordings, args.start, args.loop)
-    except (RecordingError, OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a RecordingError is a ValueError (InputError)
         print(f"kvdoctor replay-server: {exc}", file=sys.stderr)
         return 2
     try:
