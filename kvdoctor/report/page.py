@@ -91,7 +91,13 @@ def render_html(doc: dict[str, Any]) -> str:
         f'<canvas id="chart-{cid}" data-chart="{cid}"></canvas></div></section>'
         for cid, title in CHARTS.items()
     )
-    data = json.dumps(doc, allow_nan=False).replace("</", "<\\/")
+    # no `<`, `>` or `&` at all in the data block: neither `</script>` nor `<!--` can end or bend it
+    data = (
+        json.dumps(doc, allow_nan=False)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+    )
     scripts = "".join(f"<script>{_script(_static(name))}</script>" for name in SCRIPTS)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
