@@ -82,7 +82,7 @@ class Daemon:
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
                                  reload=self.reload, extra_status=self._notify_status,
                                  rules=lambda: self.pipeline.rules.groups,
-                                 report=lambda query: report_response(self.history, query))  # fmt: skip
+                                 report=lambda part, query: report_response(self.history, query, part))  # fmt: skip
             self.web.start()
             self.pipeline.runbook_url = self._runbook_page()
         try:

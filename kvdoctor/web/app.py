@@ -34,8 +34,9 @@ TYPES = {
 }
 Reload = Callable[[], tuple[bool, str]]
 Rules = Callable[[], list[RuleGroup]]
-# the capacity report of the daemon's history: query -> (status, body, content type)
-Report = Callable[[dict[str, list[str]]], tuple[int, bytes, str]]
+# the capacity report of the daemon's history: (part, query) -> (status, body, content type); part is "" for the
+# page and "static/NAME" for the script and style files it loads (the daemon's CSP allows no inline ones)
+Report = Callable[[str, dict[str, list[str]]], tuple[int, bytes, str]]
 
 
 def load_static() -> dict[str, tuple[bytes, str, str]]:
@@ -88,7 +89,7 @@ class App:
         known = (
             path in self.api
             or path in ("/", "/metrics", "/-/healthy", "/-/ready", "/runbook", "/report")
-            or path.startswith("/static/")
+            or path.startswith(("/static/", "/report/static/"))
         )
         if known and method not in ("GET", "HEAD"):
             return text(405, f"{method} not allowed on {path}", Allow="GET, HEAD")
@@ -99,10 +100,15 @@ class App:
                 return api_error(400, "bad_data", str(exc))
         if path == "/metrics":
             return self._metrics(query, headers)
-        if path == "/report":
+        if path == "/report" or path.startswith("/report/static/"):
             if self.report is None:
                 return text(404, "no report: kvdoctor keeps no history here")
-            status, body, content_type = self.report(query)
+            part = path[len("/report/") :] if path != "/report" else ""
+            status, body, content_type = self.report(part, query)
+            if part and status == 200:
+                return self._cached(
+                    body, content_type, '"' + hashlib.sha256(body).hexdigest()[:20] + '"', headers
+                )
             return Response(status, body, content_type)
         if path == "/-/healthy":
             return text(200, "kvdoctor is Healthy.")
