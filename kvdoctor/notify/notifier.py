@@ -29,7 +29,11 @@ class Notifier:
         self.config, self.clock = config, clock
         path = Path(config.outbox_path) if config.outbox_path else Path(state_dir) / "notify.sqlite"
         self.outbox = Outbox(path)
-        self.lifecycle = Lifecycle.from_state(config, self.outbox.load_state())
+        try:
+            self.lifecycle = Lifecycle.from_state(config, self.outbox.load_state())
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # JSON, but not a lifecycle's shape
+            self.outbox.start_over(f"its lifecycle state does not load ({type(exc).__name__}: {exc})")
+            self.lifecycle = Lifecycle(config)
         self._lock = threading.Lock()
         self._saved_sig: tuple = ()
         self._saved_at = float("-inf")
