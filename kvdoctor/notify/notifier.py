@@ -70,6 +70,8 @@ class Notifier:
             if items or sig != self._saved_sig or t - self._saved_at >= 30 or t < self._saved_at:
                 self.outbox.commit(items, self.lifecycle.to_state())
                 self._saved_sig, self._saved_at = sig, t
+            else:
+                self.outbox.retry_writes()  # what a full disk refused catches up as soon as it takes it
             alerts = self.lifecycle.active_alerts()
         if items:
             self.worker.wake()

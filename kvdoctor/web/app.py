@@ -113,12 +113,10 @@ class App:
         if path == "/-/healthy":
             return text(200, "kvdoctor is Healthy.")
         if path == "/-/ready":
-            ready = self.state.ready
-            return (
-                text(200, "kvdoctor is Ready.")
-                if ready
-                else text(503, "kvdoctor is not ready: no evaluation yet.")
-            )
+            ready, storage = self.state.ready, self.state.storage_problem
+            if ready and not storage:
+                return text(200, "kvdoctor is Ready.")
+            return text(503, f"kvdoctor is not ready: {storage or 'no evaluation yet'}.")
         if path == "/runbook":
             return self._runbook(headers)
         if path == "/" or path.startswith("/static/"):
@@ -188,6 +186,7 @@ class App:
             "cycle": {"duration_s": snap["cycle_duration_s"], "interval_s": snap["interval_s"]},
             "scheduler_events": snap["scheduler_events"],
             "targets": {"total": len(targets), "up": sum(1 for t in targets if t.up)},
+            "storage": {**snap["storage"], "problem": snap["storage_problem"]},
         }
         if self.extra_status is not None:
             try:
