@@ -8,6 +8,7 @@ transitions are in the file and delivered after a restart.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import subprocess
@@ -169,6 +170,9 @@ def test_start_up_on_a_full_state_directory_names_it_and_runs_without_persistenc
     )  # retried with backoff, not per cycle
     status, body = _ready(d)
     assert status == 503 and "state file" in body and str(tmpfs / "state.json") in body
+    shown = json.loads(App(d.state, d.registry).handle("GET", "/api/v1/status", {}).body)["data"]["storage"]
+    assert shown["state"]["failing_since"] is not None and "No space left" in shown["state"]["error"]
+    assert body.strip() == f"kvdoctor is not ready: {shown['problem']}."
     # the disk is freed: the next due retry writes the state and the daemon is ready again
     filler.unlink()
     _free(tmpfs)
