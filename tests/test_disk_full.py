@@ -67,15 +67,16 @@ class Tick:
     """A monotonic clock the test moves, so backoff delays pass without sleeping."""
 
     def __init__(self) -> None:
-        self.t = 1000.0
+        self.t = time.monotonic()  # from now: a backoff set before the test swapped clocks counts on it too
 
     def __call__(self) -> float:
         return self.t
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("slack_up", [True, False], ids=["slack-up", "slack-down-too"])
 def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free(
-    tmpfs: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    slack_up: bool, tmpfs: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     slack = FakeSlack()
     with running_alertmanager(tmp_path) as (am_url, rx):
@@ -100,10 +101,13 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
             n.observe([d], d.t + shift)
         caplog.set_level(logging.ERROR)
         filler = fill(tmpfs)
-        slack.set_mode("500")  # Slack is down too: what is owed lives only in memory now
+        if not slack_up:
+            slack.set_mode("500")  # Slack is down too: what is owed lives only in memory now
         for d in seq[8:20]:  # the KV limit fires and holds
             n.observe([d], d.t + shift)  # never raises
             tick.t += 0.5
+        if slack_up:  # delivered from memory: the root posted, its thread remembered in memory
+            assert n.flush(10) and len(slack.delivered("/chat.postMessage")) >= 1
         # Alertmanager needs no disk: it gets the outage's alert while the disk is full
         firing = rx.wait(
             lambda bodies: next((b for b in bodies if b.get("status") == "firing"), None), timeout=20
@@ -112,8 +116,14 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
         for d in seq[20:]:  # ... and resolves
             n.observe([d], d.t + shift)
             tick.t += 0.5
+        if slack_up:
+            assert (
+                n.flush(10) and len(slack.delivered("/chat.update")) == 1
+            )  # resolved while the disk is full
         stats = n.outbox.stats()
-        assert stats["write_failures_total"] >= 1 and stats["unsaved"] >= 2, stats
+        assert stats["write_failures_total"] >= 1, stats
+        # Slack up: delivered from memory, nothing owed; Slack down: owed, and only in memory
+        assert stats["unsaved"] == 0 if slack_up else stats["unsaved"] >= 2, stats
         assert "database or disk is full" in stats["write_error"]
         assert (
             sum("cannot write notification outbox" in r.getMessage() for r in caplog.records) == 1
@@ -123,10 +133,12 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
         _free(tmpfs)
         tick.t += 120
         assert n.outbox.retry_writes() is True
-        assert n.outbox.stats()["failing_since"] is None and n.outbox.stats()["pending"] >= 2
+        after = n.outbox.stats()
+        assert after["failing_since"] is None and after["unsaved"] == 0
+        assert after["pending"] == 0 if slack_up else after["pending"] >= 2  # owed ones now in the file
         n.close()
         assert not [p.name for p in tmpfs.iterdir() if p.suffix == ".tmp"]
-        # restart with Slack back: the outage's transitions are delivered from the file, once
+        # restart with Slack up: the outage's transitions are delivered from the file, once (and never twice)
         slack.set_mode("ok")
         n2 = Notifier(cfg, tmpfs, slack_retry_backoff=0.01)
         assert n2.flush(15)
@@ -195,3 +207,40 @@ def test_a_read_only_state_directory_is_named_and_kvdoctor_runs_on(
     d.cycle()
     assert d.state.snapshot()["storage"]["state"]["write_failures_total"] == 1
     assert "Read-only file system" in d.state.snapshot()["storage"]["state"]["error"]
+
+
+def test_notifier_start_up_on_a_full_disk_names_the_outbox_and_delivers_from_memory(
+    tmpfs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    slack = FakeSlack()
+    try:
+        env = {
+            "KVDOCTOR_SLACK_TOKEN": TOKEN,
+            "KVDOCTOR_SLACK_CHANNEL": "#vllm",
+            "KVDOCTOR_SLACK_BASE_URL": slack.api_url,
+        }
+        cfg, errors = parse_notify_config({"for": "1m", "resolve_after": "1m", "slack": {"retries": 0}}, env)
+        assert errors == []
+        filler = fill(tmpfs)
+        caplog.set_level(logging.WARNING)
+        n = Notifier(cfg, tmpfs, slack_retry_backoff=0.01)  # no traceback
+        tick = Tick()
+        n.outbox.monotonic = tick
+        (said,) = [r.getMessage() for r in caplog.records if "cannot be opened" in r.getMessage()]
+        assert str(tmpfs / "notify.sqlite") in said and "from memory" in said
+        for d in kv_incident():
+            n.observe([d], d.t)
+            tick.t += 0.5
+        assert n.flush(10)
+        assert len(slack.delivered("/chat.update")) == 1  # the whole incident, from memory
+        filler.unlink()
+        _free(tmpfs)
+        tick.t += 120
+        assert n.outbox.retry_writes() is True, n.outbox.stats()
+        assert (tmpfs / "notify.sqlite").stat().st_size > 0
+        n.close()
+        n2 = Notifier(cfg, tmpfs)  # the lifecycle state of the outage was written: nothing is re-announced
+        assert n2.lifecycle.groups == {} and n2.outbox.stats()["pending"] == 0
+        n2.close()
+    finally:
+        slack.close()
