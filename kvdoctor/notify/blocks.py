@@ -114,7 +114,7 @@ def evidence_fields(evidence: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def advice_text(alerts: list[dict[str, Any]]) -> str:
-    """The 'what to change' section: each vLLM flag with its quantified effect, deduplicated."""
+    """The 'what to change' section: each vLLM flag with its quantified effect, deduplicated (alerts escaped)."""
     lines, seen = [], set()
     for a in alerts:
         for adv in a.get("advice", []):
