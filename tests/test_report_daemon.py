@@ -65,7 +65,10 @@ def test_history_survives_a_restart_and_is_served(kv_server: ReplayServer, tmp_p
         base = d2.web.url
         status, ctype, page = _get(base + "report")
         assert status == 200 and ctype.startswith("text/html")
-        assert "chart-timeline" in page and "Chart.js v4.6.1" in page and "gpu-1" in page
+        assert "chart-timeline" in page and "gpu-1" in page
+        # the daemon's CSP refuses inline scripts: the page loads the vendored Chart.js from the daemon
+        assert '<script src="report/static/chart.umd.min.js">' in page
+        assert "Chart.js v4.6.1" in _get(base + "report/static/chart.umd.min.js")[2]
         status, ctype, body = _get(base + "report?format=json&gpu_hour_cost=2.5")
         doc = json.loads(body)
         entry = doc["targets"][0]

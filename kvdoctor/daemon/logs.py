@@ -29,13 +29,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """One record, one line: newlines and other control characters in the message (a label value) shown escaped."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # a model_name of "x\n2026-… ERROR …" must not forge a second record; a traceback (added after) keeps its lines
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+
+def one_line(text: str) -> str:
+    """text with its control characters as Python escapes (\\n, \\r, \\x1b), so a log line stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def setup_logging(fmt: str = "text", level: str = "info") -> None:
     """Configure the root logger once for the daemon."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

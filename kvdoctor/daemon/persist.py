@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -9,12 +10,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kvdoctor.daemon.statefile import VERSION, problem
+from kvdoctor.diskfiles import set_aside, unlink_quietly
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.report.history import History
 from kvdoctor.samples import Sample
 
 log = logging.getLogger(__name__)
-VERSION = 1
+__all__ = ["VERSION", "load", "save"]
 # Recorded series that carry learned state from one evaluation to the next.
 STATEFUL = ("kvdoctor:itl_seconds:baseline", "kvdoctor:batch_cap:plateau")
 
@@ -38,25 +41,34 @@ def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, p)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        unlink_quietly(tmp)  # a full disk must not fill up further with half-written copies
+        raise
 
 
 def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -> bool:
-    """Restore state saved by save(); a missing or unreadable file starts fresh (and says why)."""
+    """Restore state saved by save(); a missing file starts fresh, a corrupt one is moved aside (and said why)."""
     p = Path(path)
+    for stale in p.parent.glob(glob.escape(p.name) + "*.tmp"):
+        unlink_quietly(stale)  # left by a write that was killed or failed before its rename
     if not p.exists():
         return False
     try:
-        doc: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
-        if doc.get("version") != VERSION:
-            raise ValueError(f"unknown version {doc.get('version')!r}")
-    except (OSError, ValueError) as exc:
-        log.warning("state file %s ignored: %s", p, exc)
+        doc: Any = json.loads(p.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        log.warning("state file %s cannot be read (%s): starting without its state", p, exc)
         return False
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
+        return _fresh(p, f"not JSON ({exc})")
+    why = problem(doc)
+    if why is not None:
+        return _fresh(p, why)
     pipeline.rules.restore(doc.get("alerts") or [])
     pipeline.classifier.restore(doc.get("classifier") or {})
     if history is not None:
@@ -70,3 +82,10 @@ def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -
                 f"restored:{name}:{rest}", int(t), [Sample(name, rest, float(v))], staleness=False
             )  # type: ignore[arg-type]
     return True
+
+
+def _fresh(p: Path, why: str) -> bool:
+    aside = set_aside(p)
+    kept = f"moved to {aside}" if aside else "left in place (it cannot be renamed)"
+    log.warning("state file %s is corrupt: %s; %s, starting fresh", p, why, kept)
+    return False

@@ -13,6 +13,7 @@ from kvdoctor.config import Config, ConfigError, TargetSpec
 from kvdoctor.config.schema import default_external_url
 from kvdoctor.daemon import persist
 from kvdoctor.daemon.discovery import FileDiscovery
+from kvdoctor.daemon.durable import StateWriter, storage_health
 from kvdoctor.daemon.logs import setup_logging
 from kvdoctor.daemon.notifying import build_notifier
 from kvdoctor.daemon.pace import Pace
@@ -66,8 +67,11 @@ class Daemon:
         self._pace = Pace(self.state)
         self._thread: threading.Thread | None = None
         self.history = History("kvdoctor serve")  # hourly summaries for `/report`
-        if cfg.state_file:
-            persist.load(cfg.state_file, self.pipeline, self.history)
+        self.writer = StateWriter(cfg.state_file) if cfg.state_file else None
+        self.storage_grace_s = 300.0  # how long writes may fail (wall time) before /-/ready says so
+        if self.writer is not None:
+            persist.load(self.writer.path, self.pipeline, self.history)
+            self.writer.check_at_start()
         self._sync_targets()
         self.source: DaemonSource | None = (
             None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
@@ -83,7 +87,7 @@ class Daemon:
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
                                  reload=self.reload, extra_status=self._notify_status,
                                  rules=lambda: self.pipeline.rules.groups,
-                                 report=lambda query: report_response(self.history, query))  # fmt: skip
+                                 report=lambda part, query: report_response(self.history, query, part))  # fmt: skip
             self.web.start()
             self.pipeline.runbook_url = self._runbook_page()
         try:
@@ -126,7 +130,7 @@ class Daemon:
             self._thread.join(timeout=60)
         self.scraper.close()
         with self._lock:
-            self._persist()
+            self._persist(force=True)
         if self.notifier is not None:
             self.notifier.flush(10.0)
             self.notifier.close()
@@ -207,12 +211,11 @@ class Daemon:
                     self.on_change(d, prev)
             self._last[key] = d.verdict
 
-    def _persist(self) -> None:
-        if self.cfg.state_file:
-            try:
-                persist.save(self.cfg.state_file, self.pipeline, self.history)
-            except OSError as exc:
-                log.error("cannot write state file %s: %s", self.cfg.state_file, exc)
+    def _persist(self, force: bool = False) -> None:
+        # never raises: a refused write is retried and reported, the cycle goes on
+        if self.writer is not None:
+            self.writer.save(self.pipeline, self.history, force)
+        self.state.note_storage(*storage_health(self.writer, self.notifier, self.storage_grace_s))
 
     # -- targets, reload --------------------------------------------------------------------------------
     def _schedule(self) -> None:

@@ -67,8 +67,11 @@ def to_alert(
     advice = "\n".join(
         f"{x['flag']}: {x['text']}" if x.get("flag") else x["text"] for x in a.get("advice", [])
     )
+    # Annotations carry the text as written (receivers' templates escape for their medium, as for Prometheus'
+    # own alerts); the runbook link only if it is a web URL, never javascript: or data:.
+    runbook = str(a.get("runbook", ""))
     annotations = {"summary": a.get("summary", ""), "description": a.get("description", ""), "advice": advice,
-                   "runbook_url": a.get("runbook", "")}  # fmt: skip
+                   "runbook_url": runbook if runbook.startswith(("https://", "http://")) else ""}  # fmt: skip
     ends = (
         a["resolved_at"]
         if a.get("status") == "resolved" and a.get("resolved_at")

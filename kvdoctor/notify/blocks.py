@@ -28,6 +28,41 @@ def _cut(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def escape(text: object) -> str:
+    """Text from outside (labels, annotations, errors) made inert in mrkdwn: Slack's three control characters."""
+    # https://api.slack.com/reference/surfaces/formatting#escaping: only &, < and > are decoded; `<!channel>`,
+    # `<@U…>` and `<url|label>` need a `<`, so links and mentions can only come from kvdoctor's own templates.
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def link_url(url: str) -> str:
+    """A URL fit for `<url|label>`: the characters that would end it or start a label percent-encoded."""
+    return "".join(f"%{ord(c):02X}" if c in "<>| " or ord(c) < 32 else c for c in url)
+
+
+def _escaped(alert: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an alert view with every string inside escaped, but for the runbook URL (a link target)."""
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, str):
+            return escape(x)
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+
+    out = {k: walk(v) for k, v in alert.items() if k != "runbook"}
+    if alert.get("runbook"):
+        out["runbook"] = alert["runbook"]
+    return out
+
+
+def mrkdwn(text: str) -> dict[str, Any]:
+    """A mrkdwn text object; verbatim, so Slack does not turn bare URLs or channel names in it into links."""
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
 def title_of(alert: dict[str, Any]) -> str:
     """Short title of one alert: the limit hit, or the finding name in words."""
     kind = FINDINGS.get(alert.get("bottleneck") or "")
@@ -75,13 +110,11 @@ def evidence_fields(evidence: dict[str, Any]) -> list[dict[str, Any]]:
     order = {k: i for i, k in enumerate(SIGNALS)}
     for k in sorted(ev, key=lambda k: (order.get(k, len(order)), k)):
         out.append((fmt.label_of(k), fmt.value(k, ev[k]) + extras.get(k, "")))
-    return [
-        {"type": "mrkdwn", "text": _cut(f"*{label}*\n{val}", MAX_FIELD)} for label, val in out[:MAX_FIELDS]
-    ]
+    return [mrkdwn(_cut(f"*{escape(label)}*\n{escape(val)}", MAX_FIELD)) for label, val in out[:MAX_FIELDS]]
 
 
 def advice_text(alerts: list[dict[str, Any]]) -> str:
-    """The 'what to change' section: each vLLM flag with its quantified effect, deduplicated."""
+    """The 'what to change' section: each vLLM flag with its quantified effect, deduplicated (alerts escaped)."""
     lines, seen = [], set()
     for a in alerts:
         for adv in a.get("advice", []):
@@ -100,20 +133,20 @@ def _links(ev: Event, a: dict[str, Any], links: Links) -> list[str]:
     q = {"target": a.get("target", ""), "model_name": a.get("model_name", "")}
     out = []
     if links.status_page_url:
-        out.append(f"<{links.status_page_url}/?{urlencode(q)}|Status page>")
+        out.append(f"<{link_url(links.status_page_url)}/?{urlencode(q)}|Status page>")
     if links.grafana_url:
         sep = "&" if "?" in links.grafana_url else "?"
         g = {"var-target": q["target"], "var-model_name": q["model_name"],
              "from": int(ev.opened - 900) * 1000, "to": "now" if ev.kind != "resolved" else int(ev.t + 300) * 1000}  # fmt: skip
-        out.append(f"<{links.grafana_url}{sep}{urlencode(g)}|Grafana>")
-    if a.get("runbook"):
-        out.append(f"<{a['runbook']}|Runbook>")
+        out.append(f"<{link_url(links.grafana_url)}{sep}{urlencode(g)}|Grafana>")
+    if str(a.get("runbook", "")).startswith(("https://", "http://")):  # no javascript: or slack:// links
+        out.append(f"<{link_url(a['runbook'])}|Runbook>")
     return out
 
 
 def _context(ev: Event, a: dict[str, Any], links: Links, lead: str) -> dict[str, Any]:
-    parts = [lead, f"finding `{a.get('finding', '')}`", *_links(ev, a, links)]
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _cut(" · ".join(parts), MAX_TEXT)}]}
+    parts = [lead, f"finding `{escape(a.get('finding', ''))}`", *_links(ev, a, links)]
+    return {"type": "context", "elements": [mrkdwn(_cut(" · ".join(parts), MAX_TEXT))]}
 
 
 def _others(alerts: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -125,31 +158,34 @@ def _others(alerts: list[dict[str, Any]]) -> dict[str, Any] | None:
     ]
     return {
         "type": "section",
-        "text": {"type": "mrkdwn", "text": _cut("*Also on this target*\n" + "\n".join(lines), MAX_TEXT)},
+        "text": mrkdwn(_cut("*Also on this target*\n" + "\n".join(lines), MAX_TEXT)),
     }
 
 
 def _text_section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text or " ", MAX_TEXT)}}
+    return {"type": "section", "text": mrkdwn(_cut(text or " ", MAX_TEXT))}
 
 
 def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dict[str, Any]]]:
     """Fallback text and Block Kit blocks for an event (root message, or thread reply when root=False)."""
-    a: dict[str, Any] = ev.alerts[0] if ev.alerts else {"finding": "", "severity": "info", "summary": ""}
-    where, title = _where(ev, a), title_of(a)
-    icon = ICONS.get(a.get("severity", ""), "")
+    raw: dict[str, Any] = ev.alerts[0] if ev.alerts else {"finding": "", "severity": "info", "summary": ""}
+    # Everything from outside is escaped once, here; only the plain_text header (never parsed) gets it raw.
+    alerts = [_escaped(x) for x in ev.alerts]
+    a = alerts[0] if alerts else raw
+    where, title = escape(_where(ev, raw)), escape(title_of(raw))
+    icon = ICONS.get(raw.get("severity", ""), "")
     if ev.kind == "resolved":
         # The problem's own span: from when the first finding started to hold to its last sighting.
         start = min([x.get("started") or ev.opened for x in ev.alerts] or [ev.opened])
         end = max([x.get("last_seen") or ev.t for x in ev.alerts] or [ev.t])
         lasted = fmt.duration(end - start)
         text = f"Resolved: {title} on {where} (lasted {lasted})"
-        head = f"✅ Resolved: {title} · {where}"
+        head = f"✅ Resolved: {title_of(raw)} · {_where(ev, raw)}"
         lead = f"started {fmt.clock(start)}, last seen {fmt.clock(end)}: lasted *{lasted}*"
         lead += " · numbers from when it fired" if root and a.get("fired_evidence") else ""
     else:
         text = f"{title} on {where}: {a.get('summary', '')}"
-        head = f"{'🔁 Still firing: ' if ev.kind == 'repeat' else ''}{title} · {where}"
+        head = f"{'🔁 Still firing: ' if ev.kind == 'repeat' else ''}{title_of(raw)} · {_where(ev, raw)}"
         lead = f"firing since {fmt.clock(ev.opened)}"
         if ev.kind == "repeat":
             lead += f" ({fmt.duration(ev.t - ev.opened)})"
@@ -160,19 +196,20 @@ def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, l
         )
     body = f"{icon} *{a.get('summary', '')}*" + (f"\n{a['description']}" if a.get("description") else "")
     if ev.changes:
-        body = "*Changed:* " + "; ".join(ev.changes) + "\n" + body
-        text = text if ev.kind == "resolved" else f"{where}: " + "; ".join(ev.changes)
+        changes = "; ".join(escape(c) for c in ev.changes)
+        body = "*Changed:* " + changes + "\n" + body
+        text = text if ev.kind == "resolved" else f"{where}: " + changes
     blocks.append(_text_section(body))
     # A resolved root keeps the numbers that made it fire (the last ones are often already back to normal).
-    evidence = a.get("fired_evidence") if root and ev.kind == "resolved" else None
-    fields = evidence_fields(evidence or a.get("evidence", {}))
+    evidence = raw.get("fired_evidence") if root and ev.kind == "resolved" else None
+    fields = evidence_fields(evidence or raw.get("evidence", {}))  # escapes its own labels and values
     if fields:
         blocks.append({"type": "section", "fields": fields})
-    if (others := _others(ev.alerts)) is not None:
+    if (others := _others(alerts)) is not None:
         blocks.append(others)
-    if ev.kind != "resolved" and (adv := advice_text(ev.alerts)):
+    if ev.kind != "resolved" and (adv := advice_text(alerts)):
         blocks += [{"type": "divider"}, _text_section(adv)]
-    blocks.append(_context(ev, a, links, lead))
+    blocks.append(_context(ev, raw, links, lead))
     return _cut(text, MAX_TEXT), validate(blocks[:MAX_BLOCKS])
 
 
@@ -189,13 +226,13 @@ def validate(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def probe_message(links: Links, where: str = "kvdoctor") -> tuple[str, list[dict[str, Any]]]:
     """A test message proving the sink is configured (kvdoctor notify test)."""
-    text = f"kvdoctor test notification from {where}: Slack delivery works."
-    extra = [x for x in (links.status_page_url and f"<{links.status_page_url}|Status page>",
-                         links.grafana_url and f"<{links.grafana_url}|Grafana>") if x]  # fmt: skip
+    text = f"kvdoctor test notification from {escape(where)}: Slack delivery works."
+    extra = [x for x in (links.status_page_url and f"<{link_url(links.status_page_url)}|Status page>",
+                         links.grafana_url and f"<{link_url(links.grafana_url)}|Grafana>") if x]  # fmt: skip
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": "kvdoctor test notification"}},
         _text_section(text),
     ]
     if extra:
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(extra)}]})
+        blocks.append({"type": "context", "elements": [mrkdwn(" · ".join(extra))]})
     return text, validate(blocks)

@@ -29,7 +29,11 @@ class Notifier:
         self.config, self.clock = config, clock
         path = Path(config.outbox_path) if config.outbox_path else Path(state_dir) / "notify.sqlite"
         self.outbox = Outbox(path)
-        self.lifecycle = Lifecycle.from_state(config, self.outbox.load_state())
+        try:
+            self.lifecycle = Lifecycle.from_state(config, self.outbox.load_state())
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # JSON, but not a lifecycle's shape
+            self.outbox.start_over(f"its lifecycle state does not load ({type(exc).__name__}: {exc})")
+            self.lifecycle = Lifecycle(config)
         self._lock = threading.Lock()
         self._saved_sig: tuple = ()
         self._saved_at = float("-inf")
@@ -66,6 +70,8 @@ class Notifier:
             if items or sig != self._saved_sig or t - self._saved_at >= 30 or t < self._saved_at:
                 self.outbox.commit(items, self.lifecycle.to_state())
                 self._saved_sig, self._saved_at = sig, t
+            else:
+                self.outbox.retry_writes()  # what a full disk refused catches up as soon as it takes it
             alerts = self.lifecycle.active_alerts()
         if items:
             self.worker.wake()

@@ -72,6 +72,12 @@ class SlackSink:
         """Send one item; never raises."""
         try:
             ev = Event.from_dict(item.payload["event"])
+            event_message(ev, self.links)  # rendered before any request: a failure here is the item's own
+        except Exception as e:
+            return Result(
+                False, False, f"cannot render the notification: {type(e).__name__}: {e}", poison=True
+            )
+        try:
             if self.web is not None:
                 return self._bot(ev, outbox)
             if self.hook is not None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kvdoctor.notify.outbox import Item, Outbox
+from kvdoctor.notify.outbox import QUARANTINE_AFTER, Item, Outbox
 from kvdoctor.notify.redact import redacting_logger
 
 log = redacting_logger("kvdoctor.notify.worker")
@@ -21,6 +21,7 @@ class Result:
     ok: bool
     transient: bool = False
     error: str = ""
+    poison: bool = False  # the item itself cannot be rendered: retried a few times, then quarantined
 
 
 class Sink(Protocol):
@@ -81,6 +82,15 @@ class Worker:
             if res.ok:
                 self.outbox.done(item.id)
                 self._retry_at.pop(item.incident, None)
+            elif res.poison:  # not the sink's fault: it blocks neither its incident nor the others
+                if item.attempts + 1 >= QUARANTINE_AFTER:
+                    self.outbox.quarantine(item.id, res.error)
+                    log.error("notification %s quarantined after %d attempts: %s", item.key, item.attempts + 1,
+                              res.error)  # fmt: skip
+                else:
+                    self.outbox.failed(item.id, res.error)
+                    next_due = self.initial if next_due is None else min(next_due, self.initial)
+                self.last_error = res.error
             elif res.transient:
                 # Keep order per incident: later items of this incident wait behind this one.
                 delay = min(self.cap, self.initial * 2**failures)

@@ -9,7 +9,7 @@ from kvdoctor.report.build import ReportError, build_report
 from kvdoctor.report.economics import Prices, parse_usd
 from kvdoctor.report.history import History
 from kvdoctor.report.markdown import render_markdown
-from kvdoctor.report.page import render_html
+from kvdoctor.report.page import ASSETS, asset, render_html
 
 TYPES = {"html": "text/html; charset=utf-8", "md": "text/markdown; charset=utf-8", "json": "application/json"}
 
@@ -32,8 +32,14 @@ def prices_from_query(query: dict[str, list[str]]) -> Prices:
     return Prices(usd("gpu_hour_cost"), int(gpus), usd("api_price_in"), usd("api_price_out"))
 
 
-def report_response(history: History, query: dict[str, list[str]]) -> tuple[int, bytes, str]:
-    """(status, body, content type) of the report over the daemon's history; ?format=html|md|json."""
+def report_response(history: History, query: dict[str, list[str]], part: str = "") -> tuple[int, bytes, str]:
+    """(status, body, content type) of the report over the daemon's history (?format=html|md|json), or of one
+    of the files its page loads (part `static/NAME`)."""
+    if part:
+        name = part.removeprefix("static/")
+        if name not in ASSETS or part != f"static/{name}":
+            return 404, b"404 page not found\n", "text/plain; charset=utf-8"
+        return 200, asset(name), ASSETS[name]
     fmt = _one(query, "format") or "html"
     if fmt not in TYPES:
         return 400, f"format {fmt!r}: expected html, md or json\n".encode(), "text/plain; charset=utf-8"
@@ -42,5 +48,11 @@ def report_response(history: History, query: dict[str, list[str]]) -> tuple[int,
     except (ReportError, ValueError) as exc:
         page = f"<!doctype html><title>kvdoctor report</title><p>No report yet: {html.escape(str(exc))}</p>"
         return (400 if not isinstance(exc, ReportError) else 200), page.encode(), TYPES["html"]
-    body = json.dumps(doc) if fmt == "json" else render_markdown(doc) if fmt == "md" else render_html(doc)
+    body = (
+        json.dumps(doc)
+        if fmt == "json"
+        else render_markdown(doc)
+        if fmt == "md"
+        else render_html(doc, linked=True)
+    )
     return 200, body.encode(), TYPES[fmt]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kvdoctor.report.figures import dollars as _usd
@@ -9,15 +10,24 @@ from kvdoctor.report.figures import exact as _n
 from kvdoctor.report.figures import percent as _pct
 from kvdoctor.report.history import CLASSES
 
+# ASCII punctuation that starts Markdown syntax (emphasis, links, tables, HTML): backslash-escaped in outside text
+_MARKUP = re.compile(r"([\\`*_\[\]{}<>|#!~&])")
+
+
+def md(text: object) -> str:
+    """Outside text (target, model, explanations) as literal Markdown: one line, its markup characters escaped."""
+    return _MARKUP.sub(r"\\\1", " ".join(str(text).split()))
+
 
 def render_markdown(doc: dict[str, Any]) -> str:
     """The whole report: summary, recommendations, per-target tables, incidents, economics."""
     r, f = doc["range"], doc["fleet"]
-    rows = [*doc["targets"], {"target": "**fleet**", "model_name": "", **f}]
+    rows = [*({**e, "target": md(e["target"]), "model_name": md(e["model_name"])} for e in doc["targets"])]
+    rows.append({**f, "target": "**fleet**", "model_name": ""})
     out = [
         "# kvdoctor capacity review",
         "",
-        f"{r['start_iso']} – {r['end_iso']} ({r['hours']:.1f} h), {f['replicas']} replica(s), source: {doc['source']}.",
+        f"{r['start_iso']} – {r['end_iso']} ({r['hours']:.1f} h), {f['replicas']} replica(s), source: {md(doc['source'])}.",
         "",
         f"- Served **{f['requests']:,}** requests, **{f['prompt_tokens']:,}** prompt and "
         f"**{f['generation_tokens']:,}** generation tokens ({_n(f['generation_tokens_per_s'])} tokens/s mean, "
@@ -35,10 +45,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
         )
     out += ["", "## Recommendations", ""]
     out += [
-        f"{i}. {rec['text']} *Evidence: {rec['evidence']}.*"
+        f"{i}. {md(rec['text'])} *Evidence: {md(rec['evidence'])}.*"
         for i, rec in enumerate(doc["recommendations"], 1)
     ]
-    out += [f"> {n}" for n in doc["notes"]]
+    out += [f"> {md(n)}" for n in doc["notes"]]
     out += ["", "## Time per class (hours)", "", "| target | model | " + " | ".join(CLASSES) + " | total | idle share |",
             "|---|---|" + "---:|" * (len(CLASSES) + 2)]  # fmt: skip
     for e in rows:
@@ -84,8 +94,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
             "| start | end | minutes | target | class | finding | explanation |",
             "|---|---|---:|---|---|---|---|",
         ]
-        out += [f"| {i['start_iso']} | {i['end_iso']} | {i['minutes']} | {i['target']} | {i['class']} | {i['finding']} "
-                f"| {i['explanation']} |" for i in doc["incidents"]]  # fmt: skip
+        out += [f"| {i['start_iso']} | {i['end_iso']} | {i['minutes']} | {md(i['target'])} | {i['class']} "
+                f"| {md(i['finding'])} | {md(i['explanation'])} |" for i in doc["incidents"]]  # fmt: skip
     else:
         out.append("No limit was hit and no target was down.")
     return "\n".join(out) + "\n"

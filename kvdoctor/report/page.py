@@ -14,6 +14,8 @@ from kvdoctor.report.history import CLASSES
 
 # Vendored from npm (`npm pack chart.js@4.6.1 chartjs-chart-matrix@3.1.0`), MIT; licenses next to them.
 SCRIPTS = ("chart.umd.min.js", "chartjs-chart-matrix.min.js", "report.js")
+# what a linked page (the daemon's /report) loads from report/static/, with its content type
+ASSETS = {**dict.fromkeys(SCRIPTS, "text/javascript; charset=utf-8"), "report.css": "text/css; charset=utf-8"}
 CHARTS = {
     "timeline": "Class timeline per target",
     "throughput": "Generation tokens/s per hour against sustained capacity",
@@ -24,6 +26,11 @@ CHARTS = {
 
 def _static(name: str) -> str:
     return resources.files("kvdoctor.report").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def asset(name: str) -> bytes:
+    """One of ASSETS, as a linked page loads it."""
+    return resources.files("kvdoctor.report").joinpath("static", name).read_bytes()
 
 
 def _script(text: str) -> str:
@@ -58,8 +65,11 @@ def _tiles(doc: dict[str, Any]) -> str:
     )
 
 
-def render_html(doc: dict[str, Any]) -> str:
-    """A page that opens with no network: charts drawn by the inlined Chart.js from the inlined report data."""
+def render_html(doc: dict[str, Any], linked: bool = False) -> str:
+    """A page that opens with no network: charts drawn by the inlined Chart.js from the inlined report data.
+
+    linked: scripts and styles as files beside it (`report/static/`), for a server whose Content-Security-Policy
+    refuses inline ones; the data stays inline, in a JSON block a CSP does not run."""
     r, f = doc["range"], doc["fleet"]
     rows = [*doc["targets"], {"target": "fleet", "model_name": "", **f}]
     hours_table = _table(
@@ -91,12 +101,23 @@ def render_html(doc: dict[str, Any]) -> str:
         f'<canvas id="chart-{cid}" data-chart="{cid}"></canvas></div></section>'
         for cid, title in CHARTS.items()
     )
-    data = json.dumps(doc, allow_nan=False).replace("</", "<\\/")
-    scripts = "".join(f"<script>{_script(_static(name))}</script>" for name in SCRIPTS)
+    # no `<`, `>` or `&` at all in the data block: neither `</script>` nor `<!--` can end or bend it
+    data = (
+        json.dumps(doc, allow_nan=False)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+    )
+    if linked:
+        scripts = "".join(f'<script src="report/static/{name}"></script>' for name in SCRIPTS)
+        style = '<link rel="stylesheet" href="report/static/report.css">'
+    else:
+        scripts = "".join(f"<script>{_script(_static(name))}</script>" for name in SCRIPTS)
+        style = f"<style>{_static('report.css')}</style>"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>kvdoctor capacity review {html.escape(r["start_iso"])} – {html.escape(r["end_iso"])}</title>
-<style>{_static("report.css")}</style></head>
+{style}</head>
 <body><header><h1><span class="logo">kvdoctor</span> capacity review</h1>
 <p class="range">{html.escape(r["start_iso"])} – {html.escape(r["end_iso"])} · {r["hours"]:.1f} h ·
 {f["replicas"]} replica(s) · {html.escape(doc["source"])} · generated {html.escape(doc["generated"])}</p></header>

@@ -69,6 +69,7 @@ class DiagnosisCollector:
         yield from (one_hot, code, since, finding, error, *fams.values())
         yield from self._targets(snap)
         yield from self._self(snap)
+        yield from storage_families(snap)
 
     def _targets(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
         up = GaugeMetricFamily(
@@ -151,6 +152,19 @@ class DiagnosisCollector:
         for event in ("error", "missed"):
             sched.add_metric([event], float(snap["scheduler_events"].get(event, 0)))
         yield from (ev, evd, cycle, interval, fails, reload_ok, reload_ts, reloads, build, sched)
+
+
+def storage_families(snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
+    """Failed writes per file kvdoctor keeps (state, outbox), and outbox items put aside as unreadable."""
+    fails = CounterMetricFamily("kvdoctor_state_write_failures", "Writes of kvdoctor's own files that the disk "
+                                "refused (retried with backoff; the daemon goes on).", labels=["file"])  # fmt: skip
+    quarantined = CounterMetricFamily(
+        "kvdoctor_outbox_quarantined", "Outbox items put aside because no sink can read or render them."
+    )
+    for name, health in sorted(snap["storage"].items()):
+        fails.add_metric([name], float(health.get("write_failures_total", 0)))
+    quarantined.add_metric([], float(snap["storage"].get("outbox", {}).get("quarantined_total", 0)))
+    yield from (fails, quarantined)
 
 
 def make_registry(state: DaemonState) -> CollectorRegistry:

@@ -35,6 +35,10 @@ class DaemonState:
         self.scheduler_events: Counter[str] = Counter()
         self.started_ts: float | None = None
         self.ready = False
+        self.storage: dict[
+            str, dict[str, Any]
+        ] = {}  # the files kvdoctor writes: state, outbox → their health
+        self.storage_problem = ""  # why /-/ready says no because of them ('' when it does not)
         self._history: dict[tuple[str, str], deque[dict[str, float]]] = {}
         self._points = history_points
 
@@ -96,6 +100,8 @@ class DaemonState:
                 "interval_s": self.interval_s,
                 "scheduler_events": dict(self.scheduler_events),
                 "ready": self.ready,
+                "storage": {k: dict(v) for k, v in self.storage.items()},
+                "storage_problem": self.storage_problem,
             }
 
     def history(self, target: str, model_name: str) -> list[dict[str, float]]:
@@ -121,3 +127,8 @@ class DaemonState:
         """Count a scheduling event: `missed` (slots an overlong cycle ate), `error` (a cycle that raised)."""
         with self._lock:
             self.scheduler_events[event] += n
+
+    def note_storage(self, files: dict[str, dict[str, Any]], problem: str) -> None:
+        """Record the health of the files kvdoctor writes, and why readiness fails because of them ('' if not)."""
+        with self._lock:
+            self.storage, self.storage_problem = files, problem

@@ -34,8 +34,9 @@ TYPES = {
 }
 Reload = Callable[[], tuple[bool, str]]
 Rules = Callable[[], list[RuleGroup]]
-# the capacity report of the daemon's history: query -> (status, body, content type)
-Report = Callable[[dict[str, list[str]]], tuple[int, bytes, str]]
+# the capacity report of the daemon's history: (part, query) -> (status, body, content type); part is "" for the
+# page and "static/NAME" for the script and style files it loads (the daemon's CSP allows no inline ones)
+Report = Callable[[str, dict[str, list[str]]], tuple[int, bytes, str]]
 
 
 def load_static() -> dict[str, tuple[bytes, str, str]]:
@@ -88,7 +89,7 @@ class App:
         known = (
             path in self.api
             or path in ("/", "/metrics", "/-/healthy", "/-/ready", "/runbook", "/report")
-            or path.startswith("/static/")
+            or path.startswith(("/static/", "/report/static/"))
         )
         if known and method not in ("GET", "HEAD"):
             return text(405, f"{method} not allowed on {path}", Allow="GET, HEAD")
@@ -99,20 +100,23 @@ class App:
                 return api_error(400, "bad_data", str(exc))
         if path == "/metrics":
             return self._metrics(query, headers)
-        if path == "/report":
+        if path == "/report" or path.startswith("/report/static/"):
             if self.report is None:
                 return text(404, "no report: kvdoctor keeps no history here")
-            status, body, content_type = self.report(query)
+            part = path[len("/report/") :] if path != "/report" else ""
+            status, body, content_type = self.report(part, query)
+            if part and status == 200:
+                return self._cached(
+                    body, content_type, '"' + hashlib.sha256(body).hexdigest()[:20] + '"', headers
+                )
             return Response(status, body, content_type)
         if path == "/-/healthy":
             return text(200, "kvdoctor is Healthy.")
         if path == "/-/ready":
-            ready = self.state.ready
-            return (
-                text(200, "kvdoctor is Ready.")
-                if ready
-                else text(503, "kvdoctor is not ready: no evaluation yet.")
-            )
+            ready, storage = self.state.ready, self.state.storage_problem
+            if ready and not storage:
+                return text(200, "kvdoctor is Ready.")
+            return text(503, f"kvdoctor is not ready: {storage or 'no evaluation yet'}.")
         if path == "/runbook":
             return self._runbook(headers)
         if path == "/" or path.startswith("/static/"):
@@ -182,6 +186,7 @@ class App:
             "cycle": {"duration_s": snap["cycle_duration_s"], "interval_s": snap["interval_s"]},
             "scheduler_events": snap["scheduler_events"],
             "targets": {"total": len(targets), "up": sum(1 for t in targets if t.up)},
+            "storage": {**snap["storage"], "problem": snap["storage_problem"]},
         }
         if self.extra_status is not None:
             try:

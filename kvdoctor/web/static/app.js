@@ -390,7 +390,11 @@ async function poll() {
     main.replaceChildren(frag);
     renderSummary(items, status);
     const reload = status.reload || {};
-    banner(reload.ok === false ? `Config reload failed, still running the last good config: ${reload.error}` : "");
+    const disk = Object.entries(status.storage || {}).filter(([k, v]) => k !== "problem" && v.failing_since)
+      .map(([k, v]) => `${k} file ${v.path || ""} cannot be written since ${ago(status.now - v.failing_since)} ago `
+        + `(${v.error || v.write_error}); running from memory`);
+    banner([reload.ok === false ? `Config reload failed, still running the last good config: ${reload.error}` : "",
+      ...disk].filter(Boolean).join(" · "));
     document.body.classList.remove("stale");
   } catch (err) {
     banner(`Cannot reach kvdoctor (${err.message}); retrying every ${POLL_MS / 1000} s`);
