@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from kvdoctor.config.durations import duration_seconds
+from kvdoctor.config.podsd import parse_kubernetes_sd
 from kvdoctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefaults, check_url
 from kvdoctor.config.targets import count, http_options, limits, parse_target
 from kvdoctor.config.yamlpos import Located, locate, yaml_error
@@ -17,7 +18,7 @@ from kvdoctor.errors import ValidationError
 
 TOP_KEYS = {
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
-    "source", "prometheus", "web_config", "notify", "external_url", "runbook_url",
+    "source", "prometheus", "web_config", "notify", "external_url", "runbook_url", "kubernetes_sd",
 }  # fmt: skip
 SCRAPE_KEYS = {
     "timeout",
@@ -90,6 +91,7 @@ def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tupl
         cfg.file_sd.append(
             FileSD([str(f) for f in item["files"]], _dur(item, "refresh", 30.0, doc, ("file_sd", i), errors))
         )
+    cfg.kubernetes_sd = parse_kubernetes_sd(data.get("kubernetes_sd"), doc, errors, cfg.scrape)
     prom = data.get("prometheus")
     if prom is not None:
         if not isinstance(prom, dict) or not prom.get("url"):

@@ -1,4 +1,4 @@
-"""Targets from Prometheus file_sd files (JSON or YAML), re-read when a file changes."""
+"""Discovered targets: Prometheus file_sd files (JSON or YAML), re-read when a file changes, and Kubernetes pods."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import glob
 import logging
 import os
 
-from kvdoctor.config import TargetSpec
+from kvdoctor.config import Config, TargetSpec
 from kvdoctor.config.filesd import read_file_sd
 from kvdoctor.config.schema import FileSD, ScrapeDefaults
+from kvdoctor.daemon.kubesd import KubeDiscovery
 
 log = logging.getLogger(__name__)
 
@@ -48,3 +49,28 @@ class FileDiscovery:
             self._seen[path] = sig
             self._targets[path] = targets
         return [t for p in sorted(self._targets) for t in self._targets[p]]
+
+
+class Discovery:
+    """Every discovered target: file_sd files and Kubernetes pods (kubernetes_sd)."""
+
+    def __init__(self, cfg: Config, pods: KubeDiscovery | None = None) -> None:
+        self.files = FileDiscovery(cfg.file_sd, cfg.scrape)
+        self.pods = pods if pods is not None else KubeDiscovery(cfg.kubernetes_sd)
+
+    def targets(self) -> list[TargetSpec]:
+        """The targets of both, file_sd's first."""
+        return [*self.files.targets(), *self.pods.targets()]
+
+    def renewed(self, cfg: Config) -> Discovery:
+        """The discovery for a reloaded config: the pod watchers go on when kubernetes_sd did not change (no
+        re-list), else they are replaced."""
+        if cfg.kubernetes_sd == self.pods.sds:
+            return Discovery(cfg, self.pods)
+        fresh = Discovery(cfg)  # raises ConfigError for bad credentials before the old watchers stop
+        self.pods.close()
+        return fresh
+
+    def close(self) -> None:
+        """Stop watching pods."""
+        self.pods.close()

@@ -12,7 +12,7 @@ from typing import Any
 from kvdoctor.config import Config, ConfigError, TargetSpec
 from kvdoctor.config.schema import default_external_url
 from kvdoctor.daemon import persist
-from kvdoctor.daemon.discovery import FileDiscovery
+from kvdoctor.daemon.discovery import Discovery
 from kvdoctor.daemon.logs import setup_logging
 from kvdoctor.daemon.notifying import build_notifier
 from kvdoctor.daemon.pace import Pace
@@ -50,7 +50,7 @@ class Daemon:
         self.pipeline.runbook_url = cfg.runbook_page()
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
         self.scraper = Scraper(cfg.scrape_max_connections, clock)
-        self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
+        self.discovery = Discovery(cfg)
         self.registry = make_registry(self.state)
         self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes
         self.notifier: Notifier | None = None
@@ -121,6 +121,7 @@ class Daemon:
         if self._thread is not None:
             self._thread.join(timeout=60)
         self.scraper.close()
+        self.discovery.close()
         with self._lock:
             self._persist()
         if self.notifier is not None:
@@ -250,7 +251,7 @@ class Daemon:
             interval_changed = cfg.interval_s != self.cfg.interval_s
             log_changed = (cfg.log_format, cfg.log_level) != (self.cfg.log_format, self.cfg.log_level)
             self.cfg = cfg
-            self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
+            self.discovery = self.discovery.renewed(cfg)
             self.pipeline.set_rules(groups)
             self.pipeline.job = cfg.job
             self.scraper.resize(cfg.scrape_max_connections)

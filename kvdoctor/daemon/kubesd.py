@@ -1,0 +1,178 @@
+"""Targets from Kubernetes pods, as Prometheus' kubernetes_sd_configs role `pod` finds them: list, then watch from the
+list's resourceVersion, re-list on 410 Gone; a pod that is deleted or stops being Ready is dropped."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from kvdoctor.config import ConfigError, TargetSpec
+from kvdoctor.config.podsd import KubernetesSD, pod_target
+
+log = logging.getLogger(__name__)
+SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+GONE = 410
+
+
+def api_client(kubeconfig: str | None) -> tuple[client.ApiClient, str]:
+    """An API client and its default namespace: in-cluster (service account) inside a pod unless a kubeconfig is
+    named, else the kubeconfig ($KUBECONFIG, ~/.kube/config) and its current context's namespace."""
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        conf = client.Configuration()
+        config.load_incluster_config(client_configuration=conf)
+        return client.ApiClient(conf), SA_NAMESPACE.read_text(encoding="utf-8").strip()
+    api = config.new_client_from_config(config_file=kubeconfig)
+    _, current = config.list_kube_config_contexts(kubeconfig)
+    return api, (current or {}).get("context", {}).get("namespace") or "default"
+
+
+class PodWatcher:
+    """Keeps the pods of one namespace that one kubernetes_sd entry selects, on a thread of its own."""
+
+    def __init__(self, api: client.ApiClient, sd: KubernetesSD, namespace: str, watch_timeout_s: int = 300,
+                 max_backoff_s: float = 30.0) -> None:  # fmt: skip
+        self.core, self.sd, self.namespace = client.CoreV1Api(api), sd, namespace
+        self.watch_timeout_s, self.max_backoff_s = watch_timeout_s, max_backoff_s
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watch: watch.Watch | None = None
+        self.lists = 0  # how often it (re-)listed: once at start, again after each 410 or failure
+        self._thread = threading.Thread(target=self._run, name=f"kubesd-{namespace}", daemon=True)
+
+    def start(self) -> None:
+        """Start listing and watching."""
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop watching (the open watch request is closed, so the thread ends promptly)."""
+        self._stop.set()
+        w = self._watch
+        if w is not None:
+            w.stop()
+            resp = getattr(
+                w, "_resp", None
+            )  # the streaming response the watch reads; closing it unblocks the read
+            if resp is not None:
+                with contextlib.suppress(Exception):  # already closed or mid-read: the thread ends either way
+                    resp.close()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def targets(self) -> list[TargetSpec]:
+        """One target per ready pod with a port to scrape."""
+        with self._lock:
+            pods = list(self._pods.values())
+        return [t for t in (pod_target(p, self.sd) for p in pods) if t is not None]
+
+    def _run(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                rv = self._list()
+            except (
+                Exception
+            ) as exc:  # an unreachable API server, or refused credentials: retry, slower each time
+                self._failed("list", exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
+                continue
+            backoff = 1.0
+            while not self._stop.is_set():
+                try:
+                    rv = self._follow(rv)
+                    backoff = 1.0
+                except ApiException as exc:
+                    if (
+                        exc.status == GONE
+                    ):  # our resourceVersion was compacted away: start over from a fresh list
+                        log.info("kubernetes_sd %s: watch expired (410 Gone), re-listing", self.namespace)
+                        break
+                    self._failed("watch", exc)
+                except Exception as exc:  # a dropped connection: resume from the last resourceVersion seen
+                    self._failed("watch", exc)
+                else:
+                    continue
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        if self._stop.is_set():
+            return  # close() cut the request
+        if isinstance(exc, ApiException):
+            log.warning("kubernetes_sd %s: %s: API error %s %s", self.namespace, what, exc.status, exc.reason)
+        else:
+            log.warning("kubernetes_sd %s: %s: %s: %s", self.namespace, what, type(exc).__name__, exc)
+
+    def _list(self) -> str:
+        resp = self.core.list_namespaced_pod(self.namespace, label_selector=self.sd.selector,
+                                             _preload_content=False, _request_timeout=30)  # fmt: skip
+        body = json.loads(resp.data)  # type: ignore[attr-defined]  # _preload_content=False: the raw response
+        with self._lock:
+            self._pods = {_key(p): p for p in body.get("items") or []}
+        self.lists += 1
+        return str(body["metadata"]["resourceVersion"])
+
+    def _follow(self, rv: str) -> str:
+        """Apply watch events from rv until the server ends the watch; the resourceVersion to go on from."""
+        self._watch = w = watch.Watch()
+        stream = w.stream(
+            self.core.list_namespaced_pod, self.namespace, label_selector=self.sd.selector, resource_version=rv,
+            allow_watch_bookmarks=True, timeout_seconds=self.watch_timeout_s,
+            _request_timeout=(10, self.watch_timeout_s + 30),
+        )  # fmt: skip
+        for event in stream:
+            if self._stop.is_set():
+                break
+            pod = event.get("raw_object") or {}  # the JSON as sent; ERROR events raise ApiException instead
+            rv = str((pod.get("metadata") or {}).get("resourceVersion") or rv)
+            kind = event.get("type")
+            with self._lock:
+                if kind in ("ADDED", "MODIFIED"):
+                    self._pods[_key(pod)] = pod
+                elif kind == "DELETED":
+                    self._pods.pop(_key(pod), None)
+        return rv
+
+
+def _key(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+class KubeDiscovery:
+    """Every kubernetes_sd entry's watchers (one per namespace), started at once."""
+
+    def __init__(self, sds: list[KubernetesSD], watch_timeout_s: int = 300) -> None:
+        self.sds = sds
+        self.watchers: list[PodWatcher] = []
+        for sd in sds:
+            try:
+                api, own = api_client(sd.kubeconfig)
+            except Exception as exc:  # the client raises several kinds for a bad kubeconfig
+                self.close()
+                where = sd.kubeconfig or "in-cluster service account / $KUBECONFIG / ~/.kube/config"
+                raise ConfigError(
+                    [f"{sd.where}: kubernetes_sd: cannot load API credentials ({where}): {exc}"]
+                ) from exc
+            for ns in sd.namespaces or (own,):
+                self.watchers.append(PodWatcher(api, sd, ns, watch_timeout_s))
+        for w in self.watchers:
+            w.start()
+
+    def targets(self) -> list[TargetSpec]:
+        """The targets of every watcher."""
+        return [t for w in self.watchers for t in w.targets()]
+
+    def close(self) -> None:
+        """Stop every watcher."""
+        for w in self.watchers:
+            w.close()
