@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.cli.config import config_errors
 from kvdoctor.config import Config, ConfigError, load_config
 from kvdoctor.config.podsd import KubernetesSD, pod_target
 from kvdoctor.daemon.kubesd import KubeDiscovery
@@ -129,6 +130,16 @@ def test_a_missing_kubeconfig_is_a_config_error_naming_it(tmp_path: Path) -> Non
         ConfigError, match=r"kvdoctor.yml:2: kubernetes_sd: cannot load API credentials .*nope.yml"
     ):
         KubeDiscovery(cfg.kubernetes_sd)
+
+
+def test_config_check_reads_the_kubeconfig_an_entry_names(tmp_path: Path, api: KubeAPI) -> None:
+    good = api.kubeconfig(tmp_path / "kubeconfig")
+    bad = tmp_path / "broken.yml"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\n", encoding="utf-8")
+    path = tmp_path / "kvdoctor.yml"
+    path.write_text(f"kubernetes_sd:\n  - kubeconfig: {good}\n  - kubeconfig: {bad}\n", encoding="utf-8")
+    errors = config_errors(str(path))
+    assert len(errors) == 1 and errors[0].startswith(f"{path}:3: kubernetes_sd: kubeconfig {bad}"), errors
 
 
 def test_watch_follows_adds_readiness_and_deletions(api: KubeAPI, tmp_path: Path) -> None:

@@ -34,6 +34,17 @@ def api_client(kubeconfig: str | None) -> tuple[client.ApiClient, str]:
     return api, (current or {}).get("context", {}).get("namespace") or "default"
 
 
+def kubeconfig_problem(sd: KubernetesSD) -> str | None:
+    """Why the kubeconfig an entry names cannot be used (read offline, no request made); None when it can."""
+    if sd.kubeconfig is None:
+        return None
+    try:
+        config.load_kube_config(config_file=sd.kubeconfig, client_configuration=client.Configuration())
+    except Exception as exc:  # the client raises several kinds for a missing or malformed file
+        return f"{sd.where}: kubernetes_sd: kubeconfig {sd.kubeconfig}: {exc}"
+    return None
+
+
 class PodWatcher:
     """Keeps the pods of one namespace that one kubernetes_sd entry selects, on a thread of its own."""
 
