@@ -55,7 +55,9 @@ def discovery(
 ) -> KubeDiscovery:
     kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
     cfg = sd_config(tmp_path, f"kubernetes_sd:\n  - kubeconfig: {kubeconfig}\n    {entry}\n")
-    return KubeDiscovery(cfg.kubernetes_sd, watch_timeout_s=30)
+    d = KubeDiscovery(cfg.kubernetes_sd, watch_timeout_s=30)
+    d.start()
+    return d
 
 
 def names(d: KubeDiscovery) -> set[str]:
@@ -221,3 +223,32 @@ def test_the_daemon_diagnoses_the_pods_it_discovers(api: KubeAPI, tmp_path: Path
         d.shutdown()
         for s in servers.values():
             s.stop()
+
+
+def test_a_reload_keeps_the_watch_when_kubernetes_sd_is_unchanged_and_replaces_it_when_not(
+    api: KubeAPI, tmp_path: Path
+) -> None:
+    api.put(make_pod("a", "10.0.0.1", labels=STACK, ports={"container-port": 8000, "metrics": 9000}))
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    path = tmp_path / "kvdoctor.yml"
+    entry = f"kubernetes_sd:\n  - kubeconfig: {kubeconfig}\n    selector: model\n    port: "
+    path.write_text(entry + "container-port\n", encoding="utf-8")
+    d = Daemon(load_config(str(path), env={}), load_files(default_rule_files()), str(path))
+    try:
+        until(lambda: {t.name for t in d.discovery.targets()} == {"10.0.0.1:8000"})
+        pods = d.discovery.pods
+        path.write_text("interval: 5s\n" + entry + "container-port\n", encoding="utf-8")
+        assert d.reload()[0]
+        assert d.discovery.pods is pods  # same entries (on other lines): the running watch goes on
+        path.write_text(entry + "metrics\n", encoding="utf-8")
+        ok, message = d.reload()
+        assert ok and "kubernetes_sd changed" in message
+        until(lambda: {t.name for t in d.discovery.targets()} == {"10.0.0.1:9000"})
+        assert api.lists == 2
+        # credentials that cannot load: refused whole, the running watch stays
+        path.write_text(f"kubernetes_sd:\n  - kubeconfig: {tmp_path}/gone.yml\n", encoding="utf-8")
+        ok, message = d.reload()
+        assert not ok and "gone.yml" in message
+        assert {t.name for t in d.discovery.targets()} == {"10.0.0.1:9000"}
+    finally:
+        d.shutdown()

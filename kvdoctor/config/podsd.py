@@ -32,7 +32,7 @@ class KubernetesSD:
     scheme: str = "http"
     kubeconfig: str | None = None  # None: in-cluster when running in a pod, else $KUBECONFIG / ~/.kube/config
     template: TargetSpec = field(default_factory=lambda: TargetSpec(url=PLACEHOLDER_URL))  # shared options
-    where: str = ""
+    where: str = field(default="", compare=False)  # file:line, for errors; moving the entry changes nothing
 
 
 def parse_kubernetes_sd(
@@ -81,7 +81,7 @@ def parse_kubernetes_sd(
         out.append(
             KubernetesSD(
                 tuple(ns), str(item.get("selector") or ""), port, mpath, str(scheme),
-                item.get("kubeconfig"), template, doc.where(*path),
+                item.get("kubeconfig"), dataclasses.replace(template, origin={}), doc.where(*path),
             )
         )  # fmt: skip
     return out

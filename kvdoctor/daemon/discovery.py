@@ -54,22 +54,29 @@ class FileDiscovery:
 class Discovery:
     """Every discovered target: file_sd files and Kubernetes pods (kubernetes_sd)."""
 
-    def __init__(self, cfg: Config, pods: KubeDiscovery | None = None) -> None:
+    def __init__(self, cfg: Config, pods: KubeDiscovery | None = None, start: bool = True) -> None:
         self.files = FileDiscovery(cfg.file_sd, cfg.scrape)
         self.pods = pods if pods is not None else KubeDiscovery(cfg.kubernetes_sd)
+        if start:
+            self.pods.start()
 
     def targets(self) -> list[TargetSpec]:
         """The targets of both, file_sd's first."""
         return [*self.files.targets(), *self.pods.targets()]
 
     def renewed(self, cfg: Config) -> Discovery:
-        """The discovery for a reloaded config: the pod watchers go on when kubernetes_sd did not change (no
-        re-list), else they are replaced."""
+        """The discovery for a reloaded config, not yet running: the same pod watchers when kubernetes_sd did not
+        change (no re-list), else new ones whose credentials are loaded (ConfigError) but that watch nothing yet."""
         if cfg.kubernetes_sd == self.pods.sds:
-            return Discovery(cfg, self.pods)
-        fresh = Discovery(cfg)  # raises ConfigError for bad credentials before the old watchers stop
-        self.pods.close()
-        return fresh
+            return Discovery(cfg, self.pods, start=False)
+        return Discovery(cfg, start=False)
+
+    def taking_over(self, old: Discovery) -> Discovery:
+        """This discovery, running, with old's pod watchers stopped if they are not also this one's."""
+        if self.pods is not old.pods:
+            old.close()
+            self.pods.start()
+        return self
 
     def close(self) -> None:
         """Stop watching pods."""

@@ -60,8 +60,9 @@ class PodWatcher:
         self._thread = threading.Thread(target=self._run, name=f"kubesd-{namespace}", daemon=True)
 
     def start(self) -> None:
-        """Start listing and watching."""
-        self._thread.start()
+        """Start listing and watching (once)."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     def close(self) -> None:
         """Stop watching (the open watch request is closed, so the thread ends promptly)."""
@@ -160,7 +161,7 @@ def _key(pod: dict[str, Any]) -> str:
 
 
 class KubeDiscovery:
-    """Every kubernetes_sd entry's watchers (one per namespace), started at once."""
+    """Every kubernetes_sd entry's watchers (one per namespace); credentials are loaded at once, start() watches."""
 
     def __init__(self, sds: list[KubernetesSD], watch_timeout_s: int = 300) -> None:
         self.sds = sds
@@ -176,6 +177,9 @@ class KubeDiscovery:
                 ) from exc
             for ns in sd.namespaces or (own,):
                 self.watchers.append(PodWatcher(api, sd, ns, watch_timeout_s))
+
+    def start(self) -> None:
+        """Start every watcher."""
         for w in self.watchers:
             w.start()
 

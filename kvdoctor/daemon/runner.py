@@ -239,6 +239,7 @@ class Daemon:
         try:
             cfg, groups = load_everything(self.cfg_path, self.overrides)
             refuse_unless_applicable(self.cfg, cfg)
+            discovery = self.discovery.renewed(cfg)  # bad credentials raise ConfigError; watches nothing yet
             if self.web is not None:
                 self.web.use_web_config(cfg.web_config)  # raises WebConfigError, nothing applied yet
         except (ConfigError, RuleLoadError, ValueError, OSError) as exc:
@@ -251,7 +252,7 @@ class Daemon:
             interval_changed = cfg.interval_s != self.cfg.interval_s
             log_changed = (cfg.log_format, cfg.log_level) != (self.cfg.log_format, self.cfg.log_level)
             self.cfg = cfg
-            self.discovery = self.discovery.renewed(cfg)
+            self.discovery = discovery.taking_over(self.discovery)
             self.pipeline.set_rules(groups)
             self.pipeline.job = cfg.job
             self.scraper.resize(cfg.scrape_max_connections)
