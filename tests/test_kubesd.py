@@ -17,7 +17,7 @@ from kvdoctor.daemon.runner import Daemon
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.support.clock import ManualClock
-from tests.support.kubeapi import KubeAPI, make_pod
+from tests.support.kubeapi import KubeAPI, make_pod, self_signed
 
 DEMO = Path(__file__).resolve().parents[1] / "kvdoctor" / "demo"
 STACK = {
@@ -142,6 +142,27 @@ def test_config_check_reads_the_kubeconfig_an_entry_names(tmp_path: Path, api: K
     path.write_text(f"kubernetes_sd:\n  - kubeconfig: {good}\n  - kubeconfig: {bad}\n", encoding="utf-8")
     errors = config_errors(str(path))
     assert len(errors) == 1 and errors[0].startswith(f"{path}:3: kubernetes_sd: kubeconfig {bad}"), errors
+
+
+def test_in_cluster_it_uses_the_service_account_token_ca_and_namespace(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    api = KubeAPI(token="sa-token", tls=(cert, key))
+    sa = tmp_path / "serviceaccount"  # what Kubernetes mounts in the pod
+    sa.mkdir()
+    (sa / "token").write_text("sa-token", encoding="utf-8")
+    (sa / "ca.crt").write_text(cert.read_text(encoding="utf-8"), encoding="utf-8")
+    (sa / "namespace").write_text("serving\n", encoding="utf-8")
+    api.put(make_pod("a", "10.0.0.1", namespace="serving", labels=STACK, ports={"container-port": 8000}))
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": api.url.rsplit(":", 1)[1]}
+    d = KubeDiscovery([KubernetesSD(selector="model", port="container-port")], environ=env, sa_dir=sa)
+    d.start()
+    try:
+        until(
+            lambda: names(d) == {"10.0.0.1:8000"}
+        )  # over HTTPS checked against ca.crt, in its own namespace
+    finally:
+        d.close()
+        api.close()
 
 
 def test_watch_follows_adds_readiness_and_deletions(api: KubeAPI, tmp_path: Path) -> None:

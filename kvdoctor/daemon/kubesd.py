@@ -8,27 +8,33 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
+from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from kvdoctor.config import ConfigError, TargetSpec
 from kvdoctor.config.podsd import KubernetesSD, pod_target
 
 log = logging.getLogger(__name__)
-SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")  # where Kubernetes mounts the pod's token
 GONE = 410
 
 
-def api_client(kubeconfig: str | None) -> tuple[client.ApiClient, str]:
-    """An API client and its default namespace: in-cluster (service account) inside a pod unless a kubeconfig is
-    named, else the kubeconfig ($KUBECONFIG, ~/.kube/config) and its current context's namespace."""
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+def api_client(
+    kubeconfig: str | None, environ: Mapping[str, str] | None = None, sa_dir: Path = SA_DIR
+) -> tuple[client.ApiClient, str]:
+    """An API client and its default namespace: in-cluster (the pod's service account in sa_dir) when running in a
+    pod and no kubeconfig is named, else the kubeconfig ($KUBECONFIG, ~/.kube/config) and its context's namespace."""
+    environ = os.environ if environ is None else environ
+    if kubeconfig is None and environ.get("KUBERNETES_SERVICE_HOST"):
         conf = client.Configuration()
-        config.load_incluster_config(client_configuration=conf)
-        return client.ApiClient(conf), SA_NAMESPACE.read_text(encoding="utf-8").strip()
+        loader = InClusterConfigLoader(str(sa_dir / "token"), str(sa_dir / "ca.crt"), environ=environ)
+        loader.load_and_set(conf)  # re-reads the token file each minute: projected tokens rotate
+        return client.ApiClient(conf), (sa_dir / "namespace").read_text(encoding="utf-8").strip()
     api = config.new_client_from_config(config_file=kubeconfig)
     _, current = config.list_kube_config_contexts(kubeconfig)
     return api, (current or {}).get("context", {}).get("namespace") or "default"
@@ -163,12 +169,13 @@ def _key(pod: dict[str, Any]) -> str:
 class KubeDiscovery:
     """Every kubernetes_sd entry's watchers (one per namespace); credentials are loaded at once, start() watches."""
 
-    def __init__(self, sds: list[KubernetesSD], watch_timeout_s: int = 300) -> None:
+    def __init__(self, sds: list[KubernetesSD], watch_timeout_s: int = 300,
+                 environ: Mapping[str, str] | None = None, sa_dir: Path = SA_DIR) -> None:  # fmt: skip
         self.sds = sds
         self.watchers: list[PodWatcher] = []
         for sd in sds:
             try:
-                api, own = api_client(sd.kubeconfig)
+                api, own = api_client(sd.kubeconfig, environ, sa_dir)
             except Exception as exc:  # the client raises several kinds for a bad kubeconfig
                 self.close()
                 where = sd.kubeconfig or "in-cluster service account / $KUBECONFIG / ~/.kube/config"

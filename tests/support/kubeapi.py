@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,6 +40,15 @@ def selects(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made with openssl (the certificate is its own CA)."""
+    cert, key = directory / "apiserver.crt", directory / "apiserver.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=stand-in",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)  # fmt: skip
+    return cert, key
+
+
 def make_pod(name: str, ip: str, *, namespace: str = "vllm", ready: bool = True, labels: dict[str, str] | None = None,
              annotations: dict[str, str] | None = None, ports: dict[str, int] | None = None,
              args: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
@@ -59,8 +70,8 @@ def make_pod(name: str, ip: str, *, namespace: str = "vllm", ready: bool = True,
 class KubeAPI:
     """The stand-in server; put()/delete() change pods (each a new resourceVersion, as etcd would)."""
 
-    def __init__(self, token: str = "stand-in-token") -> None:
-        self.token = token
+    def __init__(self, token: str = "stand-in-token", tls: tuple[Path, Path] | None = None) -> None:
+        self.token, self.tls = token, tls
         self._cond = threading.Condition()
         self._rv = 1000
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
@@ -72,13 +83,17 @@ class KubeAPI:
         self.watches = 0
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
+        if tls is not None:  # (certificate, key): HTTPS, as in-cluster clients always speak
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(str(tls[0]), str(tls[1]))
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
 
     def put(self, pod: dict[str, Any]) -> None:
         """Create or update a pod."""
@@ -185,7 +200,8 @@ def _handler(api: KubeAPI) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             q = {k: v[-1] for k, v in parse_qs(url.query).items()}
             parts = url.path.strip("/").split("/")
-            if self.headers.get("Authorization") != f"Bearer {api.token}":
+            scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+            if scheme.lower() != "bearer" or token != api.token:  # the scheme is case-insensitive (RFC 9110)
                 return self._json(
                     401, {"kind": "Status", "status": "Failure", "reason": "Unauthorized", "code": 401}
                 )
