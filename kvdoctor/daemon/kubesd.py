@@ -10,14 +10,16 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from kubernetes import client, config, watch
-from kubernetes.client.rest import ApiException
-from kubernetes.config.incluster_config import InClusterConfigLoader
+from typing import TYPE_CHECKING, Any
 
 from kvdoctor.config import ConfigError, TargetSpec
 from kvdoctor.config.podsd import KubernetesSD, pod_target
+
+if TYPE_CHECKING:
+    from kubernetes import client, watch
+
+# The kubernetes client takes ~0.5 s (seconds on a busy machine) to import, and every CLI command imports this
+# module through `serve` and `config check`: it is imported where it is used, so only kubernetes_sd users pay.
 
 log = logging.getLogger(__name__)
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")  # where Kubernetes mounts the pod's token
@@ -29,6 +31,9 @@ def api_client(
 ) -> tuple[client.ApiClient, str]:
     """An API client and its default namespace: in-cluster (the pod's service account in sa_dir) when running in a
     pod and no kubeconfig is named, else the kubeconfig ($KUBECONFIG, ~/.kube/config) and its context's namespace."""
+    from kubernetes import client, config
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
     environ = os.environ if environ is None else environ
     if kubeconfig is None and environ.get("KUBERNETES_SERVICE_HOST"):
         conf = client.Configuration()
@@ -44,6 +49,8 @@ def kubeconfig_problem(sd: KubernetesSD) -> str | None:
     """Why the kubeconfig an entry names cannot be used (read offline, no request made); None when it can."""
     if sd.kubeconfig is None:
         return None
+    from kubernetes import client, config
+
     try:
         config.load_kube_config(config_file=sd.kubeconfig, client_configuration=client.Configuration())
     except Exception as exc:  # the client raises several kinds for a missing or malformed file
@@ -56,6 +63,8 @@ class PodWatcher:
 
     def __init__(self, api: client.ApiClient, sd: KubernetesSD, namespace: str, watch_timeout_s: int = 300,
                  max_backoff_s: float = 30.0) -> None:  # fmt: skip
+        from kubernetes import client
+
         self.core, self.sd, self.namespace = client.CoreV1Api(api), sd, namespace
         self.watch_timeout_s, self.max_backoff_s = watch_timeout_s, max_backoff_s
         self._pods: dict[str, dict[str, Any]] = {}
@@ -76,9 +85,8 @@ class PodWatcher:
         w = self._watch
         if w is not None:
             w.stop()
-            resp = getattr(
-                w, "_resp", None
-            )  # the streaming response the watch reads; closing it unblocks the read
+            # the streaming response the watch reads: closing it unblocks the read
+            resp = getattr(w, "_resp", None)
             if resp is not None:
                 with contextlib.suppress(Exception):  # already closed or mid-read: the thread ends either way
                     resp.close()
@@ -96,9 +104,7 @@ class PodWatcher:
         while not self._stop.is_set():
             try:
                 rv = self._list()
-            except (
-                Exception
-            ) as exc:  # an unreachable API server, or refused credentials: retry, slower each time
+            except Exception as exc:  # unreachable, or credentials refused: retry, slower each time
                 self._failed("list", exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
@@ -108,24 +114,19 @@ class PodWatcher:
                 try:
                     rv = self._follow(rv)
                     backoff = 1.0
-                except ApiException as exc:
-                    if (
-                        exc.status == GONE
-                    ):  # our resourceVersion was compacted away: start over from a fresh list
+                    continue
+                except Exception as exc:  # the client's ApiException (.status), or a dropped connection
+                    if getattr(exc, "status", None) == GONE:  # rv was compacted away: start from a fresh list
                         log.info("kubernetes_sd %s: watch expired (410 Gone), re-listing", self.namespace)
                         break
-                    self._failed("watch", exc)
-                except Exception as exc:  # a dropped connection: resume from the last resourceVersion seen
-                    self._failed("watch", exc)
-                else:
-                    continue
+                    self._failed("watch", exc)  # then resume from the last resourceVersion seen
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
 
     def _failed(self, what: str, exc: Exception) -> None:
         if self._stop.is_set():
             return  # close() cut the request
-        if isinstance(exc, ApiException):
+        if hasattr(exc, "status") and hasattr(exc, "reason"):  # the client's ApiException
             log.warning("kubernetes_sd %s: %s: API error %s %s", self.namespace, what, exc.status, exc.reason)
         else:
             log.warning("kubernetes_sd %s: %s: %s: %s", self.namespace, what, type(exc).__name__, exc)
@@ -141,6 +142,8 @@ class PodWatcher:
 
     def _follow(self, rv: str) -> str:
         """Apply watch events from rv until the server ends the watch; the resourceVersion to go on from."""
+        from kubernetes import watch
+
         self._watch = w = watch.Watch()
         stream = w.stream(
             self.core.list_namespaced_pod, self.namespace, label_selector=self.sd.selector, resource_version=rv,
