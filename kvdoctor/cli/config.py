@@ -28,8 +28,7 @@ def add_parser(sub: Any) -> None:
         "check",
         help="validate a config and every file it names",
         description="Check a kvdoctor config as `serve` would read it (KVDOCTOR_* overrides applied): the "
-        "config itself, its notify section, its web_config, its rule files, the file_sd files it matches and the "
-        "kubeconfigs its kubernetes_sd entries name. "
+        "config itself, its notify section, its web_config, its rule files and the file_sd files it matches. "
         "Print every error with file:line and exit 1; print `FILE: ok` and exit 0 when all is clean.",
     )
     c.add_argument("file", help="the kvdoctor config (YAML)")

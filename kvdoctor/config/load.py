@@ -17,8 +17,9 @@ from kvdoctor.config.yamlpos import Located, locate, yaml_error
 from kvdoctor.errors import ValidationError
 
 TOP_KEYS = {
+    "kubernetes_sd",  # pods found through the API server (config/podsd.py)
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
-    "source", "prometheus", "web_config", "notify", "external_url", "runbook_url", "kubernetes_sd",
+    "source", "prometheus", "web_config", "notify", "external_url", "runbook_url",
 }  # fmt: skip
 SCRAPE_KEYS = {
     "timeout",
