@@ -8,6 +8,8 @@ need=()
 command -v promtool >/dev/null || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null || need+=(chromium)
+# kubectl v1.32 (kustomize v5.5, for tests/test_kubernetes_manifests.py) is preinstalled on these machines;
+# Debian only has kubernetes-client 1.20, whose kustomize cannot render deploy/kubernetes, so it is not installed here.
 command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
 lean=()
 command -v docker-compose >/dev/null || lean+=(docker-compose)  # only to validate docker-compose.yml offline

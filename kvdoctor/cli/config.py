@@ -1,4 +1,5 @@
-"""`kvdoctor config check FILE`: every error of a config and of what it names (notify, web_config, rules, file_sd, models)."""
+"""`kvdoctor config check FILE`: every error of a config and of what it names (notify, web_config, rules, file_sd,
+kubeconfigs, models)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from kvdoctor.cli.common import usage
 from kvdoctor.config import Config, check_config
 from kvdoctor.config.filesd import read_file_sd
+from kvdoctor.daemon.kubesd import kubeconfig_problem
 from kvdoctor.errors import EXIT_INPUT
 from kvdoctor.notify import parse_notify_config
 from kvdoctor.notify.located import located_errors
@@ -74,6 +76,7 @@ def _file_errors(cfg: Config) -> list[str]:
     for sd in cfg.file_sd:
         for path in sorted({p for pattern in sd.files for p in glob.glob(pattern)}):
             errors += read_file_sd(path)[1]
+    errors += [p for p in map(kubeconfig_problem, cfg.kubernetes_sd) if p]
     return errors
 
 

@@ -191,9 +191,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"kvdoctor serve: cannot listen on {cfg.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    if cfg.source == "scrape" and not cfg.targets and not cfg.file_sd:
+    if cfg.source == "scrape" and not cfg.targets and not cfg.file_sd and not cfg.kubernetes_sd:
         print(
-            "kvdoctor serve: no targets yet (use --target URL, `targets:` or `file_sd:` in the config)",
+            "kvdoctor serve: no targets yet (use --target URL, `targets:`, `file_sd:` or `kubernetes_sd:` in the config)",
             file=sys.stderr,
         )
     return daemon.serve_forever()

@@ -10,12 +10,14 @@ from typing import Any
 import yaml
 
 from kvdoctor.config.durations import duration_seconds
+from kvdoctor.config.podsd import parse_kubernetes_sd
 from kvdoctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefaults, check_url
 from kvdoctor.config.targets import count, http_options, limits, parse_target
 from kvdoctor.config.yamlpos import Located, locate, yaml_error
 from kvdoctor.errors import ValidationError
 
 TOP_KEYS = {
+    "kubernetes_sd",  # pods found through the API server (config/podsd.py)
     "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
     "source", "prometheus", "web_config", "notify", "external_url", "runbook_url", "health_listen",
 }  # fmt: skip
@@ -96,6 +98,7 @@ def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tupl
         cfg.file_sd.append(
             FileSD([str(f) for f in item["files"]], _dur(item, "refresh", 30.0, doc, ("file_sd", i), errors))
         )
+    cfg.kubernetes_sd = parse_kubernetes_sd(data.get("kubernetes_sd"), doc, errors, cfg.scrape)
     prom = data.get("prometheus")
     if prom is not None:
         if not isinstance(prom, dict) or not prom.get("url"):

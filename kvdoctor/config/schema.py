@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kvdoctor.ingest.fetch import HttpOptions
 from kvdoctor.ingest.parse import ScrapeLimits
 from kvdoctor.verdicts import RUNBOOK_PATH
+
+if TYPE_CHECKING:  # podsd builds TargetSpecs from this module, so only the type is imported
+    from kvdoctor.config.podsd import KubernetesSD
 
 DEFAULT_LISTEN = "127.0.0.1:9860"
 
@@ -92,6 +95,7 @@ class Config:
     scrape_max_connections: int = 1024  # the connection pool shared by every scrape
     targets: list[TargetSpec] = field(default_factory=list)
     file_sd: list[FileSD] = field(default_factory=list)
+    kubernetes_sd: list[KubernetesSD] = field(default_factory=list)  # pods found through the API server
     source: str = "scrape"  # or "prometheus"
     prometheus: PrometheusSource | None = None
     web_config: str | None = None

@@ -1,4 +1,4 @@
-"""Targets from Prometheus file_sd files (JSON or YAML), re-read when a file changes."""
+"""Discovered targets: Prometheus file_sd files (JSON or YAML), re-read when a file changes, and Kubernetes pods."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import glob
 import logging
 import os
 
-from kvdoctor.config import TargetSpec
+from kvdoctor.config import Config, TargetSpec
 from kvdoctor.config.filesd import read_file_sd
 from kvdoctor.config.schema import FileSD, ScrapeDefaults
+from kvdoctor.daemon.kubesd import KubeDiscovery
 
 log = logging.getLogger(__name__)
 
@@ -48,3 +49,35 @@ class FileDiscovery:
             self._seen[path] = sig
             self._targets[path] = targets
         return [t for p in sorted(self._targets) for t in self._targets[p]]
+
+
+class Discovery:
+    """Every discovered target: file_sd files and Kubernetes pods (kubernetes_sd)."""
+
+    def __init__(self, cfg: Config, pods: KubeDiscovery | None = None, start: bool = True) -> None:
+        self.files = FileDiscovery(cfg.file_sd, cfg.scrape)
+        self.pods = pods if pods is not None else KubeDiscovery(cfg.kubernetes_sd)
+        if start:
+            self.pods.start()
+
+    def targets(self) -> list[TargetSpec]:
+        """The targets of both, file_sd's first."""
+        return [*self.files.targets(), *self.pods.targets()]
+
+    def renewed(self, cfg: Config) -> Discovery:
+        """The discovery for a reloaded config, not yet running: the same pod watchers when kubernetes_sd did not
+        change (no re-list), else new ones whose credentials are loaded (ConfigError) but that watch nothing yet."""
+        if cfg.kubernetes_sd == self.pods.sds:
+            return Discovery(cfg, self.pods, start=False)
+        return Discovery(cfg, start=False)
+
+    def taking_over(self, old: Discovery) -> Discovery:
+        """This discovery, running, with old's pod watchers stopped if they are not also this one's."""
+        if self.pods is not old.pods:
+            old.close()
+            self.pods.start()
+        return self
+
+    def close(self) -> None:
+        """Stop watching pods."""
+        self.pods.close()

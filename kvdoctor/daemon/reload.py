@@ -78,7 +78,7 @@ def changes(old: Config, new: Config) -> list[str]:
     for what, names in (("added", added), ("removed", removed), ("changed", changed)):
         if names:
             out.append(f"targets {what}: {', '.join(names[:5])}{' …' if len(names) > 5 else ''}")
-    for attr in ("scrape", "scrape_max_connections", "file_sd", "rules", "job", "web_config", "prometheus",
+    for attr in ("scrape", "scrape_max_connections", "file_sd", "kubernetes_sd", "rules", "job", "web_config", "prometheus",
                  "external_url", "runbook_url"):  # fmt: skip
         if getattr(old, attr) != getattr(new, attr):
             out.append(f"{NAMES.get(attr, attr)} changed")

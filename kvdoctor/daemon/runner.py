@@ -12,7 +12,7 @@ from typing import Any
 from kvdoctor.config import Config, ConfigError, TargetSpec
 from kvdoctor.config.schema import default_external_url
 from kvdoctor.daemon import persist
-from kvdoctor.daemon.discovery import FileDiscovery
+from kvdoctor.daemon.discovery import Discovery
 from kvdoctor.daemon.durable import StateWriter, storage_health
 from kvdoctor.daemon.logs import setup_logging
 from kvdoctor.daemon.notifying import build_notifier
@@ -51,7 +51,7 @@ class Daemon:
         self.pipeline.runbook_url = cfg.runbook_page()
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
         self.scraper = Scraper(cfg.scrape_max_connections, clock)
-        self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
+        self.discovery = Discovery(cfg)
         self.registry = make_registry(self.state)
         self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes
         self.notifier: Notifier | None = None
@@ -129,6 +129,7 @@ class Daemon:
         if self._thread is not None:
             self._thread.join(timeout=60)
         self.scraper.close()
+        self.discovery.close()
         with self._lock:
             self._persist(force=True)
         if self.notifier is not None:
@@ -245,6 +246,7 @@ class Daemon:
         try:
             cfg, groups = load_everything(self.cfg_path, self.overrides)
             refuse_unless_applicable(self.cfg, cfg)
+            discovery = self.discovery.renewed(cfg)  # bad credentials raise ConfigError; watches nothing yet
             if self.web is not None:
                 self.web.use_web_config(cfg.web_config)  # raises WebConfigError, nothing applied yet
         except (ConfigError, RuleLoadError, ValueError, OSError) as exc:
@@ -257,7 +259,7 @@ class Daemon:
             interval_changed = cfg.interval_s != self.cfg.interval_s
             log_changed = (cfg.log_format, cfg.log_level) != (self.cfg.log_format, self.cfg.log_level)
             self.cfg = cfg
-            self.discovery = FileDiscovery(cfg.file_sd, cfg.scrape)
+            self.discovery = discovery.taking_over(self.discovery)
             self.pipeline.set_rules(groups)
             self.pipeline.job = cfg.job
             self.scraper.resize(cfg.scrape_max_connections)
