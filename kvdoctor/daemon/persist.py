@@ -12,6 +12,7 @@ from typing import Any
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.report.history import History
 from kvdoctor.samples import Sample
+from kvdoctor.sanity import finite, scrub
 
 log = logging.getLogger(__name__)
 VERSION = 1
@@ -24,7 +25,7 @@ def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     series = []
     for name in STATEFUL:
         for s in pipeline.store.select(name):
-            points = [(t, v) for t, v in zip(s.ts, s.vs, strict=True) if v is not None][-240:]
+            points = [(t, v) for t, v in zip(s.ts, s.vs, strict=True) if finite(v) is not None][-240:]
             if points:
                 series.append({"labels": [list(p) for p in s.labels], "points": points})
     doc = {
@@ -39,7 +40,7 @@ def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh)
+        json.dump(scrub(doc), fh, allow_nan=False)  # JSON has no Infinity: a reader of the file would choke
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, p)
@@ -51,7 +52,8 @@ def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     if not p.exists():
         return False
     try:
-        doc: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
+        # an older kvdoctor wrote Infinity/NaN into the file: read as null, so no restored value is infinite
+        doc: dict[str, Any] = scrub(json.loads(p.read_text(encoding="utf-8")))
         if doc.get("version") != VERSION:
             raise ValueError(f"unknown version {doc.get('version')!r}")
     except (OSError, ValueError) as exc:
@@ -66,6 +68,8 @@ def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -
         name = dict(labels).get("__name__", "")
         rest = tuple((k, v) for k, v in labels if k != "__name__")
         for t, v in item["points"]:
+            if finite(v) is None or finite(t) is None:
+                continue
             pipeline.store.ingest(
                 f"restored:{name}:{rest}", int(t), [Sample(name, rest, float(v))], staleness=False
             )  # type: ignore[arg-type]

@@ -1,0 +1,56 @@
+"""Impossible values taken out of a scrape and of the evidence before the classifier, capacity or what-if read them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kvdoctor.diagnosis.evidence import ENGINE, Key
+from kvdoctor.samples import Sample
+from kvdoctor.sanity import RATIO_MAX, RATIOS, evidence_problem, raw_problem
+from kvdoctor.signals import SIGNALS
+
+INF = float("inf")
+
+
+def split_samples(samples: Iterable[Sample]) -> tuple[list[Sample], dict[str, str]]:
+    """The samples kvdoctor can compute with, and metric -> problem for the vLLM ones it cannot (first per metric)."""
+    kept: list[Sample] = []
+    bad: dict[str, str] = {}
+    for s in samples:
+        v = s.value
+        # the common case in one comparison chain (NaN fails it too); the full check only for what fails it
+        if (0.0 <= v < INF and (v <= RATIO_MAX or s.name not in RATIOS)) or not s.name.startswith("vllm:"):
+            kept.append(s)
+            continue
+        problem = raw_problem(s.name, v)
+        if problem is None:
+            kept.append(s)
+        else:
+            bad.setdefault(s.name, problem)
+    return kept, bad
+
+
+def _signal_of(key: str) -> tuple[str, str]:
+    """(unit, recorded series name) of an evidence key, engine keys ("engine/0/running_max_1m") included."""
+    if key.startswith(ENGINE):
+        key = "engine_" + key[len(ENGINE) :].partition("/")[2]
+    s = SIGNALS.get(key)
+    return (s.unit, s.rule or key) if s is not None else ("plain", key)
+
+
+def drop_invalid_evidence(signals: dict[Key, dict[str, float]]) -> dict[str, dict[str, str]]:
+    """Remove ±Inf, negative and absurd values from the evidence in place; target -> {series: problem}.
+
+    NaN is left to the classifier, which reads it as "no value" (0/0 in a ratio over an idle window is normal).
+    """
+    found: dict[str, dict[str, str]] = {}
+    for (target, _), ev in signals.items():
+        for k, v in list(ev.items()):
+            if v != v:  # NaN
+                continue
+            unit, series = _signal_of(k)
+            problem = evidence_problem(unit, v)
+            if problem is not None:
+                del ev[k]
+                found.setdefault(target, {}).setdefault(series, problem)
+    return found
