@@ -192,3 +192,34 @@ def test_a_state_file_holding_infinity_loads_without_poisoning_the_report(tmp_pa
     assert report_response(d.history, {})[0] == 200  # the HTML page too
     d._persist()  # the next write holds no Infinity either
     strict_json(state.read_text())
+
+
+def test_ready_says_503_with_the_reason_while_cycles_fail(
+    kv_server: ReplayServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = Config(
+        targets=[TargetSpec(url=kv_server.url, name="good", http=FAST)], interval_s=1.0, listen="127.0.0.1:0"
+    )
+    d = watched(Daemon(cfg, load_files(default_rule_files())), "good", kv_server)
+    caplog.set_level(logging.INFO, logger="kvdoctor")
+    d.start()
+    try:
+        ready = d.web.url + "-/ready"  # type: ignore[union-attr]
+        assert until(lambda: requests.get(ready, timeout=5).status_code == 200)
+        real = d.pipeline.evaluate
+
+        def broken(t: float):  # type: ignore[no-untyped-def]  # fault injection: every evaluation raises
+            raise MemoryError("cannot allocate the cycle's series")
+
+        monkeypatch.setattr(d.pipeline, "evaluate", broken)
+        why = until(lambda: (r := requests.get(ready, timeout=5)).status_code == 503 and r.text)
+        assert why.startswith(
+            "kvdoctor is not ready: the last 3 evaluation cycles failed: MemoryError: cannot"
+        )
+        monkeypatch.setattr(d.pipeline, "evaluate", real)
+        assert until(lambda: requests.get(ready, timeout=5).status_code == 200)
+    finally:
+        d.stop()
+        d.shutdown()
+    failed = [r for r in caplog.records if r.getMessage() == "cycle failed" and r.levelno == logging.ERROR]
+    assert len(failed) == 1 and failed[0].exc_info is not None  # the traceback once, not every interval
