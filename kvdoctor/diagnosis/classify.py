@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from kvdoctor.capacity.advice import max_model_len_finding_text
@@ -76,8 +77,9 @@ class Classifier:
             except Exception as exc:  # one target's values must not cost the others their diagnosis
                 self._fail(key[0], "classify", exc)
                 d = self._last.get(key) or Diagnosis(key[0], key[1], t, "unknown", t)
-            self._last[key] = d
-            out.append(d)
+            # kept as classified: the sinks add to a diagnosis' lists (follow-ups, effects) after this
+            self._last[key] = d = replace(d, findings=list(d.findings), advice=list(d.advice))
+            out.append(replace(d, findings=list(d.findings), advice=list(d.advice)))
         return out
 
     def _fail(self, target: str, step: str, exc: BaseException) -> None:
