@@ -13,6 +13,7 @@ from typing import Any
 RATIO_MAX = 1.05
 RATIOS = frozenset({"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"})
 # Beyond these no server runs: a rate of a billion requests or tokens per second, ten million requests in a batch.
+# (COUNT_MAX is the smallest bound: a value from 0 to it is valid in every unit.)
 RATE_MAX = 1e9
 COUNT_MAX = 1e7
 SECONDS_MAX = 1e7

@@ -115,3 +115,27 @@ def test_a_failing_advice_or_classification_fails_that_target_alone(
     assert said == [
         "target compute_bound: classify failed: OverflowError: cannot convert float infinity to integer"
     ]
+
+
+def test_an_absurd_rate_is_dropped_from_the_evidence_and_named(shared_032: Path, tmp_path: Path) -> None:
+    # a token counter a million million times too fast: its rate is no throughput any server has
+    frames = read_frames(shared_032 / "batch_cap.jsonl.gz")
+    for f in frames:
+        if f.get("text"):
+            f["text"] = re.sub(
+                r"^(vllm:generation_tokens_total\{[^}]*\}) (\S+)$",
+                lambda m: f"{m.group(1)} {float(m.group(2)) * 1e12}",
+                f["text"],
+                flags=re.M,
+            )
+    write(frames, tmp_path / "fast.jsonl.gz")
+    pipeline = Pipeline(load_files(default_rule_files()))
+    cycles = list(replay(pipeline, [tmp_path / "fast.jsonl.gz"], 15.0))
+    assert all("generation_tokens_per_s" not in d.evidence for c in cycles for d in c.diagnoses)
+    notes = pipeline.targets["fast"].invalid_notes()
+    assert any(
+        re.fullmatch(r"`kvdoctor:generation_tokens:rate1m` = \S+e\+1\d \(absurd\) ignored", n) for n in notes
+    ), notes
+    assert (
+        pipeline.targets["fast"].invalid_values_total["kvdoctor:generation_tokens:rate1m"] >= len(cycles) - 2
+    )

@@ -78,6 +78,8 @@ class Target:
 
     def note_invalid(self, source: str, found: dict[str, str]) -> None:
         """Record the impossible values one look (source: "scrape" or "evidence") refused, metric -> problem."""
+        if not found and not self.invalid.get(source):
+            return  # the common case, every cycle for every target: nothing to replace
         # whole values replaced, never mutated: DaemonState publishes shallow copies
         self.invalid = {**self.invalid, source: dict(found)}
         if found:
@@ -96,6 +98,8 @@ class Target:
 
     def note_step(self, step: str, error: str | None) -> None:
         """Record whether one per-target step (classify, advise, history, whatif) failed this cycle, and why."""
+        if error is None and step not in self.step_errors:
+            return
         errors = {k: v for k, v in self.step_errors.items() if k != step}
         if error is not None:
             errors[step] = error

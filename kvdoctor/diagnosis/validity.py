@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from kvdoctor.diagnosis.evidence import ENGINE, Key
 from kvdoctor.samples import Sample
-from kvdoctor.sanity import RATIO_MAX, RATIOS, evidence_problem, raw_problem
+from kvdoctor.sanity import COUNT_MAX, RATIO_MAX, RATIOS, evidence_problem, raw_problem
 from kvdoctor.signals import SIGNALS
 
 INF = float("inf")
@@ -45,12 +45,16 @@ def drop_invalid_evidence(signals: dict[Key, dict[str, float]]) -> dict[str, dic
     """
     found: dict[str, dict[str, str]] = {}
     for (target, _), ev in signals.items():
-        for k, v in list(ev.items()):
-            if v != v:  # NaN
+        bad = []
+        for k, v in ev.items():
+            # within every unit's bounds (the common case, one comparison chain), or NaN: nothing to judge
+            if 0.0 <= v <= COUNT_MAX or v != v:
                 continue
             unit, series = _signal_of(k)
             problem = evidence_problem(unit, v)
             if problem is not None:
-                del ev[k]
+                bad.append(k)
                 found.setdefault(target, {}).setdefault(series, problem)
+        for k in bad:
+            del ev[k]
     return found
