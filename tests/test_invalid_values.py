@@ -18,13 +18,19 @@ import requests
 
 from kvdoctor.config import Config, TargetSpec
 from kvdoctor.daemon.runner import Daemon
+from kvdoctor.diagnosis.target import Target
 from kvdoctor.ingest.fetch import HttpOptions
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.report.live import report_response
 from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.verdicts import Diagnosis
+from kvdoctor.web import WebServer
 from tests.faults import FaultServer
 from tests.notify_support.alertmanager import running_alertmanager
 from tests.support.daemon import watched
+from tests.test_web_page import CHROMIUM, Cards, chromium
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
 
@@ -223,3 +229,32 @@ def test_ready_says_503_with_the_reason_while_cycles_fail(
         d.shutdown()
     failed = [r for r in caplog.records if r.getMessage() == "cycle failed" and r.levelno == logging.ERROR]
     assert len(failed) == 1 and failed[0].exc_info is not None  # the traceback once, not every interval
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+def test_the_status_page_shows_what_was_ignored_as_text(tmp_path: Path) -> None:
+    state = DaemonState()
+    target = Target("bad")
+    target.record(1_800_000_000.0, True)
+    target.note_invalid(
+        "scrape", {"vllm:kv_cache_usage_perc": "+Inf", "vllm:num_requests_running": "-5 (negative)"}
+    )
+    target.note_step("advise", "ValueError: <img src=x onerror=alert(1)>")  # an error may quote a label value
+    state.set_target(target)
+    state.publish(
+        [Diagnosis("bad", "m", 1_800_000_000.0, "unknown", 1_800_000_000.0)], 1_800_000_000.0, 0.1, []
+    )
+    server = WebServer(state, make_registry(state), listen="127.0.0.1:0")
+    server.start()
+    try:
+        run = chromium(tmp_path, "--dump-dom", server.url)
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stderr[-2000:]
+    parser = Cards()
+    parser.feed(run.stdout)
+    text = re.sub(r"\s+", " ", parser.cards["bad"]["text"])
+    assert "`vllm:kv_cache_usage_perc` = +Inf ignored" in text
+    assert "`vllm:num_requests_running` = -5 (negative) ignored" in text
+    assert "advise failed: ValueError: <img src=x onerror=alert(1)>" in text and "<img" not in run.stdout
