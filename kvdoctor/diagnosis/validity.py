@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import itemgetter
 
 from kvdoctor.diagnosis.evidence import ENGINE, Key
 from kvdoctor.samples import Sample
@@ -10,19 +11,25 @@ from kvdoctor.sanity import COUNT_MAX, RATIO_MAX, RATIOS, evidence_problem, raw_
 from kvdoctor.signals import SIGNALS
 
 INF = float("inf")
+_NAME, _VALUE = itemgetter(0), itemgetter(2)  # of a Sample
 
 
 def split_samples(samples: Iterable[Sample]) -> tuple[list[Sample], dict[str, str]]:
     """The samples kvdoctor can compute with, and metric -> problem for the vLLM ones it cannot (first per metric)."""
+    samples = list(samples)
+    values = list(map(_VALUE, samples))
+    # the common case, a page with nothing wrong, judged by C loops (min, sum; NaN and ±Inf make the sum no number
+    # below Inf) and one scan of the names for the ratios; only a page that fails it is looked at sample by sample
+    if not values or (
+        min(values) >= 0.0
+        and sum(values) < INF
+        and all(v <= RATIO_MAX for n, v in zip(map(_NAME, samples), values, strict=True) if n in RATIOS)
+    ):
+        return samples, {}
     kept: list[Sample] = []
     bad: dict[str, str] = {}
     for s in samples:
-        v = s.value
-        # the common case in one comparison chain (NaN fails it too); the full check only for what fails it
-        if (0.0 <= v < INF and (v <= RATIO_MAX or s.name not in RATIOS)) or not s.name.startswith("vllm:"):
-            kept.append(s)
-            continue
-        problem = raw_problem(s.name, v)
+        problem = raw_problem(s.name, s.value)
         if problem is None:
             kept.append(s)
         else:
