@@ -36,11 +36,15 @@ def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     }
     if history is not None:
         doc["report_history"] = history.to_state()
+    try:  # JSON has no Infinity: a reader of the file (kvdoctor too, before) would choke on one
+        text = json.dumps(doc, allow_nan=False)
+    except ValueError:  # one slipped past the checks at the door: written as null rather than not at all
+        text = json.dumps(scrub(doc), allow_nan=False)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(scrub(doc), fh, allow_nan=False)  # JSON has no Infinity: a reader of the file would choke
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, p)
