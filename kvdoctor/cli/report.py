@@ -22,6 +22,7 @@ from kvdoctor.report.history import History
 from kvdoctor.report.markdown import render_markdown
 from kvdoctor.report.page import render_html
 from kvdoctor.report.promrange import from_prometheus, progress_bar
+from kvdoctor.sanity import scrub
 from kvdoctor.sources.client import PromClient, SourceError
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         history = _history(args, step)
         if history is None:
             return 2
-        doc = build_report(history, p, args.target)
+        doc = scrub(build_report(history, p, args.target))  # a value no JSON holds is left out, not a crash
     except (ValueError, ConfigError, SourceError, RecordingError, OSError) as exc:
         print(f"kvdoctor report: {exc}", file=sys.stderr)
         return 2
