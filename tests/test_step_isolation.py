@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.cli import main
 from kvdoctor.diagnosis import advise, classify
 from kvdoctor.ingest.parse import Parser
 from kvdoctor.pipeline import Cycle, Pipeline
@@ -139,3 +140,12 @@ def test_an_absurd_rate_is_dropped_from_the_evidence_and_named(shared_032: Path,
     assert (
         pipeline.targets["fast"].invalid_values_total["kvdoctor:generation_tokens:rate1m"] >= len(cycles) - 2
     )
+
+
+def test_the_whatif_on_a_recording_of_negative_gauges_does_not_crash(
+    shared_032: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = negative(shared_032, tmp_path / "bad.jsonl.gz")
+    rc = main(["whatif", str(bad), "--set", "max_num_seqs=16"])
+    out = capsys.readouterr()
+    assert rc in (0, 2) and "Traceback" not in out.err and "complex" not in out.err + out.out, out.err[-2000:]
