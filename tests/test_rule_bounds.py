@@ -13,6 +13,7 @@ from pathlib import Path
 
 import promql_parser as pp
 import pytest
+import requests
 from prometheus_client import generate_latest
 
 from kvdoctor.cli import main
@@ -26,6 +27,7 @@ from kvdoctor.replay import replay
 from kvdoctor.rules.loader import RuleGroup, RuleLoadError, default_rule_files, load_files
 from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
+from kvdoctor.web import WebServer
 
 SUM_400 = " + ".join(f"vllm:num_requests_running{{n='{i}'}}" for i in range(400))
 SUM_3000_TYPO = "sum(" + " + ".join(f"m{i}" for i in range(3000)) + " x)"  # `x`: no operator before it
@@ -122,11 +124,25 @@ def test_a_deep_reload_is_refused_with_file_line_and_recorded(tmp_path: Path) ->
     cfg, groups = load_everything(str(cfg_file), {})
     d = Daemon(cfg, groups, str(cfg_file), {})
     rule_file(rules, NESTED_1200)
-    ok, message = d.reload()
-    assert not ok and f"{rules}:4: rule 'deep'" in message and "nested deeper than 100 levels" in message
-    snap = d.state.snapshot()
-    assert snap["reloads"][-1]["ok"] is False and f"{rules}:4" in snap["reloads"][-1]["message"]
-    assert snap["reloads_total"] == {"failure": 1}
+    web = WebServer(
+        d.state, d.registry, listen="127.0.0.1:0", reload=d.reload
+    )  # POST /-/reload as an operator
+    web.start()
+    try:
+        r = requests.post(web.url + "-/reload", timeout=30)
+        status = requests.get(web.url + "api/v1/status", timeout=5).json()["data"]
+        metrics = requests.get(web.url + "metrics", timeout=5).text
+    finally:
+        web.stop()
+    assert (
+        r.status_code == 500
+        and f"{rules}:4: rule 'deep'" in r.text
+        and "nested deeper than 100 levels" in r.text
+    )
+    assert "RecursionError" not in r.text
+    (attempt,) = status["reload"]["attempts"]
+    assert attempt["ok"] is False and f"{rules}:4" in attempt["message"]
+    assert 'kvdoctor_config_reloads_total{outcome="failure"} 1.0' in metrics
     assert d.pipeline.rules.groups == groups  # the running pack stays
 
 
