@@ -36,11 +36,8 @@ EXPECTED = {
     ),
 }
 _CAPACITY_NAMES = {CACHE_INFO, LORA_INFO, *B125}  # the samples live_capacity reads
-STEPS = (
-    "classify",
-    "advise",
-    "whatif",
-)  # per-target steps of an evaluation that fail alone (history: the daemon)
+# per-target steps of an evaluation that fail alone (the report history's is the daemon's)
+STEPS = ("classify", "advise", "whatif")
 log = logging.getLogger("kvdoctor")
 
 

@@ -42,9 +42,8 @@ class Evaluation:
     t: float
     alerts: list[Alert]
     errors: list[str] = field(default_factory=list)
-    failed: list[str] = field(
-        default_factory=list
-    )  # names of the rules whose evaluation failed, one per failure
+    # names of the rules whose evaluation failed, one per failure
+    failed: list[str] = field(default_factory=list)
 
     def failed_rules(self) -> list[str]:
         """The rules that failed in this evaluation (a name twice if it failed twice)."""
@@ -84,16 +83,13 @@ class RuleEngine:
                             f"{rule.file}:{rule.line}: rule {rule.name!r}: {err}"
                         )
                         failed.append(rule.name)
+                        # as Prometheus: an alerting rule that could not be evaluated keeps its alerts as they were
+                        seen |= {k for k, a in self.active.items() if a.rule == rule.name}
         self._resolve(seen, t)
-        for (
-            key,
-            e,
-        ) in failing.items():  # said when a rule starts failing or fails differently, not every cycle
-            log.log(
-                logging.WARNING if self._failing.get(key) != e else logging.DEBUG,
-                "rule evaluation failed: %s",
-                e,
-            )
+        # said when a rule starts failing or fails differently, not every cycle
+        for key, e in failing.items():
+            level = logging.WARNING if self._failing.get(key) != e else logging.DEBUG
+            log.log(level, "rule evaluation failed: %s", e)
         for key in set(self._failing) - set(failing):
             log.info("rule at %s:%d evaluates again", *key)
         self._failing = failing
