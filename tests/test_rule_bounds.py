@@ -158,3 +158,26 @@ def test_a_reload_check_gives_up_at_its_deadline_and_on_stop(tmp_path: Path) -> 
     stop.set()
     with pytest.raises(ValidationError, match=r"reload abandoned: kvdoctor is stopping"):
         load_off_thread(str(cfg_file), {}, running, stop, timeout_s=60.0)
+
+
+def test_a_firing_alert_whose_rule_starts_failing_keeps_firing(shared_032: Path) -> None:
+    pipeline = Pipeline(load_files(default_rule_files()))
+    cycles = list(replay(pipeline, [shared_032 / "kv_bound.jsonl.gz"], 5.0))
+    firing = {a.rule for a in cycles[-1].evaluation.alerts if a.state == "firing"}
+    assert "VLLMKVCacheBound" in firing
+    groups = [
+        dataclasses.replace(
+            g,
+            rules=[
+                dataclasses.replace(r, ast=pp.parse(SUM_400)) if r.name == "VLLMKVCacheBound" else r
+                for r in g.rules
+            ],
+        )
+        for g in pipeline.rules.groups
+    ]
+    pipeline.set_rules(groups)  # as a reload keeps the alert state of rules that still exist
+    later = pipeline.evaluate(cycles[-1].t + 5.0)
+    assert "VLLMKVCacheBound" in later.evaluation.failed
+    kv = [a for a in later.evaluation.alerts if a.rule == "VLLMKVCacheBound"]
+    # not taken for an alert that stopped holding (its keep_firing_for would start counting down)
+    assert kv and all(a.state == "firing" and a.keep_since is None for a in kv)
