@@ -175,10 +175,8 @@ class History:
             del kh.segments[0]
 
     def observe(self, diagnoses: list[Diagnosis], t: float, dt: float) -> dict[str, str]:
-        """Account one daemon cycle; tokens and requests come from the 1m rates (the daemon keeps no counters).
-
-        Returns target -> why its step could not be accounted: one target's values never cost the others theirs.
-        """
+        """Account one daemon cycle (tokens and requests from the 1m rates: the daemon keeps no counters); returns
+        target -> why its step failed, for one target's values never cost the others theirs."""
         failed: dict[str, str] = {}
         for d in diagnoses:
             try:
@@ -254,13 +252,11 @@ def _dense(pairs: list[list[float]]) -> list[float]:
 
 def _finite_hour(h: Hour) -> None:
     """Zero what a state file holds that no sum can be (Infinity, NaN, null, negative): one bad value, not a 500."""
-    for name, v in vars(h).items():
+    for name, v in list(vars(h).items()):
         if name == "seconds":
             h.seconds = _finite_dict(v)
-        elif name in ("kv_bins", "util_bins"):
-            setattr(h, name, [_num(x) for x in v])
         elif name != "start":
-            setattr(h, name, _num(v))
+            setattr(h, name, [_num(x) for x in v] if name.endswith("_bins") else _num(v))
 
 
 def _finite_dict(d: object) -> dict[str, float]:
