@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from kvdoctor.capacity.live import B125, CACHE_INFO, LORA_INFO, LiveCapacity, li
 from kvdoctor.diagnosis.classify import Classifier
 from kvdoctor.diagnosis.evidence import Key, collect
 from kvdoctor.diagnosis.target import Target, TargetFacts
+from kvdoctor.diagnosis.validity import drop_invalid_evidence, split_samples
 from kvdoctor.ingest.parse import ParseError, Parser
 from kvdoctor.rules.evaluate import Evaluation, RuleEngine
 from kvdoctor.rules.loader import RuleGroup
@@ -34,6 +36,9 @@ EXPECTED = {
     ),
 }
 _CAPACITY_NAMES = {CACHE_INFO, LORA_INFO, *B125}  # the samples live_capacity reads
+# per-target steps of an evaluation that fail alone (the report history's is the daemon's)
+STEPS = ("classify", "advise", "whatif")
+log = logging.getLogger("kvdoctor")
 
 
 @dataclass
@@ -133,19 +138,23 @@ class Pipeline:
             self.store.mark_down(target, t_ms)
             self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 0.0)], extra)
             return state.last_error
-        self.store.ingest(target, t_ms, scrape.samples, extra)
+        # a vLLM value that cannot be (NaN, +Inf, a negative count) is no evidence of anything: the rule pack, the
+        # capacity and the what-if never see it, and the target says which it dropped
+        samples, invalid = split_samples(scrape.samples)
+        state.note_invalid("scrape", invalid)
+        self.store.ingest(target, t_ms, samples, extra)
         self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 1.0)], extra)
         state.record(t, True, duration_s=duration_s, samples=len(scrape.samples))
         # read what the diagnosis needs from the scrape now, so its samples do not outlive the ingest
-        names = {s.name for s in scrape.samples}
+        names = {s.name for s in samples}
         missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]
         self.set_inventory(
             name=target,
             missing=missing,
-            live=live_capacity([s for s in scrape.samples if s.name in _CAPACITY_NAMES]),
+            live=live_capacity([s for s in samples if s.name in _CAPACITY_NAMES]),
         )
         if self.advisor is not None:
-            self.advisor.observe(target, t, scrape.samples)
+            self.advisor.observe(target, t, samples)
         return None
 
     def evaluate(self, t: float) -> Cycle:
@@ -171,7 +180,11 @@ class Pipeline:
                 v = s.at(t_ms, self.store.lookback_ms)
                 if v is not None and not math.isnan(v):
                     series.append((s.labels, v))
-        diagnoses = self.classify(t, collect(series), evaluation)
+        signals = collect(series)
+        invalid = drop_invalid_evidence(signals)
+        for name, target in self._targets.items():
+            target.note_invalid("evidence", invalid.get(name, {}))
+        diagnoses = self.classify(t, signals, evaluation)
         return Cycle(t, diagnoses, evaluation)
 
     def classify(
@@ -179,12 +192,26 @@ class Pipeline:
     ) -> list[Diagnosis]:
         """The diagnoses at t from signals and the rules' outcome, for every target; runbook links made absolute."""
         diagnoses = self.classifier.classify(t, signals, evaluation.alerts, self.targets)
-        if self.advisor is not None:  # predicted effects on the advice, follow-ups as findings
-            diagnoses = self.advisor.annotate(diagnoses, t)
+        failures = {k: dict(v) for k, v in self.classifier.failures.items()}
         for d in diagnoses:
+            if self.advisor is not None:  # predicted effects on the advice, follow-ups as findings
+                try:
+                    self.advisor.annotate([d], t)
+                except Exception as exc:  # the diagnosis stands without its predictions
+                    failures.setdefault(d.target, {}).setdefault("whatif", f"{type(exc).__name__}: {exc}")
             for f in d.findings:
                 f.runbook = runbook_link(self.runbook_url, f.runbook, f.name)
+        if self.advisor is not None:  # the simulation thread's own failures, per target
+            for name, error in self.advisor.failures().items():
+                failures.setdefault(name, {}).setdefault("whatif", error)
+        for step in STEPS:
+            self.note_steps(step, {name: f[step] for name, f in failures.items() if step in f})
         return diagnoses
+
+    def note_steps(self, step: str, failed: Mapping[str, str]) -> None:
+        """Record on every target whether a per-target step failed for it this cycle (failed: target -> why)."""
+        for name, target in self._targets.items():
+            note_step(target, step, failed.get(name))
 
     def _inject_config(self, t: float) -> None:
         samples = []
@@ -197,3 +224,13 @@ class Pipeline:
                 if v:
                     samples.append(Sample("kvdoctor_target_slo_seconds", (*tl, ("slo", slo)), float(v)))
         self.store.ingest("config", round(t * 1000), samples)
+
+
+def note_step(target: Target, step: str, error: str | None) -> None:
+    """Record whether a per-target step failed this cycle; log it when that changes, not every cycle."""
+    if target.step_errors.get(step) != error:
+        if error is None:
+            log.info("target %s: %s works again", target.name, step, extra={"target": target.name})
+        else:
+            log.warning("target %s: %s failed: %s", target.name, step, error, extra={"target": target.name})
+    target.note_step(step, error)

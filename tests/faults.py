@@ -25,9 +25,12 @@ def many_labels(n: int = 200) -> bytes:
 class FaultServer:
     """Serves one fault mode on 127.0.0.1; `stop()` ends it."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, body: bytes = b"") -> None:
+        # mode "static": serve `body` (a page of the test's own) as text 0.0.4
         self.mode = mode
-        self.body = million_series() if mode == "million" else many_labels() if mode == "labels" else b""
+        self.body = body or (
+            million_series() if mode == "million" else many_labels() if mode == "labels" else b""
+        )
         self.stopping = threading.Event()
         server = self
 

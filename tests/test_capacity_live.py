@@ -82,3 +82,9 @@ def test_nothing_to_read():
     assert live.engines == 0 and live.kv_cache_tokens is None and live.fits(1000) is None
     garbage = 'vllm:cache_config_info{engine="0",num_gpu_blocks="lots",block_size=""} 1\n'
     assert live_capacity(samples_from_text(garbage)).kv_cache_tokens is None
+
+
+@pytest.mark.parametrize("blocks", ["-5", "inf", "NaN"])
+def test_a_cache_size_that_cannot_be_is_no_capacity(blocks):
+    live = live_capacity(samples_from_text(INFO % ("0", blocks)))
+    assert live.num_gpu_blocks is None and live.kv_cache_tokens is None

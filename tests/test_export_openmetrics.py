@@ -28,7 +28,7 @@ MAX_NUM_SEQS = {"batch_cap": 4, "compute_bound": 128}
 
 
 def _cycle(t: float, diagnoses: list[Diagnosis], errors: int = 0) -> Cycle:
-    return Cycle(t, diagnoses, Evaluation(t, [], ["boom"] * errors))
+    return Cycle(t, diagnoses, Evaluation(t, [], ["boom"] * errors, ["kvdoctor:kv_usage:ratio"] * errors))
 
 
 def _synthetic() -> list[Cycle]:
@@ -69,8 +69,10 @@ def test_export_shape_and_parse_back() -> None:
     assert up == [1.0, 1.0, 0.0]
     errors = [s.value for s in by_name["kvdoctor_target_scrape_errors"].samples]
     assert errors == [0.0, 0.0, 1.0]
-    failures = [s.value for s in by_name["kvdoctor_rule_evaluation_failures"].samples]
-    assert failures == [0.0, 1.0, 1.0]
+    failures = [(s.labels, s.value) for s in by_name["kvdoctor_rule_evaluation_failures"].samples]
+    assert (
+        failures == [({"rule": "kvdoctor:kv_usage:ratio"}, 1.0)] * 2
+    )  # counted per rule from its first failure
     finding = by_name["kvdoctor_finding"].samples
     assert {(s.labels["finding"], float(s.timestamp)) for s in finding} == {
         ("kv_cache", 1015.0),

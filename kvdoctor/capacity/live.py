@@ -95,7 +95,7 @@ def _num(v: str | None) -> float | None:
         x = float(v) if v is not None else math.nan
     except ValueError:
         return None
-    return x if math.isfinite(x) else None
+    return x if math.isfinite(x) and x >= 0 else None  # every number here is a size, a count or a fraction
 
 
 def _int(v: str | None) -> int | None:

@@ -66,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
         except EvalError as exc:
             print(f"kvdoctor query: {expr}: {exc}", file=sys.stderr)
             return 2
+        except RecursionError:  # within the load-time bounds, but deeper than this interpreter's stack
+            print(f"kvdoctor query: {expr[:80]}: expression too deeply nested to evaluate", file=sys.stderr)
+            return 2
     if args.json:
         out: Any = results[0] if len(results) == 1 else results
         print(json.dumps(out, indent=None if len(results) == 1 else 1))

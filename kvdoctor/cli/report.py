@@ -20,6 +20,7 @@ from kvdoctor.report.history import History
 from kvdoctor.report.markdown import render_markdown
 from kvdoctor.report.page import render_html
 from kvdoctor.report.promrange import from_prometheus, progress_bar
+from kvdoctor.sanity import scrub
 from kvdoctor.sources.client import PromClient
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         history = _history(args, step)
         if history is None:
             return 2
-        doc = build_report(history, p, args.target)
+        doc = scrub(build_report(history, p, args.target))  # a value no JSON holds is left out, not a crash
     except (ValueError, OSError) as exc:  # InputError is a ValueError; a TransportError goes to cli.main (3)
         print(f"kvdoctor report: {exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from kvdoctor.diskfiles import set_aside, unlink_quietly
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.report.history import History
 from kvdoctor.samples import Sample
+from kvdoctor.sanity import finite, scrub
 
 log = logging.getLogger(__name__)
 __all__ = ["VERSION", "load", "save"]
@@ -27,7 +28,7 @@ def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     series = []
     for name in STATEFUL:
         for s in pipeline.store.select(name):
-            points = [(t, v) for t, v in zip(s.ts, s.vs, strict=True) if v is not None][-240:]
+            points = [(t, v) for t, v in zip(s.ts, s.vs, strict=True) if finite(v) is not None][-240:]
             if points:
                 series.append({"labels": [list(p) for p in s.labels], "points": points})
     doc = {
@@ -38,12 +39,16 @@ def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     }
     if history is not None:
         doc["report_history"] = history.to_state()
+    try:  # JSON has no Infinity: a reader of the file (kvdoctor too, before) would choke on one
+        text = json.dumps(doc, allow_nan=False)
+    except ValueError:  # one slipped past the checks at the door: written as null rather than not at all
+        text = json.dumps(scrub(doc), allow_nan=False)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh)
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
@@ -60,7 +65,8 @@ def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     if not p.exists():
         return False
     try:
-        doc: Any = json.loads(p.read_bytes().decode("utf-8"))
+        # an older kvdoctor wrote Infinity/NaN into the file: read as null, so no restored value is infinite
+        doc: Any = scrub(json.loads(p.read_bytes().decode("utf-8")))
     except OSError as exc:
         log.warning("state file %s cannot be read (%s): starting without its state", p, exc)
         return False
@@ -78,6 +84,8 @@ def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -
         name = dict(labels).get("__name__", "")
         rest = tuple((k, v) for k, v in labels if k != "__name__")
         for t, v in item["points"]:
+            if finite(v) is None or finite(t) is None:
+                continue
             pipeline.store.ingest(
                 f"restored:{name}:{rest}", int(t), [Sample(name, rest, float(v))], staleness=False
             )  # type: ignore[arg-type]

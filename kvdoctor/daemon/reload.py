@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any
 
 from kvdoctor.config import Config, ConfigError, TargetSpec, load_config
@@ -10,7 +12,7 @@ from kvdoctor.config.targets import parse_target
 from kvdoctor.config.yamlpos import Located
 from kvdoctor.notify import parse_notify_config
 from kvdoctor.notify.located import located_errors
-from kvdoctor.rules.loader import RuleGroup, load_files, rule_files
+from kvdoctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_files
 
 # Config fields a running daemon cannot change, with the reason given to the operator.
 RESTART_ONLY = {
@@ -27,8 +29,15 @@ NAMES = {
 }
 
 
-def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Config, list[RuleGroup]]:
-    """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem."""
+RELOAD_DEADLINE_S = 20.0  # reading and checking a reload's files; past it the reload is refused
+
+
+def load_everything(
+    cfg_path: str | None, overrides: dict[str, Any], deadline: float | None = None
+) -> tuple[Config, list[RuleGroup]]:
+    """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem.
+
+    deadline: a time.monotonic() past which the rule files are no longer checked (RuleLoadError)."""
     cfg = load_config(cfg_path)
     errors: list[str] = []
     for key, value in overrides.items():
@@ -43,7 +52,50 @@ def load_everything(cfg_path: str | None, overrides: dict[str, Any]) -> tuple[Co
         setattr(cfg, key, [v for v in value if v is not None] if key == "targets" else value)
     if errors:
         raise ConfigError(errors)
-    return cfg, load_files(rule_files(cfg.rules))
+    return cfg, load_files(rule_files(cfg.rules), deadline)
+
+
+def load_off_thread(
+    cfg_path: str | None, overrides: dict[str, Any], running: Config, stop: threading.Event,
+    timeout_s: float = RELOAD_DEADLINE_S,
+) -> tuple[Config, list[RuleGroup]]:  # fmt: skip
+    """load_everything and refuse_unless_applicable on a thread of its own; refused (ConfigError) past timeout_s
+    or once stop is set.
+
+    The caller never holds the cycle lock while this runs, and SIGTERM (stop) does not wait for it; the loader
+    stops by itself at the deadline too, so an abandoned check does not keep a core busy.
+    """
+    if stop.is_set():
+        raise ConfigError(["reload abandoned: kvdoctor is stopping"])
+    deadline = time.monotonic() + timeout_s
+    done = threading.Event()
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            cfg, groups = load_everything(cfg_path, overrides, deadline)
+            refuse_unless_applicable(running, cfg)
+            result["loaded"] = cfg, groups
+        except BaseException as exc:  # handed to the caller: every failure is a refused reload
+            result["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="kvdoctor-reload-check", daemon=True).start()
+    while not done.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+        if stop.is_set():
+            raise ConfigError(["reload abandoned: kvdoctor is stopping"])
+        if time.monotonic() >= deadline:
+            raise ConfigError([f"reload refused: reading and checking the files took over {timeout_s:g}s"])
+    if "error" in result:
+        raise result["error"]
+    return result["loaded"]  # type: ignore[no-any-return]
+
+
+def refusal(exc: Exception) -> str:
+    """What a refused reload says: the error's own message, with its type when it is not one about the input."""
+    known = isinstance(exc, ConfigError | RuleLoadError | ValueError | OSError)
+    return str(exc) if known else f"{type(exc).__name__}: {exc}"
 
 
 def restart_needed(old: Config, new: Config) -> list[str]:

@@ -17,13 +17,13 @@ from kvdoctor.daemon.durable import StateWriter, storage_health
 from kvdoctor.daemon.logs import setup_logging
 from kvdoctor.daemon.notifying import build_notifier
 from kvdoctor.daemon.pace import Pace
-from kvdoctor.daemon.reload import changes, load_everything, refuse_unless_applicable
+from kvdoctor.daemon.reload import changes, load_everything, load_off_thread, refusal
 from kvdoctor.daemon.scrape import Scraper, ScrapeResult, capped
 from kvdoctor.notify import Notifier
 from kvdoctor.pipeline import Cycle, Pipeline
 from kvdoctor.report.history import History
 from kvdoctor.report.live import report_response
-from kvdoctor.rules.loader import RuleGroup, RuleLoadError
+from kvdoctor.rules.loader import RuleGroup
 from kvdoctor.sources.daemon import DaemonSource
 from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
@@ -147,9 +147,10 @@ class Daemon:
     def _tick_safely(self) -> None:
         try:
             self.tick()
-        except Exception:  # one bad cycle must not end the daemon
+        except Exception as exc:  # one bad cycle must not end the daemon; its traceback once per cause
             self.state.count_event("error")
-            log.exception("cycle failed")
+            new = self.state.note_cycle_failure(f"{type(exc).__name__}: {exc}")
+            log.log(logging.ERROR if new else logging.DEBUG, "cycle failed", exc_info=True)
 
     def tick(self) -> list[Diagnosis]:
         """One scheduled cycle: ingest the scrapes that arrived since the last one, evaluate, publish."""
@@ -182,14 +183,17 @@ class Daemon:
         self.state.set_target(self.pipeline.targets[r.target])
 
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
-        evaluated = time.monotonic()
-        self.state.publish(cycle.diagnoses, cycle.t, evaluated - start, len(cycle.evaluation.errors))
-        self.history.observe(cycle.diagnoses, cycle.t, self.cfg.interval_s)
+        took = time.monotonic() - start
+        self.state.publish(cycle.diagnoses, cycle.t, took, cycle.evaluation.failed_rules())
+        failed = self.history.observe(cycle.diagnoses, cycle.t, self.cfg.interval_s)
+        self.pipeline.note_steps("history", failed)
+        self.state.set_targets(self.pipeline.targets.values())  # with what this cycle found wrong for each
         if self.notifier is not None:
             self.notifier.observe(cycle.diagnoses, cycle.t)
         self._announce(cycle.diagnoses)
         self._persist()
         self._pace.note(time.monotonic() - start, self.cfg.interval_s)
+        self.state.note_cycle_failure(None)  # a whole cycle worked: /-/ready counts failures in a row afresh
         return cycle.diagnoses
 
     def _log_health(self, name: str, was: tuple[bool | None, str]) -> None:
@@ -243,16 +247,16 @@ class Daemon:
     def reload(self) -> tuple[bool, str]:
         """Re-read config and rules and apply them all, or refuse (keeping everything running) and say why."""
         t = self.clock()
-        try:
-            cfg, groups = load_everything(self.cfg_path, self.overrides)
-            refuse_unless_applicable(self.cfg, cfg)
+        try:  # read and checked on a thread of its own: cycles go on, SIGTERM does not wait for it
+            cfg, groups = load_off_thread(self.cfg_path, self.overrides, self.cfg, self.stop_event)
             discovery = self.discovery.renewed(cfg)  # bad credentials raise ConfigError; watches nothing yet
             if self.web is not None:
                 self.web.use_web_config(cfg.web_config)  # raises WebConfigError, nothing applied yet
-        except (ConfigError, RuleLoadError, ValueError, OSError) as exc:
-            self.state.note_reload(False, t, str(exc))
-            log.error("reload failed, keeping the running config: %s", exc)
-            return False, str(exc)
+        except Exception as exc:  # whatever went wrong, the attempt is in the history and reloads_total
+            message = refusal(exc)
+            self.state.note_reload(False, t, message)
+            log.error("reload failed, keeping the running config: %s", message)
+            return False, message
         applied = changes(self.cfg, cfg)
         with self._lock:
             notify_changed = (cfg.notify, cfg.external_url) != (self.cfg.notify, self.cfg.external_url)

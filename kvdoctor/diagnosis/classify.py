@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from kvdoctor.capacity.advice import max_model_len_finding_text
@@ -26,10 +27,15 @@ class Classifier:
     def __init__(self) -> None:
         self.since: dict[Key, tuple[str, float]] = {}
         self.models: dict[str, set[str]] = {}  # model names seen per target, kept while it is down
+        # per target, the steps (classify, advise) that raised in the last classify() and why
+        self.failures: dict[str, dict[str, str]] = {}
+        self._last: dict[Key, Diagnosis] = {}
 
     def forget(self, target: str) -> None:
         """Drop what is known of a removed target's models."""
         self.models.pop(target, None)
+        for key in [k for k in self._last if k[0] == target]:
+            del self._last[key]
 
     def classify(
         self,
@@ -63,10 +69,21 @@ class Classifier:
         for key in keys:
             firing.setdefault(key, []).extend(target_level.get(key[0], []))
         out = []
+        self.failures = {}
         for key in sorted(keys):
             target = targets.get(key[0]) or Target(key[0])
-            out.append(self._one(t, key, target, signals.get(key, {}), firing.get(key, [])))
+            try:
+                d = self._one(t, key, target, signals.get(key, {}), firing.get(key, []))
+            except Exception as exc:  # one target's values must not cost the others their diagnosis
+                self._fail(key[0], "classify", exc)
+                d = self._last.get(key) or Diagnosis(key[0], key[1], t, "unknown", t)
+            # kept as classified: the sinks add to a diagnosis' lists (follow-ups, effects) after this
+            self._last[key] = d = replace(d, findings=list(d.findings), advice=list(d.advice))
+            out.append(replace(d, findings=list(d.findings), advice=list(d.advice)))
         return out
+
+    def _fail(self, target: str, step: str, exc: BaseException) -> None:
+        self.failures.setdefault(target, {}).setdefault(step, f"{type(exc).__name__}: {exc}")
 
     def _one(
         self, t: float, key: Key, target: Target, ev: dict[str, float], alerts: list[Alert]
@@ -128,6 +145,22 @@ class Classifier:
         name = a.labels["finding"]
         bottleneck = a.labels.get("bottleneck", "")
         evidence: dict[str, float | str] = {k: ev[k] for k in evidence_for(name) if k in ev}
+        try:
+            advice = self._advice(a, name, bottleneck, ev, evidence, target, per_engine)
+        except Exception as exc:  # the finding still holds; only its advice is lost this cycle
+            self._fail(target.name, "advise", exc)
+            advice = []
+        return Finding(
+            name, a.labels.get("severity", "warning"), a.annotations.get("summary", name),
+            a.annotations.get("description", ""), _round(evidence), advice, a.annotations.get("runbook_url", ""),
+            bottleneck, a.active_at,
+        )  # fmt: skip
+
+    def _advice(
+        self, a: Alert, name: str, bottleneck: str, ev: dict[str, float], evidence: dict[str, float | str],
+        target: Target, per_engine: Engines,
+    ) -> list[Advice]:  # fmt: skip
+        """The finding's advice, adding to its evidence what the advice rests on."""
         evidence.update(engines.explain(bottleneck, per_engine) if bottleneck else {})
         if bottleneck == "kv_cache":
             advice = engines.balance_first(per_engine) + advise.kv_cache(
@@ -155,11 +188,7 @@ class Classifier:
             advice = stall.advice(ev, per_engine, target.live)
         else:
             advice = [Advice("", a.annotations["advice"])] if a.annotations.get("advice") else []
-        return Finding(
-            name, a.labels.get("severity", "warning"), a.annotations.get("summary", name),
-            a.annotations.get("description", ""), _round(evidence), advice, a.annotations.get("runbook_url", ""),
-            bottleneck, a.active_at,
-        )  # fmt: skip
+        return advice
 
     def to_state(self) -> dict[str, Any]:
         """The since-table as JSON-ready data."""

@@ -37,6 +37,14 @@ class Target:
     limit_exceeded_total: dict[str, int] = field(default_factory=dict)  # limit name -> scrapes refused for it
     missing: list[str] = field(default_factory=list)  # expected vLLM families absent from the last scrape
     live: LiveCapacity | None = None
+    # values refused as impossible (NaN, +Inf, negative): what is wrong now per source ("scrape", "evidence")
+    # and metric, and how many were refused per metric since start
+    invalid: dict[str, dict[str, str]] = field(default_factory=dict)
+    invalid_values_total: dict[str, int] = field(default_factory=dict)
+    step_errors: dict[str, str] = field(
+        default_factory=dict
+    )  # per-target step (classify, …) -> why it failed
+    step_failures_total: dict[str, int] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -68,6 +76,39 @@ class Target:
                 limit: self.limit_exceeded_total.get(limit, 0) + 1,
             }
 
+    def note_invalid(self, source: str, found: dict[str, str]) -> None:
+        """Record the impossible values one look (source: "scrape" or "evidence") refused, metric -> problem."""
+        if not found and not self.invalid.get(source):
+            return  # the common case, every cycle for every target: nothing to replace
+        # whole values replaced, never mutated: DaemonState publishes shallow copies
+        self.invalid = {**self.invalid, source: dict(found)}
+        if found:
+            totals = dict(self.invalid_values_total)
+            for metric in found:
+                totals[metric] = totals.get(metric, 0) + 1
+            self.invalid_values_total = totals
+
+    def invalid_notes(self) -> list[str]:
+        """What is refused now, as the page shows it: "`vllm:kv_cache_usage_perc` = +Inf ignored"."""
+        return [
+            f"`{m}` = {p} ignored"
+            for _, found in sorted(self.invalid.items())
+            for m, p in sorted(found.items())
+        ]
+
+    def note_step(self, step: str, error: str | None) -> None:
+        """Record whether one per-target step (classify, advise, history, whatif) failed this cycle, and why."""
+        if error is None and step not in self.step_errors:
+            return
+        errors = {k: v for k, v in self.step_errors.items() if k != step}
+        if error is not None:
+            errors[step] = error
+            self.step_failures_total = {
+                **self.step_failures_total,
+                step: self.step_failures_total.get(step, 0) + 1,
+            }
+        self.step_errors = errors
+
     def to_dict(self) -> dict[str, Any]:
         """Its scrape health as /api/v1/targets shows it, JSON-ready."""
         return {
@@ -81,4 +122,8 @@ class Target:
             "samples": self.samples,
             "limit_exceeded_total": dict(self.limit_exceeded_total),
             "labels": dict(self.labels),
+            "invalid_values": self.invalid_notes(),
+            "invalid_values_total": dict(self.invalid_values_total),
+            "step_errors": dict(self.step_errors),
+            "step_failures_total": dict(self.step_failures_total),
         }

@@ -113,7 +113,7 @@ def collect_families(
     families: dict[str, _Family] = {}
     for cycle, duration in _timed(cycles):
         targets.update(state, cycle)
-        state.publish(cycle.diagnoses, cycle.t, duration, len(cycle.evaluation.errors))
+        state.publish(cycle.diagnoses, cycle.t, duration, cycle.evaluation.failed_rules())
         t_ms = round(cycle.t * 1000)
         for mf in collector.collect():
             fam = families.get(mf.name)

@@ -102,12 +102,13 @@ class KeyHistory:
     segments: list[Segment] = field(default_factory=list)
 
 
-def _bin(x: float) -> int:
-    return min(BINS - 1, max(0, int(x * BINS)))
+def _bin(x: float) -> int | None:
+    # a value that is no fraction (±Inf, NaN) has no bin: it is left out, never an OverflowError for the fleet
+    return min(BINS - 1, max(0, int(x * BINS))) if math.isfinite(x) else None
 
 
 def _max(a: float, b: float | None) -> float:
-    return a if b is None or math.isnan(b) else max(a, b)
+    return a if b is None or not math.isfinite(b) else max(a, b)
 
 
 class History:
@@ -139,15 +140,17 @@ class History:
         h.kv_max, h.running_max = _max(h.kv_max, s.kv), _max(h.running_max, s.running)
         h.waiting_max, h.cap = _max(h.waiting_max, s.waiting), _max(h.cap, s.cap)
         h.gen_tps_max = _max(h.gen_tps_max, s.gen_tps)
-        if s.kv is not None:
-            h.kv_bins[_bin(s.kv)] += dt
-        if s.cap and s.running is not None:
-            util = s.running / s.cap
+        kv_bin = _bin(s.kv) if s.kv is not None else None
+        if kv_bin is not None:
+            h.kv_bins[kv_bin] += dt
+        util = s.running / s.cap if s.cap and s.running is not None else None
+        util_bin = _bin(util) if util is not None else None
+        if util is not None and util_bin is not None:
             h.util_max = max(h.util_max, util)
-            h.util_bins[_bin(util)] += dt
-        if s.itl_p50 and s.itl_baseline:
+            h.util_bins[util_bin] += dt
+        if s.itl_p50 and s.itl_baseline and math.isfinite(s.itl_p50 / s.itl_baseline):
             h.itl_ratio_max = max(h.itl_ratio_max, s.itl_p50 / s.itl_baseline)
-        if s.cls in LIMITS and s.gen_tps:
+        if s.cls in LIMITS and s.gen_tps and math.isfinite(s.gen_tps):
             h.saturated_s += dt
             h.saturated_tokens += s.gen_tps * dt
         if len(kh.hours) > MAX_HOURS:
@@ -158,7 +161,7 @@ class History:
             k: v
             for k, v in (("kv", s.kv), ("running", s.running), ("waiting", s.waiting), ("cap", s.cap),
                          ("preemptions_per_s", s.preemptions_per_s), ("gen_tps", s.gen_tps))
-            if v is not None and not math.isnan(v)
+            if v is not None and math.isfinite(v)
         }  # fmt: skip
         last = kh.segments[-1] if kh.segments else None
         if last is not None and last.cls == s.cls and abs(last.end - s.t) <= max(1.0, 0.5 * s.dt):
@@ -171,16 +174,22 @@ class History:
         if len(kh.segments) > MAX_SEGMENTS:
             del kh.segments[0]
 
-    def observe(self, diagnoses: list[Diagnosis], t: float, dt: float) -> None:
-        """Account one daemon cycle; tokens and requests come from the 1m rates (the daemon keeps no counters)."""
+    def observe(self, diagnoses: list[Diagnosis], t: float, dt: float) -> dict[str, str]:
+        """Account one daemon cycle (tokens and requests from the 1m rates: the daemon keeps no counters); returns
+        target -> why its step failed, for one target's values never cost the others theirs."""
+        failed: dict[str, str] = {}
         for d in diagnoses:
-            s = step_from_diagnosis(d, t, dt)
-            ev = d.evidence
-            s.requests, s.prompt_tokens, s.generation_tokens = (
-                _num(ev.get(k)) * dt
-                for k in ("requests_per_s", "prompt_tokens_per_s", "generation_tokens_per_s")
-            )
-            self.add(d.target, d.model_name, s)
+            try:
+                s = step_from_diagnosis(d, t, dt)
+                ev = d.evidence
+                s.requests, s.prompt_tokens, s.generation_tokens = (
+                    _num(ev.get(k)) * dt
+                    for k in ("requests_per_s", "prompt_tokens_per_s", "generation_tokens_per_s")
+                )
+                self.add(d.target, d.model_name, s)
+            except Exception as exc:
+                failed.setdefault(d.target, f"{type(exc).__name__}: {exc}")
+        return failed
 
     def span(self) -> tuple[float, float] | None:
         """First and last second covered by any segment."""
@@ -214,10 +223,13 @@ class History:
                     x = dict(x)
                     for b in ("kv_bins", "util_bins"):
                         x[b] = _dense(x.get(b, []))
-                    hours[int(x["start"])] = Hour(**x)
+                    hour = Hour(**x)
+                    _finite_hour(hour)
+                    hours[int(x["start"])] = hour
                 segments = [
-                    Segment(float(s[0]), float(s[1]), str(s[2]), str(s[3]), dict(s[4]))
+                    Segment(float(s[0]), float(s[1]), str(s[2]), str(s[3]), _finite_dict(s[4]))
                     for s in item["segments"]
+                    if math.isfinite(float(s[0])) and math.isfinite(float(s[1]))
                 ]
                 self.keys[(str(item["target"]), str(item["model_name"]))] = KeyHistory(hours, segments)
             except (KeyError, TypeError, ValueError, IndexError):
@@ -234,16 +246,32 @@ def _hour_state(h: Hour) -> dict[str, Any]:
 def _dense(pairs: list[list[float]]) -> list[float]:
     bins = [0.0] * BINS
     for i, s in pairs:
-        bins[int(i)] = float(s)
+        bins[int(i)] = _num(s)
     return bins
 
 
+def _finite_hour(h: Hour) -> None:
+    """Zero what a state file holds that no sum can be (Infinity, NaN, null, negative): one bad value, not a 500."""
+    for name, v in list(vars(h).items()):
+        if name == "seconds":
+            h.seconds = _finite_dict(v)
+        elif name != "start":
+            setattr(h, name, [_num(x) for x in v] if name.endswith("_bins") else _num(v))
+
+
+def _finite_dict(d: object) -> dict[str, float]:
+    return {str(k): float(v) for k, v in dict(d).items() if _opt(v) is not None}  # type: ignore[call-overload]
+
+
 def _num(v: object) -> float:
-    return float(v) if isinstance(v, int | float) and not math.isnan(v) else 0.0
+    return _opt(v) or 0.0
 
 
 def _opt(v: object) -> float | None:
-    return float(v) if isinstance(v, int | float) and not math.isnan(v) else None
+    # evidence that is no count, rate or ratio (±Inf, negative) is left out like a missing value
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        return None
+    return float(v)
 
 
 def merged_evidence(d: Diagnosis) -> dict[str, float | str]:

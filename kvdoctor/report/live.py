@@ -10,6 +10,7 @@ from kvdoctor.report.economics import Prices, parse_usd
 from kvdoctor.report.history import History
 from kvdoctor.report.markdown import render_markdown
 from kvdoctor.report.page import ASSETS, asset, render_html
+from kvdoctor.sanity import scrub
 
 TYPES = {"html": "text/html; charset=utf-8", "md": "text/markdown; charset=utf-8", "json": "application/json"}
 
@@ -44,7 +45,9 @@ def report_response(history: History, query: dict[str, list[str]], part: str = "
     if fmt not in TYPES:
         return 400, f"format {fmt!r}: expected html, md or json\n".encode(), "text/plain; charset=utf-8"
     try:
-        doc = build_report(history, prices_from_query(query), query.get("target"))
+        doc = scrub(
+            build_report(history, prices_from_query(query), query.get("target"))
+        )  # no Infinity in JSON
     except (ReportError, ValueError) as exc:
         page = f"<!doctype html><title>kvdoctor report</title><p>No report yet: {html.escape(str(exc))}</p>"
         return (400 if not isinstance(exc, ReportError) else 200), page.encode(), TYPES["html"]

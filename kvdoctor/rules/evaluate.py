@@ -42,6 +42,12 @@ class Evaluation:
     t: float
     alerts: list[Alert]
     errors: list[str] = field(default_factory=list)
+    # names of the rules whose evaluation failed, one per failure
+    failed: list[str] = field(default_factory=list)
+
+    def failed_rules(self) -> list[str]:
+        """The rules that failed in this evaluation (a name twice if it failed twice)."""
+        return list(self.failed)
 
 
 class RuleEngine:
@@ -58,32 +64,54 @@ class RuleEngine:
         self._keep_firing_for = {
             r.name: r.keep_firing_for_s for g in groups for r in g.rules if r.kind == "alert"
         }
+        self._failing: dict[tuple[str, int], str] = {}  # (file, line) of a rule -> its error last evaluation
 
     def evaluate(self, t: float) -> Evaluation:
         """Evaluate every group in order at t (unix seconds)."""
-        t_ms = round(t * 1000)
-        errors: list[str] = []
+        failing: dict[tuple[str, int], str] = {}
+        failed: list[str] = []
         seen: set[tuple[str, Labels]] = set()
         with self.engine.shared():  # one cycle over the whole fleet: shared subexpressions computed once
             for group in self.groups:
                 for i, rule in enumerate(group.rules):
                     try:
-                        value = self.engine.instant(rule.ast, t_ms)
-                    except EvalError as exc:
-                        errors.append(f"{rule.file}:{rule.line}: rule {rule.name!r}: {exc}")
-                        continue
-                    vec = [Elem((), value.v)] if isinstance(value, Scalar) else value
-                    if rule.kind == "record":
-                        err = self._record(group, i, rule, vec, t_ms)  # type: ignore[arg-type]
-                        self.engine.written(rule.name)
-                        if err:
-                            errors.append(f"{rule.file}:{rule.line}: rule {rule.name!r}: {err}")
-                    else:
-                        seen |= self._alert(rule, vec, t)  # type: ignore[arg-type]
+                        err = self._one(group, i, rule, t, seen)
+                    except Exception as exc:  # one rule's failure (RecursionError, …) must not cost the group
+                        err = _reason(exc)
+                    if err:
+                        failing[(rule.file, rule.line)] = (
+                            f"{rule.file}:{rule.line}: rule {rule.name!r}: {err}"
+                        )
+                        failed.append(rule.name)
+                        # as Prometheus: an alerting rule that could not be evaluated keeps its alerts as they were
+                        seen |= {k for k, a in self.active.items() if a.rule == rule.name}
         self._resolve(seen, t)
-        for e in errors:
-            log.warning("rule evaluation failed: %s", e)
-        return Evaluation(t, sorted(self.active.values(), key=lambda a: a.key()), errors)
+        # said when a rule starts failing or fails differently, not every cycle
+        for key, e in failing.items():
+            level = logging.WARNING if self._failing.get(key) != e else logging.DEBUG
+            log.log(level, "rule evaluation failed: %s", e)
+        for key in set(self._failing) - set(failing):
+            log.info("rule at %s:%d evaluates again", *key)
+        self._failing = failing
+        errors = list(failing.values())
+        return Evaluation(t, sorted(self.active.values(), key=lambda a: a.key()), errors, failed)
+
+    def _one(
+        self, group: RuleGroup, i: int, rule: Rule, t: float, seen: set[tuple[str, Labels]]
+    ) -> str | None:
+        """Evaluate one rule at t: write its series or advance its alerts; the error, if it failed."""
+        t_ms = round(t * 1000)
+        try:
+            value = self.engine.instant(rule.ast, t_ms)
+        except EvalError as exc:
+            return str(exc)
+        vec = [Elem((), value.v)] if isinstance(value, Scalar) else value
+        if rule.kind == "record":
+            err = self._record(group, i, rule, vec, t_ms)  # type: ignore[arg-type]
+            self.engine.written(rule.name)
+            return err
+        seen |= self._alert(rule, vec, t)  # type: ignore[arg-type]
+        return None
 
     def apply_alert_vectors(self, vectors: list[tuple[Rule, list[Elem]]], t: float) -> Evaluation:
         """Advance alert state from alert vectors computed elsewhere (by a Prometheus), as evaluate() would."""
@@ -153,7 +181,15 @@ class RuleEngine:
         for item in state:
             try:
                 alert = Alert(**item)
-            except TypeError:
+                # a value the state file could not hold (Infinity is saved as null) reads as NaN
+                alert.value = float(alert.value) if alert.value is not None else float("nan")
+            except (TypeError, ValueError):
                 continue
             if alert.rule in names:
                 self.active[alert.key()] = alert
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "expression too deeply nested to evaluate (RecursionError)"
+    return f"{type(exc).__name__}: {exc}"

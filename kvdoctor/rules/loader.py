@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,12 +61,17 @@ def _mapping(node: yaml.Node) -> dict[str, tuple[yaml.Node, yaml.Node]]:
     return {k.value: (k, v) for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
 
 
-def load_files(paths: list[Path]) -> list[RuleGroup]:
-    """Load every rule file; raise RuleLoadError listing every problem (nothing is half-loaded)."""
+def load_files(paths: list[Path], deadline: float | None = None) -> list[RuleGroup]:
+    """Load every rule file; raise RuleLoadError listing every problem (nothing is half-loaded).
+
+    deadline: a time.monotonic() after which loading stops with an error naming the file it had reached.
+    """
     groups: list[RuleGroup] = []
     errors: list[str] = []
     seen_groups: set[tuple[str, str]] = set()
     for path in paths:
+        if deadline is not None and time.monotonic() > deadline:
+            raise RuleLoadError([f"{path}: not checked: loading the rule files ran past its deadline"])
         try:
             text = path.read_text(encoding="utf-8")
             root = yaml.compose(text)
@@ -75,14 +81,14 @@ def load_files(paths: list[Path]) -> list[RuleGroup]:
         except yaml.YAMLError as exc:
             errors.append(yaml_error(str(path), exc))
             continue
-        groups += _load_root(path, root, errors, seen_groups)
+        groups += _load_root(path, root, errors, seen_groups, deadline)
     if errors:
         raise RuleLoadError(errors)
     return groups
 
 
 def _load_root(
-    path: Path, root: yaml.Node | None, errors: list[str], seen: set[tuple[str, str]]
+    path: Path, root: yaml.Node | None, errors: list[str], seen: set[tuple[str, str]], deadline: float | None
 ) -> list[RuleGroup]:
     top = _mapping(root) if root is not None else {}
     if root is None or "groups" not in top:
@@ -97,7 +103,7 @@ def _load_root(
         return []
     out = []
     for g in gnode.value:
-        group = _load_group(path, g, errors)
+        group = _load_group(path, g, errors, deadline)
         if group is None:
             continue
         if (str(path), group.name) in seen:
@@ -107,7 +113,7 @@ def _load_root(
     return out
 
 
-def _load_group(path: Path, node: yaml.Node, errors: list[str]) -> RuleGroup | None:
+def _load_group(path: Path, node: yaml.Node, errors: list[str], deadline: float | None) -> RuleGroup | None:
     m = _mapping(node)
     where = f"{path}:{_line(node)}"
     if not m:
@@ -129,7 +135,14 @@ def _load_group(path: Path, node: yaml.Node, errors: list[str]) -> RuleGroup | N
     if not isinstance(rules_node, yaml.SequenceNode):
         errors.append(f"{where}: group {name!r}: `rules` must be a list")
         return None
-    rules = [r for r in (_load_rule(path, name, rn, errors) for rn in rules_node.value) if r is not None]
+    rules = []
+    for rn in rules_node.value:
+        if deadline is not None and time.monotonic() > deadline:
+            errors.append(f"{path}:{_line(rn)}: not checked: loading the rule files ran past its deadline")
+            return None
+        rule = _load_rule(path, name, rn, errors)
+        if rule is not None:
+            rules.append(rule)
     return RuleGroup(name, str(path), interval, rules)
 
 

@@ -90,7 +90,17 @@ class DiagnosisCollector:
         refused = CounterMetricFamily("kvdoctor_target_scrape_limit_exceeded",
                                       "Scrapes refused whole for going over a limit (sample_limit, label_limit, "
                                       "label_value_length_limit).", labels=["target", "limit"])  # fmt: skip
+        invalid = CounterMetricFamily("kvdoctor_target_invalid_values",
+                                      "Values of the target left out of every computation but PromQL (NaN, ±Inf, "
+                                      "negative, absurd), per metric.", labels=["target", "metric"])  # fmt: skip
+        steps = CounterMetricFamily("kvdoctor_target_step_failures",
+                                    "Per-target steps of a cycle that failed alone (classify, advise, history, "
+                                    "whatif).", labels=["target", "step"])  # fmt: skip
         for name, t in sorted(snap["targets"].items()):
+            for metric, n in sorted(t.invalid_values_total.items()):
+                invalid.add_metric([name, metric], float(n))
+            for step, n in sorted(t.step_failures_total.items()):
+                steps.add_metric([name, step], float(n))
             if t.samples is not None:
                 samples.add_metric([name], float(t.samples))
             for limit, n in sorted(t.limit_exceeded_total.items()):
@@ -102,7 +112,7 @@ class DiagnosisCollector:
                 last.add_metric([name], t.last_success_ts)
             errs.add_metric([name], float(t.errors_total))
             info.add_metric([name, t.url], 1.0)
-        yield from (up, dur, last, errs, info, samples, refused)
+        yield from (up, dur, last, errs, info, samples, refused, invalid, steps)
 
     def _self(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
         ev = GaugeMetricFamily(
@@ -124,8 +134,11 @@ class DiagnosisCollector:
         interval = GaugeMetricFamily("kvdoctor_cycle_interval_seconds", "The interval cycles run at.")
         if snap["interval_s"] is not None:
             interval.add_metric([], snap["interval_s"])
-        fails = CounterMetricFamily("kvdoctor_rule_evaluation_failures", "Rule evaluations that failed.")
-        fails.add_metric([], float(snap["rule_failures_total"]))
+        fails = CounterMetricFamily(
+            "kvdoctor_rule_evaluation_failures", "Rule evaluations that failed, per rule.", labels=["rule"]
+        )
+        for rule, n in sorted(snap["rule_failures"].items()):
+            fails.add_metric([rule], float(n))
         reload_ok = GaugeMetricFamily(
             "kvdoctor_config_last_reload_successful", "1 if the last config/rules reload worked."
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -12,6 +13,7 @@ from kvdoctor.signals import SIGNALS
 from kvdoctor.verdicts import Diagnosis
 
 RELOADS_KEPT = 20  # reload attempts shown in /api/v1/status
+FAILED_CYCLES_UNREADY = 3  # cycles failing in a row before /-/ready says 503
 
 
 class DaemonState:
@@ -24,6 +26,9 @@ class DaemonState:
         self.evaluation_ts: float | None = None
         self.evaluation_duration_s: float | None = None
         self.rule_failures_total = 0
+        self.rule_failures: Counter[str] = Counter()  # per rule name
+        self.failed_cycles = 0  # in a row, up to now
+        self.cycle_error = ""  # why the last cycle failed ("" when it worked)
         self.reload_ok = True
         self.reload_ts: float | None = None  # the last attempt, whatever its outcome
         self.reload_success_ts: float | None = None
@@ -42,12 +47,17 @@ class DaemonState:
         self._history: dict[tuple[str, str], deque[dict[str, float]]] = {}
         self._points = history_points
 
-    def publish(self, diagnoses: list[Diagnosis], t: float, duration_s: float, rule_failures: int) -> None:
-        """Record one evaluation (duration_s: of the rule evaluation and classification)."""
+    def publish(
+        self, diagnoses: list[Diagnosis], t: float, duration_s: float, rule_failures: int | list[str]
+    ) -> None:
+        """Record one evaluation (duration_s: of the rule evaluation and classification; rule_failures: the names
+        of the rules that failed in it, or how many)."""
         with self._lock:
             self.diagnoses = list(diagnoses)
             self.evaluation_ts, self.evaluation_duration_s = t, duration_s
-            self.rule_failures_total += rule_failures
+            failed = rule_failures if isinstance(rule_failures, list) else [""] * rule_failures
+            self.rule_failures_total += len(failed)
+            self.rule_failures.update(failed)
             charted = {k for k, s in SIGNALS.items() if s.history}
             for d in diagnoses:
                 ring = self._history.setdefault((d.target, d.model_name), deque(maxlen=self._points))
@@ -66,6 +76,12 @@ class DaemonState:
         """Publish a copy of one target (its facts and scrape health)."""
         with self._lock:
             self.targets[target.name] = replace(target)
+
+    def set_targets(self, targets: Iterable[Target]) -> None:
+        """Publish a copy of each target."""
+        with self._lock:
+            for target in targets:
+                self.targets[target.name] = replace(target)
 
     def target(self, name: str) -> Target | None:
         """A copy of one target (facts and scrape health)."""
@@ -90,6 +106,9 @@ class DaemonState:
                 "evaluation_ts": self.evaluation_ts,
                 "evaluation_duration_s": self.evaluation_duration_s,
                 "rule_failures_total": self.rule_failures_total,
+                "rule_failures": dict(self.rule_failures),
+                "failed_cycles": self.failed_cycles,
+                "cycle_error": self.cycle_error,
                 "reload_ok": self.reload_ok,
                 "reload_ts": self.reload_ts,
                 "reload_success_ts": self.reload_success_ts,
@@ -122,6 +141,28 @@ class DaemonState:
         """Record how long one cycle took against the interval it has to fit in."""
         with self._lock:
             self.cycle_duration_s, self.interval_s = duration_s, interval_s
+
+    def note_cycle_failure(self, error: str | None) -> bool:
+        """Record that a cycle failed (and why) or worked (None); True when the failure is new or changed."""
+        with self._lock:
+            changed = error is not None and error != self.cycle_error
+            self.failed_cycles = self.failed_cycles + 1 if error is not None else 0
+            self.cycle_error = error or ""
+            return changed
+
+    def readiness(self) -> tuple[bool, str]:
+        """Whether /-/ready should say ready, and why not."""
+        with self._lock:
+            if not self.ready:
+                return False, "kvdoctor is not ready: no evaluation yet."
+            if self.failed_cycles >= FAILED_CYCLES_UNREADY:
+                return False, (
+                    f"kvdoctor is not ready: the last {self.failed_cycles} evaluation cycles failed: "
+                    f"{self.cycle_error}"
+                )
+            if self.storage_problem:
+                return False, f"kvdoctor is not ready: {self.storage_problem}."
+            return True, "kvdoctor is Ready."
 
     def count_event(self, event: str, n: int = 1) -> None:
         """Count a scheduling event: `missed` (slots an overlong cycle ate), `error` (a cycle that raised)."""

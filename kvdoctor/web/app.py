@@ -113,10 +113,8 @@ class App:
         if path == "/-/healthy":
             return text(200, "kvdoctor is Healthy.")
         if path == "/-/ready":
-            ready, storage = self.state.ready, self.state.storage_problem
-            if ready and not storage:
-                return text(200, "kvdoctor is Ready.")
-            return text(503, f"kvdoctor is not ready: {storage or 'no evaluation yet'}.")
+            ready, why = self.state.readiness()
+            return text(200 if ready else 503, why)
         if path == "/runbook":
             return self._runbook(headers)
         if path == "/" or path.startswith("/static/"):
@@ -175,6 +173,11 @@ class App:
                 "ts": snap["evaluation_ts"],
                 "duration_s": snap["evaluation_duration_s"],
                 "rule_failures_total": snap["rule_failures_total"],
+                "rule_failures": snap["rule_failures"],
+            },
+            "cycles": {
+                "failed_in_a_row": snap["failed_cycles"],
+                "error": snap["cycle_error"],
             },
             "reload": {
                 "ok": snap["reload_ok"],

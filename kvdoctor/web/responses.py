@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from kvdoctor.sanity import scrub
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -25,7 +26,7 @@ class Response:
 def json_response(data: Any, status: int = 200) -> Response:
     """A Prometheus-style JSON envelope around data."""
     body = {"status": "success", "data": data} if status < 400 else data
-    return Response(status, json.dumps(_finite(body), separators=(",", ":"), allow_nan=False).encode(), JSON)
+    return Response(status, json.dumps(scrub(body), separators=(",", ":"), allow_nan=False).encode(), JSON)
 
 
 def api_error(status: int, kind: str, message: str) -> Response:
@@ -36,13 +37,3 @@ def api_error(status: int, kind: str, message: str) -> Response:
 def text(status: int, message: str, **headers: str) -> Response:
     """A short plain-text response."""
     return Response(status, (message + "\n").encode(), TEXT, dict(headers))
-
-
-def _finite(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_finite(x) for x in v]
-    return v

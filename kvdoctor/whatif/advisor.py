@@ -53,6 +53,7 @@ class Advisor:
         self._worker: threading.Thread | None = None
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
+        self._failures: dict[str, str] = {}  # target -> why its last simulation raised (until one works)
 
     def observe(self, target: str, t: float, samples: Iterable[Sample]) -> None:
         """Keep one scrape of a target."""
@@ -70,6 +71,7 @@ class Advisor:
         """Drop a target's history and predictions."""
         with self._lock:
             self._history.pop(target, None)
+            self._failures.pop(target, None)
             for k in [k for k in self._effects if k[0] == target]:
                 self._effects.pop(k, None)
 
@@ -110,7 +112,7 @@ class Advisor:
         if self.background:
             self._submit(key, t)
         else:
-            self._compute(key, t)
+            self._compute_safely(key, t)
 
     def _with_effect(self, target: str, a: Advice, t: float) -> Advice:
         if not a.change:
@@ -127,7 +129,7 @@ class Advisor:
             if self.background:
                 self._submit(key, t)
             else:
-                eff = self._compute(key, t)
+                eff = self._compute_safely(key, t)
         return replace(a, effect=eff) if eff is not None else a
 
     def _submit(self, key: Key, t: float) -> None:
@@ -136,10 +138,28 @@ class Advisor:
             self._worker.start()
         self._jobs.put((key, t))
 
+    def failures(self) -> dict[str, str]:
+        """Targets whose last prediction raised, and why (cleared by the next that works)."""
+        with self._lock:
+            return dict(self._failures)
+
     def _run(self) -> None:
         while True:
             key, t = self._jobs.get()
-            self._compute(key, t)
+            self._compute_safely(key, t)
+
+    def _compute_safely(self, key: Key, t: float) -> Effect | None:
+        # one target's history must not end the thread every target's predictions run on
+        try:
+            eff = self._compute(key, t)
+        except Exception as exc:
+            with self._lock:
+                self._effects[key] = None
+                self._failures[key[0]] = f"{type(exc).__name__}: {exc}"
+            return None
+        with self._lock:
+            self._failures.pop(key[0], None)
+        return eff
 
     def _compute(self, key: Key, t: float) -> Effect | None:
         target, change = key

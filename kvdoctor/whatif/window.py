@@ -47,6 +47,10 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
     s = Snap(t)
     engines: set[str] = set()
     for x in samples:
+        if (
+            not 0.0 <= x.value < math.inf
+        ):  # NaN, ±Inf or negative: no count, size or time a simulation can use
+            continue
         name = x.name
         if name.endswith("_bucket"):
             base = name[:-7]

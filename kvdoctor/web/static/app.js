@@ -294,6 +294,15 @@ function card(d, stats, points, now) {
     err.append(sub);
     c.append(err);
   }
+  const ignored = (stats && stats.invalid_values) || [];
+  const failed = Object.entries((stats && stats.step_errors) || {});
+  if (ignored.length || failed.length) {
+    // values the target sent that cannot be, and steps that failed for it alone: said as text, never markup
+    const box = el("ul", "invalid-values");
+    for (const note of ignored) box.append(el("li", null, note));
+    for (const [step, why] of failed) box.append(el("li", null, `${step} failed: ${why}`));
+    c.append(box);
+  }
   if (!d) {
     c.append(el("p", "empty", "no diagnosis yet: waiting for the first evaluation"));
     return c;
