@@ -62,6 +62,7 @@ class Daemon:
         self._plan: tuple[float, dict[str, TargetSpec]] | None = None
         self._capped: set[tuple[str, float, float]] = set()
         self._last: dict[tuple[str, str], str] = {}
+        self._causes: dict[str, str] = {}  # target -> why its last scrape failed (see ScrapeResult.cause)
         self._pace = Pace(self.state)
         self._thread: threading.Thread | None = None
         self.history = History("kvdoctor serve")  # hourly summaries for `/report`
@@ -167,8 +168,10 @@ class Daemon:
         if r.target not in self._specs:
             return  # removed while its scrape was in flight
         before = self.pipeline.targets[r.target]
-        was = (before.up, before.last_error)
+        was = (before.up, self._causes.get(r.target, before.last_error))
         self.pipeline.observe(r.target, r.t, r.scrape, r.error, r.duration_s, r.limit)
+        after = self.pipeline.targets[r.target]
+        self._causes[r.target] = r.cause or after.last_error
         self._log_health(r.target, was)
         self.state.set_target(self.pipeline.targets[r.target])
 
@@ -187,7 +190,7 @@ class Daemon:
         target = self.pipeline.targets[name]
         if target.up is False:
             # Say it when a target goes down (and when the reason changes), not on every cycle.
-            level = logging.WARNING if was != (False, target.last_error) else logging.DEBUG
+            level = logging.WARNING if was != (False, self._causes.get(name)) else logging.DEBUG
             log.log(level, "target %s down: %s", name, target.last_error, extra={"target": name})
         elif was[0] is False:
             log.info("target %s is back up", name, extra={"target": name})
@@ -223,6 +226,9 @@ class Daemon:
         for gone in set(self._specs) - set(wanted):
             self.pipeline.remove_target(gone)
             self.state.drop_target(gone)
+            self._causes.pop(gone, None)  # what is kept per target goes with it: a reload to fewer frees it
+            self._capped = {k for k in self._capped if k[0] != gone}
+            self._last = {k: v for k, v in self._last.items() if k[0] != gone}
         self.scraper.forget(set(self._specs) - set(wanted))
         for name, spec in wanted.items():
             old = self._specs.get(name)
