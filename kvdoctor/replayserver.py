@@ -27,7 +27,9 @@ class Playlist:
             if not frames:
                 continue
             t0 = frames[0].t
-            gap = (frames[1].t - frames[0].t) if len(frames) > 1 else 1.0
+            # the pause before the next recording (or the loop) is one scrape step: the first positive one, else
+            # 1 s (frames that all share one time would otherwise make a playlist of length 0)
+            gap = next((b.t - a.t for a, b in zip(frames, frames[1:]) if b.t > a.t), 1.0)
             for f in frames:
                 self.offsets.append(pos + f.t - t0)
                 self.frames.append(f)
