@@ -35,7 +35,7 @@ def test_two_runs_appended_into_one_file_are_refused_at_the_step_back(tmp_path, 
     second = [{**f, "t": float(f["t"]) - 60} for f in frames[60:]]  # type: ignore[arg-type]
     rec = _write(tmp_path / "appended.jsonl", frames + second)
     with pytest.raises(
-        RecordingError, match=rf"appended\.jsonl:121: time steps back \d+(\.\d+)? s from line 120"
+        RecordingError, match=r"appended\.jsonl:121: time steps back \d+(\.\d+)? s from line 120"
     ):
         load_frames(rec)
     assert main(["replay", str(rec)]) == 2
