@@ -45,7 +45,12 @@ def test_two_runs_appended_into_one_file_are_refused_at_the_step_back(tmp_path, 
 
 @pytest.mark.parametrize(
     ("t", "why"),
-    [(1e10, "jumps"), (1e12, "not a unix time"), (float("inf"), "not a unix time"), (-5.0, "not a unix time")],
+    [
+        (1e10, "jumps"),
+        (1e12, "not a unix time"),
+        (float("inf"), "not a unix time"),
+        (-5.0, "not a unix time"),
+    ],
 )
 def test_an_absurd_timestamp_is_refused_naming_the_line(tmp_path, t, why):
     frames = _demo_frames()[:10]
