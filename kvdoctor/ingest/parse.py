@@ -131,7 +131,8 @@ class Parser:
 
     def __init__(self) -> None:
         self._labels: dict[str, Labels] = {}
-        self._names: set[str] = set()
+        # metric names seen, each kept once: samples (and what is built from them) share one string per name
+        self._names: dict[str, str] = {}
         self._limits = NO_LIMITS
 
     def parse(self, text: str, limits: ScrapeLimits = NO_LIMITS, openmetrics: bool | None = None) -> Scrape:
@@ -208,12 +209,16 @@ class Parser:
                         label_cache[inner] = cached
                     labels = cached
                     rest = line[close + 1 :].split()
-                if name not in names:
+                known = names.get(name)
+                if known is None:
                     if not _NAME_RE.match(name):
                         if line.lstrip().startswith("#") or not line.strip():
                             continue
                         raise ParseError(lineno, line, "invalid metric name")
-                    names.add(name)
+                    if len(names) < _CACHE_LIMIT:
+                        names[name] = name
+                else:
+                    name = known
                 if max_samples:
                     counted += 1
                     if counted > max_samples:

@@ -62,6 +62,10 @@ class Advisor:
             if h and restarts([h[-1], snap]):
                 self._restarts[target] = t
                 self._followups.pop(target, None)
+            if h and snap.info == h[-1].info:
+                snap.info = h[
+                    -1
+                ].info  # cache_config_info's 38 labels rarely change: one dict, not one a scrape
             h.append(snap)
             while h and h[0].t < t - self.history_s:
                 h.popleft()
@@ -70,8 +74,13 @@ class Advisor:
         """Drop a target's history and predictions."""
         with self._lock:
             self._history.pop(target, None)
+            self._restarts.pop(target, None)
+            self._followups.pop(target, None)
             for k in [k for k in self._effects if k[0] == target]:
                 self._effects.pop(k, None)
+            for k in [k for k in self._asked if k[0] == target]:
+                self._asked.pop(k, None)
+            self._young = {k for k in self._young if k[0] != target}
 
     def annotate(self, diagnoses: list[Diagnosis], t: float) -> list[Diagnosis]:
         """Attach predicted effects to the advice (and follow-ups as findings); never waits in background mode."""
