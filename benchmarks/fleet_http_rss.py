@@ -10,7 +10,7 @@ daemon's clock is stepped by one interval per cycle, so the retention fills in m
 (the servers play at interval/step speed so counters move as they would); --realtime runs the daemon's own
 schedules on the wall clock instead (slow: --cycles × --interval seconds). After --cycles cycles the config is
 reloaded to --reload-to targets and --after more cycles run. Prints one line per cycle (RSS after gc, cycle
-seconds, series in the store) and a summary: RSS growth over the second half of the full-fleet run (flat means
+seconds, series in the store, Python objects alive) and a summary: RSS growth over the second half of the full-fleet run (flat means
 bounded by the retention), the slowest cycle against the interval, and RSS after the reload.
 """
 
@@ -136,7 +136,9 @@ def main() -> int:
         start_rss = rss_mb()
         print(f"{args.targets} targets on {args.servers} replay servers, interval {args.interval:g}s, retention "
               f"{args.retention:g}s, {'realtime' if args.realtime else 'stepped clock'}; start RSS {start_rss:.0f} MB")  # fmt: skip
-        print(f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'series':>8s}")
+        print(
+            f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'series':>8s} {'py blocks':>10s}"
+        )
 
         def one(phase: str, k: int) -> None:
             if args.realtime:

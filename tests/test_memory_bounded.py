@@ -4,6 +4,9 @@ others' share at once: series, samples, the what-if's snapshots and what is kept
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.samples import Sample
 from kvdoctor.store import Store
+from kvdoctor.whatif.advisor import Advisor
 from tests.support.clock import ManualClock
 
 DEMO = Path(__file__).resolve().parents[1] / "kvdoctor" / "demo"
@@ -97,3 +101,24 @@ def test_a_daemon_holds_a_retention_and_a_reload_to_fewer_targets_frees_the_rest
         assert d.pipeline.targets["t00"].up and len(d.pipeline.store) <= left * 1.1
     finally:
         d.shutdown()
+
+
+def test_a_prediction_asked_for_again_while_it_waits_is_queued_once():
+    adv = Advisor(background=True)
+    adv._history["t"] = deque()
+    gate, done = threading.Event(), []
+
+    def compute(key: object, t: float) -> None:
+        gate.wait(10)
+        done.append(key)
+
+    adv._compute = compute  # type: ignore[method-assign]
+    key = ("t", (("max_num_seqs", 16.0),))
+    for cycle in range(50):  # a fleet slower to simulate than its cycles: asked every cycle
+        adv._submit(key, float(cycle))  # type: ignore[arg-type]
+    assert adv._jobs.qsize() <= 1
+    gate.set()
+    deadline = time.monotonic() + 10
+    while adv._pending and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    assert done == [key]

@@ -50,6 +50,7 @@ class Advisor:
         self._young: set[Key] = set()
         self._lock = threading.Lock()
         self._jobs: queue.Queue[tuple[Key, float]] = queue.Queue()
+        self._pending: set[Key] = set()  # queued, not yet computed: asked again, it is not queued twice
         self._worker: threading.Thread | None = None
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
@@ -143,12 +144,23 @@ class Advisor:
         if self._worker is None or not self._worker.is_alive():
             self._worker = threading.Thread(target=self._run, name="kvdoctor-whatif", daemon=True)
             self._worker.start()
+        with self._lock:
+            # While a prediction waits, every cycle asks for it again: queued once, or a fleet slower to
+            # simulate than its cycles would grow the queue (and the memory) without end.
+            if key in self._pending:
+                return
+            self._pending.add(key)
         self._jobs.put((key, t))
 
     def _run(self) -> None:
         while True:
             key, t = self._jobs.get()
-            self._compute(key, t)
+            try:
+                if key[0] in self._history:  # not a target removed while its prediction waited
+                    self._compute(key, t)
+            finally:
+                with self._lock:
+                    self._pending.discard(key)
 
     def _compute(self, key: Key, t: float) -> Effect | None:
         target, change = key
