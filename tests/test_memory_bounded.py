@@ -89,6 +89,7 @@ def test_a_daemon_holds_a_retention_and_a_reload_to_fewer_targets_frees_the_rest
         assert counts[-1][1] <= counts[15][1] * 1.05  # flat once the retention is full
         history = d.pipeline.advisor._history  # type: ignore[union-attr]
         assert max(len(h) for h in history.values()) <= RETENTION / INTERVAL + 1
+        assert max(len(r) for r in d.state._history.values()) <= RETENTION / INTERVAL + 1  # the page's charts
         _config(cfg_path, servers, 2)
         assert d.reload()[0]
         left = len(d.pipeline.store)

@@ -44,7 +44,8 @@ class Daemon:
                  overrides: dict[str, Any] | None = None, on_change: Any = None,
                  clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
-        self.state = DaemonState()
+        # the page's charts keep a point a cycle for at most the retention (and 240 points), as the series do
+        self.state = DaemonState(min(240, int(cfg.retention_s / max(cfg.interval_s, 1e-3)) + 1))
         # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation; the
         # snapshots they learn from are kept no longer than the series (memory bounded by the retention)
         advisor = Advisor(background=True, history_s=min(900.0, cfg.retention_s))
