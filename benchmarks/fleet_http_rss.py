@@ -152,9 +152,9 @@ def main() -> int:
             gc.collect()
             row = (phase, k, k * args.interval, rss_mb(), dur, len(d.pipeline.store))
             rows.append(row)  # type: ignore[arg-type]
-            print(
-                f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {row[5]:8d}", flush=True
-            )
+            blocks = sys.getallocatedblocks()  # Python objects alive, apart from what the allocator keeps
+            print(f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {row[5]:8d} {blocks:10d}",
+                  flush=True)  # fmt: skip
 
         for k in range(args.cycles):
             one("fleet", k)
