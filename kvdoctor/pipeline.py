@@ -96,6 +96,20 @@ class Pipeline:
         """Forget a target: its series go stale and age out."""
         self.store.mark_down(name, round(self.store.newest_ms))
         self.store.forget_source(name)
+        self._forget(name)
+
+    def remove_targets(self, names: set[str]) -> None:
+        """Forget targets removed from the config: their series, and the rules' results about them, go now.
+
+        A reload from 2,000 targets to 10 must free the memory of 1,990; aging out would keep it a retention long.
+        """
+        if not names:
+            return
+        self.store.drop_sources(names)
+        for name in names:
+            self._forget(name)
+
+    def _forget(self, name: str) -> None:
         if self.advisor is not None:
             self.advisor.forget(name)
         self.classifier.forget(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from bisect import bisect_right
@@ -27,7 +28,9 @@ class Playlist:
             if not frames:
                 continue
             t0 = frames[0].t
-            gap = (frames[1].t - frames[0].t) if len(frames) > 1 else 1.0
+            # the pause before the next recording (or the loop) is one scrape step: the first positive one, else
+            # 1 s (frames that all share one time would otherwise make a playlist of length 0)
+            gap = next((b.t - a.t for a, b in itertools.pairwise(frames) if b.t > a.t), 1.0)
             for f in frames:
                 self.offsets.append(pos + f.t - t0)
                 self.frames.append(f)

@@ -14,7 +14,9 @@ from kvdoctor.config.schema import default_external_url
 from kvdoctor.daemon import persist
 from kvdoctor.daemon.discovery import Discovery
 from kvdoctor.daemon.durable import StateWriter, storage_health
+from kvdoctor.daemon.health import HealthLog
 from kvdoctor.daemon.logs import setup_logging
+from kvdoctor.daemon.memory import release_memory
 from kvdoctor.daemon.notifying import build_notifier
 from kvdoctor.daemon.pace import Pace
 from kvdoctor.daemon.reload import changes, load_everything, load_off_thread, refusal
@@ -43,11 +45,12 @@ class Daemon:
                  overrides: dict[str, Any] | None = None, on_change: Any = None,
                  clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
-        self.state = DaemonState()
-        # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation
-        self.pipeline = Pipeline(
-            groups, retention_s=cfg.retention_s, job=cfg.job, advisor=Advisor(background=True)
-        )
+        # the page's charts keep a point a cycle for at most the retention (and 240 points), as the series do
+        self.state = DaemonState(min(240, int(cfg.retention_s / max(cfg.interval_s, 1e-3)) + 1))
+        # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation; the
+        # snapshots they learn from are kept no longer than the series (memory bounded by the retention)
+        advisor = Advisor(background=True, history_s=min(900.0, cfg.retention_s))
+        self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor)
         self.pipeline.runbook_url = cfg.runbook_page()
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
         self.scraper = Scraper(cfg.scrape_max_connections, clock)
@@ -64,6 +67,7 @@ class Daemon:
         self._plan: tuple[float, dict[str, TargetSpec]] | None = None
         self._capped: set[tuple[str, float, float]] = set()
         self._last: dict[tuple[str, str], str] = {}
+        self._health = HealthLog()
         self._pace = Pace(self.state)
         self._thread: threading.Thread | None = None
         self.history = History("kvdoctor serve")  # hourly summaries for `/report`
@@ -176,10 +180,9 @@ class Daemon:
     def _ingest(self, r: ScrapeResult) -> None:
         if r.target not in self._specs:
             return  # removed while its scrape was in flight
-        before = self.pipeline.targets[r.target]
-        was = (before.up, before.last_error)
+        was_up = self.pipeline.targets[r.target].up
         self.pipeline.observe(r.target, r.t, r.scrape, r.error, r.duration_s, r.limit)
-        self._log_health(r.target, was)
+        self._health.note(self.pipeline.targets[r.target], was_up, r.cause)
         self.state.set_target(self.pipeline.targets[r.target])
 
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
@@ -195,15 +198,6 @@ class Daemon:
         self._pace.note(time.monotonic() - start, self.cfg.interval_s)
         self.state.note_cycle_failure(None)  # a whole cycle worked: /-/ready counts failures in a row afresh
         return cycle.diagnoses
-
-    def _log_health(self, name: str, was: tuple[bool | None, str]) -> None:
-        target = self.pipeline.targets[name]
-        if target.up is False:
-            # Say it when a target goes down (and when the reason changes), not on every cycle.
-            level = logging.WARNING if was != (False, target.last_error) else logging.DEBUG
-            log.log(level, "target %s down: %s", name, target.last_error, extra={"target": name})
-        elif was[0] is False:
-            log.info("target %s is back up", name, extra={"target": name})
 
     def _announce(self, diagnoses: list[Diagnosis]) -> None:
         for d in diagnoses:
@@ -232,10 +226,16 @@ class Daemon:
 
     def _sync_targets(self) -> None:
         wanted = {t.name: t for t in [*self.cfg.targets, *self.discovery.targets()]}
-        for gone in set(self._specs) - set(wanted):
-            self.pipeline.remove_target(gone)
+        removed = set(self._specs) - set(wanted)
+        self.pipeline.remove_targets(removed)
+        for gone in removed:  # what is kept per target goes with it: a reload to fewer frees it
             self.state.drop_target(gone)
-        self.scraper.forget(set(self._specs) - set(wanted))
+        self._health.forget(removed)
+        self._capped = {k for k in self._capped if k[0] not in removed}
+        self._last = {k: v for k, v in self._last.items() if k[0] not in removed}
+        self.scraper.forget(removed)
+        if len(removed) >= 10:
+            release_memory()  # freed series are many small allocations: give the pages back to the system
         for name, spec in wanted.items():
             old = self._specs.get(name)
             if old is None or old != spec:

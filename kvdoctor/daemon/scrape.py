@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import resource
 import threading
 import time
@@ -18,12 +19,13 @@ from typing import Any, NamedTuple, TypeVar
 import aiohttp
 
 from kvdoctor.config import TargetSpec
-from kvdoctor.ingest.fetch import ScrapeError, fetch_async, new_session
+from kvdoctor.ingest.fetch import ScrapeError, fetch_page_async, new_session
 from kvdoctor.ingest.parse import LimitExceeded, ParseError, Parser
 from kvdoctor.samples import Scrape
 
 log = logging.getLogger("kvdoctor")
 T = TypeVar("T")
+_NUMBER_RE = re.compile(r"\d+(?:\.\d+)?")
 # Results a target may queue between two evaluations (more means the evaluation is far behind: keep the newest).
 MAX_QUEUED = 4
 
@@ -37,6 +39,9 @@ class ScrapeResult(NamedTuple):
     scrape: Scrape | None
     error: str | None
     limit: str | None = None  # the limit a refused scrape went over
+    # Why it failed, without the values in the message (a byte count, a line's counter): the key a warning
+    # about the target is de-duplicated by, so it is said when the cause changes, not on every cycle.
+    cause: str | None = None
 
     @property
     def samples(self) -> int:
@@ -97,21 +102,30 @@ class Scraper:
         async with lock:
             t, start = self.clock(), time.monotonic()
             try:
-                text = await fetch_async(await self._pool(), spec.url, spec.http)
+                page = await fetch_page_async(await self._pool(), spec.url, spec.http)
                 parser = self._parsers.setdefault(spec.name, Parser())
-                scrape = await self.loop.run_in_executor(self._parse_pool, parser.parse, text, spec.limits)
-                del text
+                scrape = await self.loop.run_in_executor(
+                    self._parse_pool, parser.parse, page.text, spec.limits, page.openmetrics
+                )
+                del page
                 return ScrapeResult(spec.name, t, time.monotonic() - start, scrape, None)
             except ScrapeError as exc:
                 error, limit = str(exc).replace(spec.url, spec.safe_url), None
+                cause = _NUMBER_RE.sub("N", error)
             except ParseError as exc:
                 error, limit = f"{spec.safe_url}: bad exposition: {exc}", None
+                cause = f"bad exposition: {exc.cause}"
             except LimitExceeded as exc:
                 error, limit = f"{spec.safe_url}: scrape refused: {exc}", exc.limit
+                cause = exc.limit
             except Exception as exc:  # a bug in one target's scrape must not stop the others
                 log.debug("scrape of %s failed", spec.name, exc_info=True)
-                error, limit = f"{spec.safe_url}: {type(exc).__name__}", None
-            return ScrapeResult(spec.name, t, time.monotonic() - start, None, error, limit)
+                error = (
+                    f"{spec.safe_url}: {type(exc).__name__}: {_short(exc).replace(spec.url, spec.safe_url)}"
+                )
+                limit = None
+                cause = type(exc).__name__
+            return ScrapeResult(spec.name, t, time.monotonic() - start, None, error, limit, cause)
 
     def scrape(self, targets: list[TargetSpec]) -> list[ScrapeResult]:
         """Scrape every target now, all at once; results in target order (each bounded by its own timeout)."""
@@ -244,6 +258,11 @@ def capped(
         log.warning("%s: scrape timeout %gs is longer than the %gs interval; using %gs (set the target's "
                     "`timeout:` or `scrape.timeout` to at most the interval)", who, timeout, interval, interval)  # fmt: skip
     return out
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _raise_fd_limit(need: int) -> None:

@@ -7,15 +7,24 @@ import functools
 import re
 import ssl
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
 from kvdoctor.errors import TransportError
+from kvdoctor.ingest.parse import is_openmetrics
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 _OK_TYPES = ("text/plain", "application/openmetrics-text", "")
 _CHUNK = 65536
+
+
+class Page(NamedTuple):
+    """A fetched exposition and its format, as the response's Content-Type names it."""
+
+    text: str
+    openmetrics: bool
 
 
 class ScrapeError(TransportError):
@@ -64,6 +73,11 @@ def new_session(max_connections: int = 100) -> aiohttp.ClientSession:
 
 async def fetch_async(session: aiohttp.ClientSession, url: str, opts: HttpOptions) -> str:
     """GET url within opts' limits and return the body as text; raise ScrapeError on any failure."""
+    return (await fetch_page_async(session, url, opts)).text
+
+
+async def fetch_page_async(session: aiohttp.ClientSession, url: str, opts: HttpOptions) -> Page:
+    """GET url within opts' limits: the body as text and whether it is OpenMetrics; ScrapeError on any failure."""
     shown = _without_userinfo(url)  # errors reach logs, the API and the page: never user:password
     headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip", **dict(opts.headers)}
     if opts.bearer_token:
@@ -80,7 +94,8 @@ async def fetch_async(session: aiohttp.ClientSession, url: str, opts: HttpOption
         async with session.get(url, headers=headers, auth=auth, ssl=sslopt, timeout=timeout) as resp:
             if resp.status != 200:
                 raise ScrapeError(f"{shown}: HTTP {resp.status} {resp.reason or ''}".rstrip())
-            ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            full_type = resp.headers.get("Content-Type", "")
+            ctype = full_type.split(";")[0].strip().lower()
             if ctype not in _OK_TYPES:
                 raise ScrapeError(f"{shown}: unexpected content type {ctype!r} (want text/plain)")
             declared = resp.headers.get("Content-Length", "")
@@ -115,19 +130,24 @@ async def fetch_async(session: aiohttp.ClientSession, url: str, opts: HttpOption
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         raise ScrapeError(f"{shown}: {type(exc).__name__}: {_short(exc)}") from None
     try:
-        return body.decode("utf-8")
+        return Page(body.decode("utf-8"), is_openmetrics(full_type))
     except UnicodeDecodeError as exc:
         raise ScrapeError(f"{shown}: body is not UTF-8 text (byte {exc.start})") from None
 
 
-async def _once(url: str, opts: HttpOptions) -> str:
+async def _once(url: str, opts: HttpOptions) -> Page:
     async with new_session(1) as session:
-        return await fetch_async(session, url, opts)
+        return await fetch_page_async(session, url, opts)
+
+
+def fetch_page(url: str, opts: HttpOptions | None = None) -> Page:
+    """GET url once from synchronous code (its own event loop and connection); raise ScrapeError on failure."""
+    return asyncio.run(_once(url, opts or HttpOptions()))
 
 
 def fetch(url: str, opts: HttpOptions | None = None) -> str:
-    """GET url once from synchronous code (its own event loop and connection); raise ScrapeError on failure."""
-    return asyncio.run(_once(url, opts or HttpOptions()))
+    """The body of fetch_page(url, opts)."""
+    return fetch_page(url, opts).text
 
 
 def _without_userinfo(url: str) -> str:

@@ -1,11 +1,14 @@
-"""A fast parser for the Prometheus text exposition format (0.0.4), tuned for vLLM's output.
+"""A fast parser for the Prometheus text exposition format (0.0.4) and OpenMetrics 1.0, tuned for vLLM's output.
 
 It yields the same samples as prometheus-client's `text_string_to_metric_families` for every family it keeps,
 but skips `*_created` series and caches label strings, which repeat from one scrape of a target to the next.
+The two formats differ where it matters here: OpenMetrics timestamps are seconds (text: milliseconds) and a page
+ends with `# EOF`; exemplars (`# {trace_id="x"} 1.0` after a sample) are parsed and dropped in both.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,6 +26,10 @@ _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"', re
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _ESCAPE_RE = re.compile(r"\\[\\\"n]")
 _CACHE_LIMIT = 200_000
+# The label set of a line that holds a `#` (an exemplar, or one in a label value): quoted values skipped whole.
+_LABELSET_RE = re.compile(r'\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\}', re.S)
+_EXEMPLAR_RE = re.compile(r'\s*\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\}\s*(\S+)(?:\s+(\S+))?\s*\Z', re.S)
+OPENMETRICS = "application/openmetrics-text"
 
 
 class ParseError(InputError):
@@ -32,6 +39,10 @@ class ParseError(InputError):
         shown = line if len(line) <= 120 else line[:117] + "..."
         super().__init__(f"line {lineno}: {reason}: {shown!r}")
         self.lineno = lineno
+        # What went wrong without the line's values or position, which change from scrape to scrape:
+        # a warning is said again when this changes, not when a counter in the bad line moves.
+        name = re.match(r"\s*([^\s{]*)", line)
+        self.cause = f"{reason.split(' (', 1)[0]} in {name.group(1) if name else ''}".rstrip()
 
 
 @dataclass(frozen=True)
@@ -78,26 +89,69 @@ def _float(text: str) -> float:
     return float(text)
 
 
+def _timestamp_ms(text: str, seconds: bool, lineno: int, line: str) -> int:
+    ts = _float(text)
+    if not math.isfinite(ts):
+        raise ParseError(lineno, line, f"timestamp {text} is not a finite number")
+    return round(ts * 1000) if seconds else int(ts)
+
+
+def _without_exemplar(line: str, brace: int, lineno: int) -> tuple[str, int]:
+    """A line holding a `#` without its exemplar (checked, then dropped), and where its label set opens (or -1)."""
+    if brace > line.find("#"):
+        brace = -1  # the `{` is the exemplar's: a label set's comes before any `#`
+    close = -1
+    if brace != -1:
+        m = _LABELSET_RE.match(line, brace)
+        if m is None:
+            raise ParseError(lineno, line, "unclosed label set")
+        close = m.end() - 1
+    head, hashed, exemplar = line[close + 1 :].partition("#")
+    if hashed:
+        m = _EXEMPLAR_RE.match(exemplar)
+        if m is None or not _LABELS_OK_RE.match(m.group(1)):
+            raise ParseError(lineno, line, "invalid exemplar")
+        try:
+            _float(m.group(2))
+            if m.group(3) is not None:
+                _timestamp_ms(m.group(3), True, lineno, line)
+        except ValueError:
+            raise ParseError(lineno, line, "invalid exemplar value or timestamp") from None
+    # What is left has no `}` after the label set, so the caller's rfind finds the set's own.
+    return line[: close + 1] + head, brace
+
+
+def is_openmetrics(content_type: str) -> bool:
+    """Whether an HTTP Content-Type names OpenMetrics (rather than the 0.0.4 text format)."""
+    return content_type.split(";", 1)[0].strip().lower() == OPENMETRICS
+
+
 class Parser:
     """Parses expositions; keeps a cache of label strings and metric names seen before (one parser per target)."""
 
     def __init__(self) -> None:
         self._labels: dict[str, Labels] = {}
-        self._names: set[str] = set()
+        # metric names seen, each kept once: samples (and what is built from them) share one string per name
+        self._names: dict[str, str] = {}
         self._limits = NO_LIMITS
 
-    def parse(self, text: str, limits: ScrapeLimits = NO_LIMITS) -> Scrape:
-        """Parse one exposition; raises ParseError naming the first bad line, LimitExceeded past a limit."""
+    def parse(self, text: str, limits: ScrapeLimits = NO_LIMITS, openmetrics: bool | None = None) -> Scrape:
+        """Parse one exposition; raises ParseError naming the first bad line, LimitExceeded past a limit.
+
+        openmetrics says the format (from the response's Content-Type); None (a recording) guesses it by `# EOF`.
+        """
         if limits != self._limits:  # cached label sets passed the old limits, not necessarily these
             self._labels.clear()
             self._limits = limits
+        if openmetrics is None:
+            openmetrics = text.endswith(("# EOF", "# EOF\n"))
         try:
-            return self._parse(text, limits)
+            return self._parse(text, limits, openmetrics)
         except LimitExceeded:
             self._labels.clear()  # what a refused page cached would only pin memory
             raise
 
-    def _parse(self, text: str, limits: ScrapeLimits) -> Scrape:
+    def _parse(self, text: str, limits: ScrapeLimits, om: bool) -> Scrape:
         samples: list[Sample] = []
         types: dict[str, str] = {}
         append = samples.append
@@ -118,17 +172,24 @@ class Parser:
                 max_samples = 0
         lines: Iterable[str] = _lines(text) if max_samples else text.split("\n")
         counted = 0
+        eof = lineno = 0
         for lineno, line in enumerate(lines, 1):
             if not line:
                 continue
+            if eof:
+                raise ParseError(lineno, line, f"content after # EOF (line {eof})")
             if line[0] == "#":
                 if line.startswith("# TYPE "):
                     parts = line.split(None, 3)
                     if len(parts) == 4:
                         types[parts[2]] = parts[3].strip()
+                elif om and line == "# EOF":
+                    eof = lineno
                 continue
             brace = line.find("{")
             try:
+                if "#" in line:  # rare: an exemplar, or a `#` in a label value
+                    line, brace = _without_exemplar(line, brace, lineno)
                 if brace == -1:
                     parts = line.split()
                     name = parts[0]
@@ -148,12 +209,16 @@ class Parser:
                         label_cache[inner] = cached
                     labels = cached
                     rest = line[close + 1 :].split()
-                if name not in names:
+                known = names.get(name)
+                if known is None:
                     if not _NAME_RE.match(name):
                         if line.lstrip().startswith("#") or not line.strip():
                             continue
                         raise ParseError(lineno, line, "invalid metric name")
-                    names.add(name)
+                    if len(names) < _CACHE_LIMIT:
+                        names[name] = name
+                else:
+                    name = known
                 if max_samples:
                     counted += 1
                     if counted > max_samples:
@@ -165,13 +230,15 @@ class Parser:
                 if len(rest) == 1:
                     append(Sample(name, labels, _float(rest[0])))
                 elif len(rest) == 2:
-                    append(Sample(name, labels, _float(rest[0]), int(_float(rest[1]))))
+                    append(Sample(name, labels, _float(rest[0]), _timestamp_ms(rest[1], om, lineno, line)))
                 else:
                     raise ParseError(lineno, line, "expected a value and an optional timestamp")
             except ParseError:
                 raise
             except (ValueError, IndexError) as exc:
                 raise ParseError(lineno, line, f"invalid sample ({exc})") from None
+        if om and not eof:
+            raise ParseError(lineno, "", "OpenMetrics page without # EOF: truncated?")
         return Scrape(samples, types)
 
     @staticmethod
@@ -201,6 +268,6 @@ def _check_labels(name: str, labels: Labels, limits: ScrapeLimits) -> None:
                 )
 
 
-def parse(text: str) -> Scrape:
+def parse(text: str, openmetrics: bool | None = None) -> Scrape:
     """Parse one exposition with a fresh parser (no cache carried between calls)."""
-    return Parser().parse(text)
+    return Parser().parse(text, openmetrics=openmetrics)

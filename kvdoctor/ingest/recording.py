@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -19,12 +20,18 @@ class Frame(NamedTuple):
     error: str | None = None
 
 
+# A recording is one scrape loop's output: its clock only moves forward, by seconds to minutes. A gap of more
+# than a day, or a time past year 5000 (milliseconds written as seconds), is a broken clock, not a pause.
+MAX_GAP_S = 86_400.0
+MAX_T = 1e11
+
+
 class RecordingError(InputError):
     """A recording that cannot be read; names the file and line."""
 
 
 def read_recording(path: str | Path) -> Iterator[Frame]:
-    """Yield the frames of a recording in file order."""
+    """Yield the frames of a recording in file order, refusing (file:line) a clock that steps back or jumps."""
     p = Path(path)
     try:
         with p.open("rb") as fh:
@@ -32,6 +39,7 @@ def read_recording(path: str | Path) -> Iterator[Frame]:
     except OSError as exc:
         raise RecordingError(f"{p}: {exc.strerror or exc}") from None
     opener = gzip.open if gz else open
+    prev, prev_line = -math.inf, 0
     with opener(p, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -41,6 +49,8 @@ def read_recording(path: str | Path) -> Iterator[Frame]:
                 t = float(obj["t"])
             except (ValueError, KeyError, TypeError) as exc:
                 raise RecordingError(f"{p}:{lineno}: not a recording line ({exc})") from None
+            _check_clock(p, lineno, t, prev, prev_line)
+            prev, prev_line = t, lineno
             text = obj.get("text")
             if isinstance(text, str):
                 yield Frame(t, text)
@@ -48,6 +58,22 @@ def read_recording(path: str | Path) -> Iterator[Frame]:
                 yield Frame(t, None, str(obj.get("error") or "no text"))
 
 
+def _check_clock(p: Path, lineno: int, t: float, prev: float, prev_line: int) -> None:
+    # Sorting frames that step back would interleave two runs of one counter: fake resets, rates many times off.
+    if not (math.isfinite(t) and 0 <= t <= MAX_T):
+        raise RecordingError(f"{p}:{lineno}: time {t:g} is not a unix time in seconds")
+    if t < prev:
+        raise RecordingError(
+            f"{p}:{lineno}: time steps back {prev - t:g} s from line {prev_line} ({prev:.3f} -> {t:.3f}); "
+            "a recording's frames must be in time order (two runs appended into one file?)"
+        )
+    if prev_line and t - prev > MAX_GAP_S:
+        raise RecordingError(
+            f"{p}:{lineno}: time jumps {t - prev:g} s forward from line {prev_line} ({prev:.3f} -> {t:.3f}), "
+            f"more than {MAX_GAP_S:g} s between two scrapes: a broken clock?"
+        )
+
+
 def load_frames(path: str | Path) -> list[Frame]:
-    """All frames of a recording, sorted by time."""
-    return sorted(read_recording(path), key=lambda f: f.t)
+    """All frames of a recording in time order; RecordingError (file:line) if its clock steps back or jumps."""
+    return list(read_recording(path))

@@ -156,6 +156,36 @@ class Store:
             src.labels, src.names, src.seq, src.ndups = [], [], [], 0
         self._tick(t_ms)
 
+    def drop_sources(self, sources: set[str], label: str = "instance") -> int:
+        """Remove now every series the sources wrote or that carries `label` = one of them (rules' results
+        about them); returns how many went. For removed targets: their memory is freed, not left to age out."""
+        before = len(self._series)
+        for name in sources:
+            src = self._sources.pop(name, None) or self._retired.pop(name, None)
+            if src is not None:
+                for ser in src.cache.values():
+                    self._remove(ser)
+        for ser in list(self._series.values()):
+            for k, v in ser.labels:
+                if k == label:
+                    if v in sources:
+                        self._remove(ser)
+                    break
+        index = self._series
+        for src in (
+            *self._sources.values(),
+            *self._retired.values(),
+        ):  # the rule sources' caches hold them too
+            dead = [ck for ck, ser in src.cache.items() if index.get(ser.labels) is not ser]
+            for ck in dead:
+                del src.cache[ck]
+            if dead:
+                src.seq = [ser if ser is None or index.get(ser.labels) is ser else None for ser in src.seq]
+        gone = before - len(self._series)
+        if gone:
+            self._epoch += 1  # every source rebuilds its fast path on its next write
+        return gone
+
     def forget_source(self, source: str) -> None:
         """Stop tracking a removed source (its samples age out with retention)."""
         src = self._sources.pop(source, None)

@@ -50,6 +50,7 @@ class Advisor:
         self._young: set[Key] = set()
         self._lock = threading.Lock()
         self._jobs: queue.Queue[tuple[Key, float]] = queue.Queue()
+        self._pending: set[Key] = set()  # queued, not yet computed: asked again, it is not queued twice
         self._worker: threading.Thread | None = None
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
@@ -63,6 +64,10 @@ class Advisor:
             if h and restarts([h[-1], snap]):
                 self._restarts[target] = t
                 self._followups.pop(target, None)
+            if h and snap.info == h[-1].info:
+                snap.info = h[
+                    -1
+                ].info  # cache_config_info's 38 labels rarely change: one dict, not one a scrape
             h.append(snap)
             while h and h[0].t < t - self.history_s:
                 h.popleft()
@@ -72,8 +77,13 @@ class Advisor:
         with self._lock:
             self._history.pop(target, None)
             self._failures.pop(target, None)
+            self._restarts.pop(target, None)
+            self._followups.pop(target, None)
             for k in [k for k in self._effects if k[0] == target]:
                 self._effects.pop(k, None)
+            for k in [k for k in self._asked if k[0] == target]:
+                self._asked.pop(k, None)
+            self._young = {k for k in self._young if k[0] != target}
 
     def annotate(self, diagnoses: list[Diagnosis], t: float) -> list[Diagnosis]:
         """Attach predicted effects to the advice (and follow-ups as findings); never waits in background mode."""
@@ -136,6 +146,12 @@ class Advisor:
         if self._worker is None or not self._worker.is_alive():
             self._worker = threading.Thread(target=self._run, name="kvdoctor-whatif", daemon=True)
             self._worker.start()
+        with self._lock:
+            # While a prediction waits, every cycle asks for it again: queued once, or a fleet slower to
+            # simulate than its cycles would grow the queue (and the memory) without end.
+            if key in self._pending:
+                return
+            self._pending.add(key)
         self._jobs.put((key, t))
 
     def failures(self) -> dict[str, str]:
@@ -146,7 +162,12 @@ class Advisor:
     def _run(self) -> None:
         while True:
             key, t = self._jobs.get()
-            self._compute_safely(key, t)
+            try:
+                if key[0] in self._history:  # not a target removed while its prediction waited
+                    self._compute_safely(key, t)
+            finally:
+                with self._lock:
+                    self._pending.discard(key)
 
     def _compute_safely(self, key: Key, t: float) -> Effect | None:
         # one target's history must not end the thread every target's predictions run on

@@ -23,7 +23,7 @@ from kvdoctor.whatif.prior import physical_prior
 from kvdoctor.whatif.sim import Simulator
 from kvdoctor.whatif.stepfit import fit_step_model
 from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
-from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
+from kvdoctor.whatif.workload import WindowError, bound_duration, infer_engine, infer_workload
 
 COMPUTE_FACTOR = 2.5  # the pack's compute test: ITL p50 above 2.5× the light-load baseline
 MIN_SIM_S, MAX_SIM_S, WARMUP_S = 120.0, 600.0, 30.0
@@ -125,6 +125,7 @@ def predict(
     span = window[-1].t - window[0].t
     # long enough for the tail quantiles to settle: a few hundred finished requests
     duration = min(MAX_SIM_S, max(MIN_SIM_S, 2 * span, MIN_REQUESTS / max(measured.requests_per_s, 1e-3)))
+    duration, bound_note = bound_duration([(workload, replicas), (w_after, r_after)], duration, WARMUP_S)
     buckets = _bounds(window[-1])
     res_now = simulate(engine, step, workload, replicas, duration, seed)
     res_after = simulate(after, step, w_after, r_after, duration, seed)
@@ -142,6 +143,8 @@ def predict(
             f"{replicas} engine(s) now, {r_after} after; each simulated with its share of the load"
         )
     assumptions.append(f"simulated {duration:.0f} s after a {WARMUP_S:.0f} s warm-up, seed {seed}")
+    if bound_note:
+        assumptions.append(bound_note)
     assumptions.append(f"step-to-step jitter ±{sigma:.0%} (lognormal), fitted to the window's ITL histogram")
     return Prediction(measured, unchanged, predicted, workload, step, engine, after, changes, assumptions)
 

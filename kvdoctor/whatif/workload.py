@@ -17,6 +17,11 @@ SUB_BINS = 8
 # Where vLLM does not export a setting, the V1 SchedulerConfig fallback (CPU backend too); stated when used.
 DEFAULT_MAX_NUM_SEQS = 128
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+# Bounds on one simulation's work and memory: every arrival is a request object held to the end. A request counter
+# off by 10^6 once made a what-if run past 40 s and 1.5 GB; the real servers recorded stay far below these.
+MAX_SIM_REQUESTS = 50_000  # arrivals one open-loop simulation generates (warm-up included)
+MAX_POPULATION = 5_000  # clients of a closed loop
+MIN_BOUNDED_S = 20.0  # a simulation shortened to fit MAX_SIM_REQUESTS must still measure this long
 
 
 class WindowError(InputError):
@@ -123,6 +128,34 @@ def infer_workload(snaps: list[Snap]) -> Workload:
     )
     why = f"open loop at {rate:.3g} req/s: {reason}, so arrivals do not wait for answers"
     return Workload("open", rate, 0, 0.0, prompt, output, hit, why)
+
+
+def bound_duration(
+    workloads: list[tuple[Workload, int]], duration_s: float, warmup_s: float
+) -> tuple[float, str | None]:
+    """The simulated seconds for (workload, replicas) pairs within MAX_SIM_REQUESTS arrivals, and a note if cut.
+
+    An open loop beyond the cap is sampled: fewer seconds of the same traffic. WindowError when even
+    MIN_BOUNDED_S would pass the cap, or a closed loop has more than MAX_POPULATION clients.
+    """
+    rate = 0.0
+    for w, replicas in workloads:
+        per_engine = w.rate_per_s / max(1, replicas)
+        if w.kind == "closed" and w.population / max(1, replicas) > MAX_POPULATION:
+            raise WindowError(f"a closed loop of {w.population} clients is more than the what-if simulates "
+                              f"({MAX_POPULATION} per engine): are running/waiting exported right?")  # fmt: skip
+        if w.kind == "open":
+            rate = max(rate, per_engine)
+    if rate * (warmup_s + duration_s) <= MAX_SIM_REQUESTS:
+        return duration_s, None
+    bounded = MAX_SIM_REQUESTS / rate - warmup_s
+    if not math.isfinite(bounded) or bounded < MIN_BOUNDED_S:
+        raise WindowError(
+            f"{rate:.3g} requests/s per engine would need more than {MAX_SIM_REQUESTS} simulated requests for "
+            f"{MIN_BOUNDED_S:g} s after the warm-up; is the request counter right?"
+        )
+    return bounded, (f"{rate:.3g} requests/s per engine: simulated {bounded:.0f} s instead of {duration_s:.0f} s "
+                     f"to stay within {MAX_SIM_REQUESTS} simulated requests")  # fmt: skip
 
 
 def infer_engine(

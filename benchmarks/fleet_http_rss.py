@@ -1,0 +1,187 @@
+"""The daemon's memory and cycle time at fleet size, on real HTTP scrapes: RSS over time, then a reload to a few.
+
+usage: python benchmarks/fleet_http_rss.py [--targets 300] [--interval 15] [--retention 180] [--cycles 40]
+                                           [--reload-to 10] [--after 16] [--servers 4] [--realtime]
+
+`kvdoctor replay-server --loop` processes serve real vLLM 0.32 expositions (many targets per process, `?i=` URLs);
+an in-process `Daemon` watches --targets of them with the given interval and retention. Each cycle scrapes every
+target over HTTP, parses, ingests and evaluates the whole rule pack, as `kvdoctor serve` does. By default the
+daemon's clock is stepped by one interval per cycle, so the retention fills in minutes of CPU, not of waiting
+(the servers play at interval/step speed so counters move as they would); --realtime runs the daemon's own
+schedules on the wall clock instead (slow: --cycles × --interval seconds). After --cycles cycles the config is
+reloaded to --reload-to targets and --after more cycles run. Prints one line per cycle (RSS after gc, cycle
+seconds, series in the store, Python objects alive) and a summary: RSS growth over the second half of the full-fleet run (flat means
+bounded by the retention), the slowest cycle against the interval, and RSS after the reload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from fleet_data import RECORDINGS, recording_dir  # noqa: E402
+
+from kvdoctor.config.load import load_config  # noqa: E402
+from kvdoctor.daemon.runner import Daemon  # noqa: E402
+from kvdoctor.rules.loader import default_rule_files, load_files  # noqa: E402
+
+
+def rss_mb() -> float:
+    """Resident set size of this process, MB."""
+    with open("/proc/self/statm", encoding="ascii") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def free_port() -> int:
+    """A TCP port free now on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_up(port: int, deadline_s: float = 30.0) -> None:
+    """Block until a replay server answers a TCP connect."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+class StepClock:
+    """The daemon's wall clock, moved by hand one interval per cycle."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def write_config(path: Path, ports: list[int], n: int, interval: float, retention: float) -> None:
+    """A kvdoctor.yml watching n targets spread over the servers."""
+    lines = [f"interval: {interval:g}s", f"retention: {retention:g}s", "targets:"]
+    for i in range(n):
+        lines.append(f"  - {{url: 'http://127.0.0.1:{ports[i % len(ports)]}/metrics?i={i}', name: t{i:05d}}}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    """Run the fleet, print the curve and the summary."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", type=int, default=300)
+    ap.add_argument("--interval", type=float, default=15.0)
+    ap.add_argument("--retention", type=float, default=180.0)
+    ap.add_argument("--cycles", type=int, default=40)
+    ap.add_argument("--reload-to", type=int, default=10)
+    ap.add_argument("--after", type=int, default=16)
+    ap.add_argument("--servers", type=int, default=4)
+    ap.add_argument("--realtime", action="store_true")
+    args = ap.parse_args()
+    rec = recording_dir()
+    ports = [free_port() for _ in range(args.servers)]
+    # stepped: one cycle of CPU stands for one interval, about a second at these sizes; play that much faster
+    speed = 1.0 if args.realtime else args.interval
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kvdoctor",
+                "replay-server",
+                str(rec / f"{RECORDINGS[i % len(RECORDINGS)]}.jsonl.gz"),
+                "--loop",
+                "--from",
+                "40",
+                "--speed",
+                f"{speed:g}",
+                "--listen",
+                f"127.0.0.1:{p}",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i, p in enumerate(ports)
+    ]
+    rows: list[tuple[str, int, float, float, int]] = []
+    try:
+        for p in ports:
+            wait_up(p)
+        tmp = Path(tempfile.mkdtemp(prefix="fleet-http-rss-"))
+        cfg_path = tmp / "kvdoctor.yml"
+        write_config(cfg_path, ports, args.targets, args.interval, args.retention)
+        clock = StepClock()
+        cfg = load_config(str(cfg_path))
+        d = Daemon(
+            cfg, load_files(default_rule_files()), str(cfg_path), clock=time.time if args.realtime else clock
+        )
+        if args.realtime:
+            d.start(web=False)
+        start_rss = rss_mb()
+        print(f"{args.targets} targets on {args.servers} replay servers, interval {args.interval:g}s, retention "
+              f"{args.retention:g}s, {'realtime' if args.realtime else 'stepped clock'}; start RSS {start_rss:.0f} MB")  # fmt: skip
+        print(
+            f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'series':>8s} {'py blocks':>10s}"
+        )
+
+        def one(phase: str, k: int) -> None:
+            if args.realtime:
+                time.sleep(args.interval)  # a benchmark on the wall clock: the daemon's own schedule runs
+                dur = float(d.state.snapshot().get("cycle_duration_s") or 0.0)
+            else:
+                clock.now += args.interval
+                t0 = time.monotonic()
+                d.cycle()
+                dur = time.monotonic() - t0
+            gc.collect()
+            row = (phase, k, k * args.interval, rss_mb(), dur, len(d.pipeline.store))
+            rows.append(row)  # type: ignore[arg-type]
+            blocks = sys.getallocatedblocks()  # Python objects alive, apart from what the allocator keeps
+            print(f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {row[5]:8d} {blocks:10d}",
+                  flush=True)  # fmt: skip
+
+        for k in range(args.cycles):
+            one("fleet", k)
+        write_config(cfg_path, ports, args.reload_to, args.interval, args.retention)
+        t0 = time.monotonic()
+        ok, message = d.reload()
+        print(f"reload to {args.reload_to} targets: {ok} in {time.monotonic() - t0:.2f}s ({message[:80]})")
+        for k in range(args.cycles, args.cycles + args.after):
+            one("reload", k)
+        d.shutdown()
+    finally:
+        for proc in procs:
+            proc.terminate()
+    fleet = [r for r in rows if r[0] == "fleet"]
+    filled = [r for r in fleet if r[2] >= args.retention + 2 * args.interval]
+    half = filled[len(filled) // 2 :] or fleet[-2:]
+    growth = half[-1][3] - half[0][3]
+    per_min = growth / max(1e-9, (half[-1][2] - half[0][2]) / 60)
+    slowest = max(r[4] for r in fleet[1:]) if len(fleet) > 1 else fleet[0][4]
+    after = [r for r in rows if r[0] == "reload"]
+    print(f"RSS after the retention filled: {half[0][3]:.0f} -> {half[-1][3]:.0f} MB ({per_min:+.1f} MB per "
+          f"simulated minute); slowest cycle {slowest:.2f}s of the {args.interval:g}s interval")  # fmt: skip
+    if after:
+        print(f"after the reload to {args.reload_to}: RSS {after[0][3]:.0f} -> {after[-1][3]:.0f} MB, "
+              f"series {after[0][5]} -> {after[-1][5]}; full fleet peak {max(r[3] for r in fleet):.0f} MB")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
