@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "rules": "kvdoctor.cli.rules",
     "report": "kvdoctor.cli.report",
     "whatif": "kvdoctor.cli.whatif",
+    "plan": "kvdoctor.cli.plan",
 }
 
 
