@@ -122,7 +122,7 @@ def _line(c: Candidate, slos: dict[str, float]) -> str:
 def render(p: Plan, elapsed_s: float) -> str:
     """Objectives, today's headroom, each candidate tried, the pick and its margins."""
     slos = ", ".join(f"{k[:-2]} ≤ {_s(v)}" for k, v in p.slos.items())
-    lines = [f"objectives: {slos} at load ×{p.load:.3g}", "", "today's configuration:"]
+    lines = [f"objectives: {slos} at load ×{p.load:.3g}", "", f"today's configuration at load ×{p.load:.3g}:"]
     lines.append("  " + _line(p.current, p.slos))
     for k, m in p.headroom.items():
         at = f"≥ ×{MAX_LOAD:g}" if m >= MAX_LOAD else f"×{m:.2f}"

@@ -272,7 +272,9 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
     best, tried = planner.search(load, gpu)
     notes = []
     if best is None:
-        best = max(tried, key=lambda c: (c.worst(), -c.replicas))
+        closest = max(c.worst() for c in tried)
+        near = [c for c in tried if c.worst() >= closest - 0.05 * abs(closest)]  # within 5 %: the cheaper one
+        best = min(near, key=lambda c: (c.replicas, len(c.changes)))
         notes.append(f"no candidate up to {MAX_REPLICAS} replicas holds every SLO; the closest is shown")
     else:
         notes.append(
