@@ -20,6 +20,7 @@ from kvdoctor.signals import recorded
 from kvdoctor.store import Store
 from kvdoctor.verdicts import DEFAULT_RUNBOOK_PAGE, Diagnosis, runbook_link
 from kvdoctor.whatif.advisor import Advisor
+from kvdoctor.whatif.headroom import HeadroomWorker
 
 # Families a diagnosis needs, each with the names it may carry across vLLM versions.
 EXPECTED = {
@@ -55,9 +56,11 @@ class Pipeline:
         retention_s: float = 1800.0,
         job: str = "vllm",
         advisor: Advisor | None = None,
+        headroom: HeadroomWorker | None = None,
     ) -> None:
         self.store = Store(retention_s=retention_s)
         self.advisor = advisor  # predicted effects of the advice, when set
+        self.headroom = headroom  # SLO headroom and replicas needed, for targets with SLOs, when set
         self.rules = RuleEngine(groups, self.store)
         self.classifier = Classifier()
         self.job = job
@@ -93,6 +96,8 @@ class Pipeline:
         self.store.forget_source(name)
         if self.advisor is not None:
             self.advisor.forget(name)
+        if self.headroom is not None:
+            self.headroom.forget(name)
         self.classifier.forget(name)
         for d in (self._targets, self._parsers):
             d.pop(name, None)  # type: ignore[attr-defined]
@@ -181,10 +186,25 @@ class Pipeline:
         diagnoses = self.classifier.classify(t, signals, evaluation.alerts, self.targets)
         if self.advisor is not None:  # predicted effects on the advice, follow-ups as findings
             diagnoses = self.advisor.annotate(diagnoses, t)
+        if self.headroom is not None:
+            diagnoses = self.headroom.annotate(diagnoses, t, self._slos())
         for d in diagnoses:
             for f in d.findings:
                 f.runbook = runbook_link(self.runbook_url, f.runbook, f.name)
         return diagnoses
+
+    def _slos(self) -> dict[str, tuple[dict[str, float], int | None]]:
+        wants = {}
+        for name, target in self._targets.items():
+            cfg = target.facts
+            slos = {
+                k: float(v)
+                for k, v in (("itl_p95", cfg.slo_itl_p95_s), ("ttft_p95", cfg.slo_ttft_p95_s))
+                if v
+            }
+            if slos:
+                wants[name] = (slos, cfg.max_num_seqs)
+        return wants
 
     def _inject_config(self, t: float) -> None:
         samples = []

@@ -30,6 +30,7 @@ from kvdoctor.targets import target_facts
 from kvdoctor.verdicts import Diagnosis
 from kvdoctor.web.server import WebServer
 from kvdoctor.whatif.advisor import Advisor
+from kvdoctor.whatif.headroom import HeadroomWorker
 
 __all__ = ["Daemon", "load_everything"]
 log = logging.getLogger("kvdoctor")
@@ -44,8 +45,10 @@ class Daemon:
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = DaemonState()
         # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation
+        advisor = Advisor(background=True)  # and SLO headroom for autoscalers, from the same history
+        headroom = HeadroomWorker(advisor.snaps, background=True)
         self.pipeline = Pipeline(
-            groups, retention_s=cfg.retention_s, job=cfg.job, advisor=Advisor(background=True)
+            groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor, headroom=headroom
         )
         self.pipeline.runbook_url = cfg.runbook_page()
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
@@ -175,6 +178,7 @@ class Daemon:
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
         evaluated = time.monotonic()
         self.state.publish(cycle.diagnoses, cycle.t, evaluated - start, len(cycle.evaluation.errors))
+        self.state.note_headroom(headroom.stats() if (headroom := self.pipeline.headroom) else {})
         self.history.observe(cycle.diagnoses, cycle.t, self.cfg.interval_s)
         if self.notifier is not None:
             self.notifier.observe(cycle.diagnoses, cycle.t)

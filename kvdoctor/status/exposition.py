@@ -10,6 +10,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from kvdoctor import __version__
 from kvdoctor.signals import SIGNALS
+from kvdoctor.status.headroom import families as headroom_families
 from kvdoctor.status.state import DaemonState
 from kvdoctor.verdicts import VERDICTS
 
@@ -68,6 +69,7 @@ class DiagnosisCollector:
         yield from (one_hot, code, since, finding, error, *fams.values())
         yield from self._targets(snap)
         yield from self._self(snap)
+        yield from headroom_families(snap)
 
     def _targets(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
         up = GaugeMetricFamily(

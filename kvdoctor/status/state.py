@@ -33,6 +33,7 @@ class DaemonState:
         self.cycle_duration_s: float | None = None
         self.interval_s: float | None = None
         self.scheduler_events: Counter[str] = Counter()
+        self.headroom_stats: dict[str, int] = {}  # the SLO headroom worker's counters
         self.started_ts: float | None = None
         self.ready = False
         self._history: dict[tuple[str, str], deque[dict[str, float]]] = {}
@@ -95,6 +96,7 @@ class DaemonState:
                 "cycle_duration_s": self.cycle_duration_s,
                 "interval_s": self.interval_s,
                 "scheduler_events": dict(self.scheduler_events),
+                "headroom_stats": dict(self.headroom_stats),
                 "ready": self.ready,
             }
 
@@ -116,6 +118,11 @@ class DaemonState:
         """Record how long one cycle took against the interval it has to fit in."""
         with self._lock:
             self.cycle_duration_s, self.interval_s = duration_s, interval_s
+
+    def note_headroom(self, stats: dict[str, int]) -> None:
+        """Record the SLO headroom worker's counters (dropped, computed, shared requests; queue length)."""
+        with self._lock:
+            self.headroom_stats = dict(stats)
 
     def count_event(self, event: str, n: int = 1) -> None:
         """Count a scheduling event: `missed` (slots an overlong cycle ate), `error` (a cycle that raised)."""

@@ -213,6 +213,11 @@ class Planner:
                 best = found
         return best, tried
 
+    def replicas_needed(self, load: float = 1.0) -> int | None:
+        """The fewest replicas of today's flags that hold every SLO at the load (None: not up to MAX_REPLICAS)."""
+        found = self._fewest_replicas({}, load, MAX_REPLICAS, [])
+        return found.replicas if found is not None else None
+
     def _fewest_replicas(
         self, changes: Changes, load: float, limit: int, tried: list[Candidate]
     ) -> Candidate | None:
