@@ -208,18 +208,22 @@ class Planner:
             if len(changes) > 1 and any(item in self._inert for item in changes.items()):
                 self.skipped += 1
                 continue
-            found = self._fewest_replicas(changes, load, limit, tried)
+            found = self._fewest_replicas(changes, load, limit, tried, double=best is None and not changes)
             if found is not None:
                 best = found
         return best, tried
 
     def replicas_needed(self, load: float = 1.0) -> int | None:
         """The fewest replicas of today's flags that hold every SLO at the load (None: not up to MAX_REPLICAS)."""
-        found = self._fewest_replicas({}, load, MAX_REPLICAS, [])
+        found = self.fewest_replicas({}, load)
         return found.replicas if found is not None else None
 
+    def fewest_replicas(self, changes: Changes, load: float) -> Candidate | None:
+        """The cheapest candidate of these flags holding every SLO at the load (None: not up to MAX_REPLICAS)."""
+        return self._fewest_replicas(changes, load, MAX_REPLICAS, [], double=True)
+
     def _fewest_replicas(
-        self, changes: Changes, load: float, limit: int, tried: list[Candidate]
+        self, changes: Changes, load: float, limit: int, tried: list[Candidate], double: bool = False
     ) -> Candidate | None:
         """The fewest replicas ≤ limit holding every SLO for these flags; one simulation when it cannot."""
 
@@ -229,16 +233,14 @@ class Planner:
                 tried.append(c)
             return c
 
-        if (
-            limit < MAX_REPLICAS or changes
-        ):  # a rival to beat: dominated unless it holds with one replica fewer
+        if not double:  # a rival to beat (or none found): dominated unless it holds at the limit
             c = at(limit)
             if len(changes) == 1 and _same(c, self.evaluate({}, limit, load)):
                 self._inert.update(changes.items())
             if not c.meets:
                 return None
             lo, hi = 1, limit
-        else:  # the first combination: double up from today's share of the load, then bisect
+        else:  # double up from today's share of the load, then bisect
             hi = max(1, math.ceil(self.basis.replicas * load))
             if at(hi).meets:
                 lo = 1
