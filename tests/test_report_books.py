@@ -12,6 +12,7 @@ import pytest
 
 from kvdoctor.cli import main
 from kvdoctor.ingest.recording import Frame, load_frames
+from kvdoctor.report.markdown import render_markdown
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 SHORT, LATER = PAIRS / "batchcap_before.jsonl.gz", PAIRS / "kv2x_before.jsonl.gz"
@@ -86,3 +87,24 @@ def test_an_empty_sidecar_is_an_error_naming_it(tmp_path, capsys):
     (tmp_path / "a.target").write_text("\n")
     assert main(["report", str(tmp_path / "a.jsonl.gz")]) == 2
     assert f"{tmp_path / 'a.target'}:1: expected one line" in capsys.readouterr().err
+
+
+def test_with_an_slo_the_report_adds_what_the_plans_configuration_would_have_cost():
+    doc = _report(str(SHORT), "--gpu-hour-cost", "2", "--slo", "ttft_p95=2s")
+    pl = doc["planned"]
+    assert pl["slos"] == {"ttft_p95_s": 2.0}
+    (row,) = pl["targets"]
+    assert row["target"] == "batchcap_before" and row["feasible"]
+    assert row["paid_gpu_hours"] == doc["targets"][0]["gpu_hours"]
+    # the batch-capped server missed 2 s: the plan lifts the cap (or adds replicas) for its traffic
+    assert row["changes"].get("max_num_seqs", 4) > 4 or any(h["replicas"] > 1 for h in row["hourly"])
+    by_hand = sum(h["replicas"] * h["hours"] for h in row["hourly"])
+    assert row["replica_hours"] == pytest.approx(by_hand, abs=1e-4)
+    assert row["cost_usd"] == pytest.approx(2 * row["gpu_hours"], abs=0.01)
+    md = render_markdown(doc)
+    assert "## Planned for ttft_p95 ≤ 2 s" in md and "| batchcap_before | --max-num-seqs" in md
+
+
+def test_slo_on_a_prometheus_report_is_refused(capsys):
+    assert main(["report", "--prometheus-url", "http://127.0.0.1:9", "--slo", "ttft_p95=2s"]) == 2
+    assert "--slo" in capsys.readouterr().err
