@@ -10,10 +10,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from kvdoctor.config import Config, TargetSpec
+from kvdoctor.daemon.runner import Daemon
 from kvdoctor.diagnosis.target import TargetFacts
+from kvdoctor.ingest.fetch import HttpOptions
 from kvdoctor.ingest.parse import parse
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.replay import replay
+from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
@@ -21,6 +25,7 @@ from kvdoctor.verdicts import Diagnosis
 from kvdoctor.whatif.advisor import Advisor
 from kvdoctor.whatif.headroom import HeadroomWorker
 from kvdoctor.whatif.sources import recording_snaps
+from tests.support.clock import ManualClock
 
 BATCHCAP = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif/batchcap_before.jsonl.gz"
 
@@ -114,3 +119,32 @@ def test_a_full_queue_drops_the_oldest_request_and_counts_it():
     stats = worker.stats()
     release.set()
     assert stats["dropped"] == 2 and stats["queued"] == 2
+
+
+@pytest.mark.slow  # a minute of replayed cycles while the worker simulates
+def test_the_daemon_exports_headroom_for_a_served_target_with_an_slo():
+    """A live replay of the batch-capped server, scraped by `serve`'s daemon: the worker's result reaches /metrics."""
+    clock = ManualClock()
+    server = ReplayServer(Playlist([BATCHCAP], start_offset_s=35, loop=True), speed=1.0, clock=clock).start()
+    try:
+        spec = TargetSpec(
+            url=server.url, name="gpu-1", slo_ttft_p95_s=2.0, http=HttpOptions(total_timeout=5.0)
+        )
+        d = Daemon(Config(targets=[spec], interval_s=1.0), load_files(default_rule_files()), clock=clock)
+        found: dict = {}
+        deadline = time.monotonic() + 120.0
+        while not found and time.monotonic() < deadline:  # cycles go on while the worker simulates
+            d.cycle()
+            clock.advance(1.0)
+            text = generate_latest(d.registry).decode()
+            found = {s.name: s for s in parse(text).samples if s.name == "kvdoctor_replicas_needed"}
+        assert found, "no kvdoctor_replicas_needed within the deadline"
+        assert dict(found["kvdoctor_replicas_needed"].labels)["target"] == "gpu-1"
+        assert found["kvdoctor_replicas_needed"].value >= 2
+        assert 'kvdoctor_slo_headroom_ratio{model_name="tiny",slo="ttft_p95",target="gpu-1"}' in text
+        assert (
+            "kvdoctor_fleet_replicas_needed" in text
+            and "kvdoctor_headroom_requests_dropped_total 0.0" in text
+        )
+    finally:
+        server.stop()
