@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ from kvdoctor.whatif.plan import MAX_LOAD, Planner
 from kvdoctor.whatif.predict import learn
 from kvdoctor.whatif.sources import default_window, history_before, recording_snaps
 from kvdoctor.whatif.window import in_window, measure
+from tests.support.openmetrics import recordings_to_openmetrics
+from tests.support.prometheus import PrometheusServer, backfill, binaries
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BATCHCAP = PAIRS / "batchcap_before.jsonl.gz"  # max_num_seqs 4, 24 closed-loop clients: 20 wait
@@ -128,3 +132,21 @@ def test_a_shared_batch_capped_recording_plans_too(shared_032, capsys):
 def test_bad_input_exits_2_naming_the_flag(argv, needle, capsys):
     assert main(["plan", str(BATCHCAP), *argv]) == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a real Prometheus, backfilled, and a plan's simulations
+def test_a_prometheus_target_is_planned_from_what_prometheus_holds(tmp_path, capsys):
+    found = binaries()
+    if found is None:
+        pytest.skip("prometheus/promtool not on PATH")
+    with gzip.open(BATCHCAP, "rt") as fh:
+        last = max(json.loads(x)["t"] for x in fh if x.strip())
+    om = tmp_path / "rec.om"
+    recordings_to_openmetrics([(str(BATCHCAP), "gpu-1:8000", time.time() - 120 - last)], om)
+    backfill(om, tmp_path / "tsdb", promtool=found[1])
+    with PrometheusServer(tmp_path / "tsdb", tmp_path, binary=found[0]) as prom:
+        rc, doc = _plan(capsys, "--prometheus-url", prom.url, "--target", "gpu-1:8000", "--duration", "10m",
+                        "--slo", "ttft_p95=2s")  # fmt: skip
+    assert rc == 0 and doc["feasible"]
+    assert doc["current"]["predicted"]["ttft_p95_s"] > 2.0
+    assert doc["chosen"]["changes"].get("max_num_seqs", 4) > 4 or doc["chosen"]["replicas"] > 1
