@@ -179,7 +179,14 @@ class Planner:
         )
         util: list[float | None] = [None]
         current_util = _num(self.basis.info.get("gpu_memory_utilization"))
-        if gpu and self.gpu_memory_bytes and current_util is not None and current_util < GPU_UTILIZATION:
+        sized = _num(self.basis.info.get("kv_cache_memory_bytes")) is not None  # what the knob scales from
+        if (
+            gpu
+            and self.gpu_memory_bytes
+            and sized
+            and current_util is not None
+            and current_util < GPU_UTILIZATION
+        ):
             util.append(GPU_UTILIZATION)
         out = []
         for s, t, d, u in itertools.product(seqs, mnbt, dtype, util):
@@ -235,8 +242,8 @@ class Planner:
 
         if not double:  # a rival to beat (or none found): dominated unless it holds at the limit
             c = at(limit)
-            if len(changes) == 1 and _same(c, self.evaluate({}, limit, load)):
-                self._inert.update(changes.items())
+            if len(changes) == 1 and c.predicted == self.evaluate({}, limit, load).predicted:
+                self._inert.update(changes.items())  # alone it bought nothing
             if not c.meets:
                 return None
             lo, hi = 1, limit
@@ -254,11 +261,6 @@ class Planner:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if at(mid).meets else (mid + 1, hi)
         return at(hi)
-
-
-def _same(a: Candidate, b: Candidate) -> bool:
-    """Two candidates predict the same: the change between them bought nothing."""
-    return a.predicted == b.predicted
 
 
 def _num(v: object) -> float | None:
