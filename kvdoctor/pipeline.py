@@ -22,6 +22,7 @@ from kvdoctor.signals import recorded
 from kvdoctor.store import Store
 from kvdoctor.verdicts import DEFAULT_RUNBOOK_PAGE, Diagnosis, runbook_link
 from kvdoctor.whatif.advisor import Advisor
+from kvdoctor.whatif.headroom import HeadroomWorker
 
 # Families a diagnosis needs, each with the names it may carry across vLLM versions.
 EXPECTED = {
@@ -60,9 +61,11 @@ class Pipeline:
         retention_s: float = 1800.0,
         job: str = "vllm",
         advisor: Advisor | None = None,
+        headroom: HeadroomWorker | None = None,
     ) -> None:
         self.store = Store(retention_s=retention_s)
         self.advisor = advisor  # predicted effects of the advice, when set
+        self.headroom = headroom  # SLO headroom and replicas needed, for targets with SLOs, when set
         self.rules = RuleEngine(groups, self.store)
         self.classifier = Classifier()
         self.job = job
@@ -112,6 +115,8 @@ class Pipeline:
     def _forget(self, name: str) -> None:
         if self.advisor is not None:
             self.advisor.forget(name)
+        if self.headroom is not None:
+            self.headroom.forget(name)
         self.classifier.forget(name)
         for d in (self._targets, self._parsers):
             d.pop(name, None)  # type: ignore[attr-defined]
@@ -215,6 +220,12 @@ class Pipeline:
                     failures.setdefault(d.target, {}).setdefault("whatif", f"{type(exc).__name__}: {exc}")
             for f in d.findings:
                 f.runbook = runbook_link(self.runbook_url, f.runbook, f.name)
+        if self.headroom is not None:  # SLO headroom for autoscalers, from the advisor's history
+            try:
+                self.headroom.annotate(diagnoses, t, self._slos())
+            except Exception as exc:  # the diagnoses stand without their headroom
+                for d in diagnoses:
+                    failures.setdefault(d.target, {}).setdefault("whatif", f"{type(exc).__name__}: {exc}")
         if self.advisor is not None:  # the simulation thread's own failures, per target
             for name, error in self.advisor.failures().items():
                 failures.setdefault(name, {}).setdefault("whatif", error)
@@ -226,6 +237,19 @@ class Pipeline:
         """Record on every target whether a per-target step failed for it this cycle (failed: target -> why)."""
         for name, target in self._targets.items():
             note_step(target, step, failed.get(name))
+
+    def _slos(self) -> dict[str, tuple[dict[str, float], int | None]]:
+        wants = {}
+        for name, target in self._targets.items():
+            cfg = target.facts
+            slos = {
+                k: float(v)
+                for k, v in (("itl_p95", cfg.slo_itl_p95_s), ("ttft_p95", cfg.slo_ttft_p95_s))
+                if v
+            }
+            if slos:
+                wants[name] = (slos, cfg.max_num_seqs)
+        return wants
 
     def _inject_config(self, t: float) -> None:
         samples = []

@@ -8,7 +8,7 @@ from typing import Any
 import promql_parser as pp
 
 from kvdoctor.ingest.parse import ParseError, Parser
-from kvdoctor.ingest.recording import load_frames
+from kvdoctor.ingest.recording import RecordingError, load_frames
 from kvdoctor.promql.engine import Engine
 from kvdoctor.promql.values import Range, Scalar, String, Value, format_value
 from kvdoctor.store import Store
@@ -17,10 +17,20 @@ UNBOUNDED_S = 10 * 365 * 86400.0
 
 
 def recording_instance(path: str | Path) -> str:
-    """The instance label a recording's series get by default: its file name without extensions."""
-    name = Path(path).name
+    """The instance label a recording's series get: its sidecar NAME.target's line, else its file name.
+
+    A sidecar lets recordings of one target split over several files replay (and report) as that one target.
+    """
+    p = Path(path)
+    name = p.name
     for ext in (".gz", ".jsonl", ".json"):
         name = name.removesuffix(ext)
+    sidecar = p.with_name(f"{name}.target")
+    if sidecar.is_file():
+        given = sidecar.read_text(encoding="utf-8").strip()
+        if not given or "\n" in given:
+            raise RecordingError(f"{sidecar}:1: expected one line, the target's name (e.g. vllm-0:8000)")
+        return given
     return name
 
 

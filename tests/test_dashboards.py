@@ -95,7 +95,12 @@ def metric_names(expr: str) -> set[str]:
 def exposed_names() -> set[str]:
     """Family and sample names kvdoctor's /metrics emits (every family populated once)."""
     state = DaemonState()
-    evidence = {"kv_usage": 0.5}
+    evidence = {
+        "kv_usage": 0.5,
+        "slo_headroom_ttft_p95": 1.3,
+        "slo_headroom_timestamp": 1.0,
+        "replicas_needed": 2.0,
+    }
     finding = Finding("kv_cache", "warning", "s", evidence={"kv_cache_tokens": 1.0})
     state.publish([Diagnosis("t", "m", 1.0, "kv_cache", 1.0, [finding], evidence)], 1.0, 0.1, 0)
     state.set_target(

@@ -32,6 +32,7 @@ SUBCOMMANDS = {
     "rules": "kvdoctor.cli.rules",
     "report": "kvdoctor.cli.report",
     "whatif": "kvdoctor.cli.whatif",
+    "plan": "kvdoctor.cli.plan",
 }
 
 

@@ -13,15 +13,18 @@ from typing import Any
 from kvdoctor.cli.common import build_pipeline, existing, load_config_or_exit
 from kvdoctor.cli.serve import add_source_arguments, prometheus_source
 from kvdoctor.config.durations import duration_seconds, parse_duration
+from kvdoctor.query import recording_instance
 from kvdoctor.report.build import build_report
 from kvdoctor.report.collect import from_recordings
 from kvdoctor.report.economics import Prices, parse_usd
 from kvdoctor.report.history import History
 from kvdoctor.report.markdown import render_markdown
 from kvdoctor.report.page import render_html
+from kvdoctor.report.planned import planned
 from kvdoctor.report.promrange import from_prometheus, progress_bar
 from kvdoctor.sanity import scrub
 from kvdoctor.sources.client import PromClient
+from kvdoctor.whatif.slo import parse_slos
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".json": "json"}
 
@@ -56,6 +59,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--headroom", type=float, default=0.2, help="spare capacity kept when sizing (default 0.2)"
     )
+    p.add_argument("--slo", action="append", default=[], metavar="NAME=DURATION",
+                   help="recordings: also what `kvdoctor plan`'s configuration holding this SLO would have cost, "
+                   "hour by hour (e.g. ttft_p95=2s; repeatable)")  # fmt: skip
     p.add_argument("--config", help="kvdoctor config (per-target max_num_seqs, SLOs) for recordings")
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")
     add_source_arguments(p, with_source=False)
@@ -143,10 +149,19 @@ def run(args: argparse.Namespace) -> int:
                 f"-o {args.output}: the suffix picks the format, give .html, .md or .json (or --format)"
             )
         fmt = args.format or FORMATS.get(suffix, "md")
+        slos = parse_slos(args.slo) if args.slo else {}
+        if slos and not args.recordings:
+            raise ValueError("--slo: the planned cost is computed from recordings, not --prometheus-url")
         history = _history(args, step)
         if history is None:
             return 2
-        doc = scrub(build_report(history, p, args.target))  # a value no JSON holds is left out, not a crash
+        doc = build_report(history, p, args.target)
+        if slos:
+            by_target: dict[str, list[Path]] = {}
+            for r in args.recordings:
+                by_target.setdefault(recording_instance(r), []).append(Path(r))
+            planned(doc, by_target, slos, p)
+        doc = scrub(doc)  # a value no JSON holds is left out, not a crash
     except (ValueError, OSError) as exc:  # InputError is a ValueError; a TransportError goes to cli.main (3)
         print(f"kvdoctor report: {exc}", file=sys.stderr)
         return 2

@@ -49,11 +49,18 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--set", dest="changes", action="append", default=[], metavar="NAME=VALUE",
                    help="a change: max_num_seqs, max_num_batched_tokens, kv_cache_tokens, kv_cache_dtype=fp8, "
                    "gpu_memory_utilization, max_model_len, replicas, load=x1.5 (repeatable)")  # fmt: skip
-    p.add_argument("--window", help="FROM:TO seconds from the recording's start to learn from (default: the last "
-                   "steady stretch of load)")  # fmt: skip
     p.add_argument(
         "--json", action="store_true", help="one JSON object: measured, predicted_unchanged, predicted…"
     )
+    add_source_arguments(p)
+    p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
+    p.set_defaults(run=run)
+
+
+def add_source_arguments(p: Any) -> None:
+    """The flags that say where the window comes from and what the server runs (shared with `plan`)."""
+    p.add_argument("--window", help="FROM:TO seconds from the recording's start to learn from (default: the last "
+                   "steady stretch of load)")  # fmt: skip
     p.add_argument("--prometheus-url", help="read the target's history from this Prometheus instead")
     p.add_argument("--target", help="with --prometheus-url: the target's `instance` label")
     p.add_argument("--duration", help="live URL: how long to sample (default 60s); Prometheus: how far back "
@@ -68,8 +75,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gpu", help="GPU preset, e.g. H100: sizes gpu_memory_utilization and, with --model, gives "
                    "the step-time fit a roofline prior")  # fmt: skip
     p.add_argument("--model", help="model preset, e.g. Qwen3-8B (with --gpu: the roofline prior)")
-    p.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,14 +87,7 @@ def run(args: argparse.Namespace) -> int:
         model = get_model(args.model) if args.model else None
         gpu_bytes = float(gpu.memory_bytes) if gpu else None
         snaps, measured_class, where = _load(args)
-        if args.window and not _is_recording(args):
-            raise WindowError("--window applies to a recording; a live or Prometheus source uses --duration")
-        if args.window:
-            lo, hi = parse_window(args.window, snaps)
-        elif args.source and not args.prometheus_url and not _is_recording(args):
-            lo, hi = snaps[0].t, snaps[-1].t  # a live server: all it sampled
-        else:
-            lo, hi = default_window(snaps)
+        lo, hi = source_window(args, snaps)
         where_w = f"window {lo - snaps[0].t:.0f}-{hi - snaps[0].t:.0f} s"
         try:
             history, window = history_before(snaps, lo, hi)
@@ -110,6 +108,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvdoctor whatif on {where}, window {lo - t0:.0f}-{hi - t0:.0f} s ({len(window)} scrapes)\n")
         print(render(pred))
     return 0
+
+
+def source_window(args: argparse.Namespace, snaps: list[Snap]) -> tuple[float, float]:
+    """The window to learn from: --window on a recording, all of a live sample, else the last steady stretch."""
+    if args.window and not _is_recording(args):
+        raise WindowError("--window applies to a recording; a live or Prometheus source uses --duration")
+    if args.window:
+        return parse_window(args.window, snaps)
+    if args.source and not args.prometheus_url and not _is_recording(args):
+        return snaps[0].t, snaps[-1].t  # a live server: all it sampled
+    return default_window(snaps)
+
+
+def load_source(args: argparse.Namespace) -> tuple[list[Snap], str]:
+    """The snapshots of a recording, a live URL or a Prometheus target, and a phrase naming where they came from."""
+    snaps, _, where = _load(args)
+    return snaps, where
 
 
 def _is_recording(args: argparse.Namespace) -> bool:

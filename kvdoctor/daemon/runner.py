@@ -33,6 +33,7 @@ from kvdoctor.targets import target_facts
 from kvdoctor.verdicts import Diagnosis
 from kvdoctor.web.server import WebServer, health_listener
 from kvdoctor.whatif.advisor import Advisor
+from kvdoctor.whatif.headroom import HeadroomWorker
 
 __all__ = ["Daemon", "load_everything"]
 log = logging.getLogger("kvdoctor")
@@ -50,7 +51,12 @@ class Daemon:
         # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation; the
         # snapshots they learn from are kept no longer than the series (memory bounded by the retention)
         advisor = Advisor(background=True, history_s=min(900.0, cfg.retention_s))
-        self.pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor)
+        headroom = HeadroomWorker(
+            advisor.snaps, background=True
+        )  # SLO headroom for autoscalers, same history
+        self.pipeline = Pipeline(
+            groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor, headroom=headroom
+        )
         self.pipeline.runbook_url = cfg.runbook_page()
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
         self.scraper = Scraper(cfg.scrape_max_connections, clock)
@@ -188,6 +194,7 @@ class Daemon:
     def _publish(self, cycle: Cycle, start: float) -> list[Diagnosis]:
         took = time.monotonic() - start
         self.state.publish(cycle.diagnoses, cycle.t, took, cycle.evaluation.failed_rules())
+        self.state.note_headroom(headroom.stats() if (headroom := self.pipeline.headroom) else {})
         failed = self.history.observe(cycle.diagnoses, cycle.t, self.cfg.interval_s)
         self.pipeline.note_steps("history", failed)
         self.state.set_targets(self.pipeline.targets.values())  # with what this cycle found wrong for each

@@ -22,6 +22,7 @@ COUNTERS = {
     "generation_tokens": "vllm:generation_tokens_total",
 }
 LabelSet = tuple[tuple[str, str], ...]
+GAP_S = 300.0  # Prometheus' lookback: a target unheard of for longer was not watched in between
 
 
 def key_of(labels: LabelSet | dict[str, str]) -> Key:
@@ -40,6 +41,34 @@ class Grid:
         self.steps: dict[int, dict[Key, Step]] = {}
         self.counted: dict[tuple[int, Key], dict[str, float]] = {}
         self._prev: dict[tuple[str, LabelSet], tuple[int, float]] = {}
+        self.watched: dict[str, list[list[float]]] | None = (
+            None  # target → [first, last] stretches of its `up`
+        )
+
+    def seen(self, target: str, t: float) -> None:
+        """One `up` sample (a scrape, failed or not) of a target: it was watched at t."""
+        if self.watched is None:
+            self.watched = {}
+        stretches = self.watched.setdefault(target, [])
+        if stretches and t - stretches[-1][1] <= GAP_S:
+            stretches[-1][1] = max(stretches[-1][1], t)
+        else:
+            stretches.append([t, t])
+
+    def _clip(self, target: str, step: Step, first: bool) -> Step | None:
+        """The step cut to the stretches its target was watched in (None outside them); no `up` seen: as is.
+
+        A target's first diagnosis comes at the first evaluation after its first scrape, so its first step also
+        takes the watched time of the step before it.
+        """
+        if self.watched is None:
+            return step
+        lo, hi = step.t - (step.dt if first else 0.0), step.t + step.dt
+        parts = [(max(lo, a), min(hi, b)) for a, b in self.watched.get(target, ()) if min(hi, b) > max(lo, a)]
+        if not parts:
+            return None
+        step.t, step.dt = parts[0][0], sum(b - a for a, b in parts)
+        return step
 
     def index(self, t: float) -> int:
         """The grid index of an evaluation time."""
@@ -69,8 +98,14 @@ class Grid:
         """Every step, in time order, with the increases counted in it."""
         h = History(self.source)
         for i in sorted(self.steps):
-            for key, step in self.steps[i].items():
-                inc = self.counted.get((i, key), {})
+            for key, whole in self.steps[i].items():
+                first = key not in h.keys
+                step = self._clip(key[0], whole, first)
+                if step is None:
+                    continue  # a recording's target is charged only the span it was recorded over
+                inc = dict(self.counted.get((i, key), {}))
+                for what, v in (self.counted.get((i - 1, key), {}) if first else {}).items():
+                    inc[what] = inc.get(what, 0.0) + v
                 step.requests += inc.get("requests", 0.0)
                 step.prompt_tokens += inc.get("prompt_tokens", 0.0)
                 step.generation_tokens += inc.get("generation_tokens", 0.0)
@@ -79,6 +114,10 @@ class Grid:
 
 
 def _feed(grid: Grid, pipeline: Pipeline, since_ms: int, t_ms: int) -> None:
+    for s in pipeline.store.select("up"):
+        instance = dict(s.labels).get("instance", "")
+        for sample_t in s.window(since_ms, t_ms)[0]:
+            grid.seen(instance, sample_t / 1000)
     for what, name in COUNTERS.items():
         for s in pipeline.store.select(name):
             labels = tuple((k, x) for k, x in s.labels if k != "__name__")

@@ -88,6 +88,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if f["api_cost_usd"] is not None:
         out += ["", f"API prices would have billed {_usd(f['api_cost_usd'])}; break-even at "
                 f"{_n(f['break_even_traffic_multiple'], 2)}× the traffic."]  # fmt: skip
+    out += _planned(doc.get("planned"))
     out += ["", "## Incidents", ""]
     if doc["incidents"]:
         out += [
@@ -99,3 +100,18 @@ def render_markdown(doc: dict[str, Any]) -> str:
     else:
         out.append("No limit was hit and no target was down.")
     return "\n".join(out) + "\n"
+
+
+def _planned(pl: dict[str, Any] | None) -> list[str]:
+    """What the plan's configuration would have cost beside what was paid (with --slo)."""
+    if not pl:
+        return []
+    slos = ", ".join(f"{k[:-2]} ≤ {v:g} s" for k, v in pl["slos"].items())
+    out = ["", f"## Planned for {slos}", "", "| target | flags | GPU-hours paid | GPU-hours planned | cost paid "
+           "| cost planned |", "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for r in pl["targets"]:
+        flags = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in r.get("changes", {}).items()) or "as run"
+        flags = r.get("why", flags) if not r.get("feasible") and r.get("why") else flags
+        out.append(f"| {r['target']} | {flags} | {_n(r['paid_gpu_hours'], 2)} | {_n(r['gpu_hours'], 2)} "
+                   f"| {_usd(r['paid_cost_usd'])} | {_usd(r['cost_usd'])} |")  # fmt: skip
+    return out

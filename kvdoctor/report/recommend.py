@@ -81,8 +81,11 @@ def _scaling(doc: dict[str, Any], prices: Prices) -> dict[str, Any] | None:
         if f["cost_usd"] is not None and f["cost_following_traffic_usd"] is not None:
             save = round(f["cost_usd"] - f["cost_following_traffic_usd"], 2)
             week = round(save / doc["range"]["hours"] * WEEK_H, 2) if doc["range"]["hours"] else None
-            text += f", {_usd(f['cost_following_traffic_usd'])} instead of {_usd(f['cost_usd'])}: save {_usd(save)}"
-            text += f" ({_usd(week)}/week)" if week is not None else ""
+            text += f", {_usd(f['cost_following_traffic_usd'])} instead of {_usd(f['cost_usd'])}"
+            if save > 0:
+                text += f": save {_usd(save)}" + (f" ({_usd(week)}/week)" if week is not None else "")
+            else:  # the replicas ran busier than the sizing's headroom lets one run: holding it costs more
+                text += f": {_usd(-save)} more, to keep the {prices.headroom:.0%} headroom the sizing holds"
             numbers.update({"cost_usd": f["cost_usd"], "cost_following_traffic_usd": f["cost_following_traffic_usd"],
                             "savings_usd": save, "savings_per_week_usd": week})  # fmt: skip
         text += "."

@@ -11,6 +11,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from kvdoctor import __version__
 from kvdoctor.signals import SIGNALS
+from kvdoctor.status.headroom import families as headroom_families
 from kvdoctor.status.state import DaemonState
 from kvdoctor.verdicts import VERDICTS
 
@@ -70,6 +71,7 @@ class DiagnosisCollector:
         yield from self._targets(snap)
         yield from self._self(snap)
         yield from storage_families(snap)
+        yield from headroom_families(snap)
 
     def _targets(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
         up = GaugeMetricFamily(

@@ -38,6 +38,7 @@ class DaemonState:
         self.cycle_duration_s: float | None = None
         self.interval_s: float | None = None
         self.scheduler_events: Counter[str] = Counter()
+        self.headroom_stats: dict[str, int] = {}  # the SLO headroom worker's counters
         self.started_ts: float | None = None
         self.ready = False
         self.storage: dict[
@@ -118,6 +119,7 @@ class DaemonState:
                 "cycle_duration_s": self.cycle_duration_s,
                 "interval_s": self.interval_s,
                 "scheduler_events": dict(self.scheduler_events),
+                "headroom_stats": dict(self.headroom_stats),
                 "ready": self.ready,
                 "storage": {k: dict(v) for k, v in self.storage.items()},
                 "storage_problem": self.storage_problem,
@@ -163,6 +165,11 @@ class DaemonState:
             if self.storage_problem:
                 return False, f"kvdoctor is not ready: {self.storage_problem}."
             return True, "kvdoctor is Ready."
+
+    def note_headroom(self, stats: dict[str, int]) -> None:
+        """Record the SLO headroom worker's counters (dropped, computed, shared requests; queue length)."""
+        with self._lock:
+            self.headroom_stats = dict(stats)
 
     def count_event(self, event: str, n: int = 1) -> None:
         """Count a scheduling event: `missed` (slots an overlong cycle ate), `error` (a cycle that raised)."""

@@ -72,6 +72,11 @@ class Advisor:
             while h and h[0].t < t - self.history_s:
                 h.popleft()
 
+    def snaps(self, target: str) -> list[Snap]:
+        """A copy of a target's recent snapshots, oldest first (the headroom worker learns from them too)."""
+        with self._lock:
+            return list(self._history.get(target, ()))
+
     def forget(self, target: str) -> None:
         """Drop a target's history and predictions."""
         with self._lock:

@@ -88,20 +88,35 @@ def _engine(e: Engine) -> str:
             f"{e.num_gpu_blocks} blocks of {e.block_size} tokens, max_model_len {e.max_model_len}")  # fmt: skip
 
 
-def predict(
+@dataclass
+class Basis:
+    """What a window teaches once: workload, engine, step model, buckets, jitter; many simulations reuse it."""
+
+    workload: Workload
+    engine: Engine
+    step: StepModel
+    replicas: int
+    info: dict[str, str]
+    measured: Quantities
+    duration_s: float
+    buckets: dict[str, tuple[float, ...]]
+    sigma: float
+    now: SimResult
+    notes: list[str]
+    seed: int = 0
+
+
+def learn(
     history: list[Snap],
     window: list[Snap],
-    changes: dict[str, float | str],
     *,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
-    gpu_memory_bytes: float | None = None,
-    measured_bottleneck: str | None = None,
     seed: int = 0,
     model: ModelSpec | None = None,
     gpu: GpuSpec | None = None,
-) -> Prediction:
-    """Learn workload and engine from the window, step times from the history; simulate before and after."""
+) -> Basis:
+    """Learn workload and engine from the window, step times from the history, and simulate it unchanged."""
     if len(window) < 5:
         raise WindowError(f"{len(window)} scrapes in the window; the what-if needs at least 5")
     workload = infer_workload(window)
@@ -118,32 +133,65 @@ def predict(
     except ValueError as exc:
         raise WindowError(str(exc)) from None
     replicas = max(1, window[-1].engines)
-    after, w_after, r_after, change_notes = knobs.apply(
-        engine, workload, replicas, changes, window[-1].info, gpu_memory_bytes
-    )
     measured = measure(window)
     span = window[-1].t - window[0].t
     # long enough for the tail quantiles to settle: a few hundred finished requests
     duration = min(MAX_SIM_S, max(MIN_SIM_S, 2 * span, MIN_REQUESTS / max(measured.requests_per_s, 1e-3)))
-    duration, bound_note = bound_duration([(workload, replicas), (w_after, r_after)], duration, WARMUP_S)
+    duration, bound_note = bound_duration([(workload, replicas)], duration, WARMUP_S)
+    if bound_note:
+        notes.append(bound_note)
     buckets = _bounds(window[-1])
     res_now = simulate(engine, step, workload, replicas, duration, seed)
-    res_after = simulate(after, step, w_after, r_after, duration, seed)
     a, b = window[0], window[-1]
     sigma = histo.fit_sigma(res_now.itl, buckets["itl"], delta_buckets(a, b, hist_name(b, "itl")))
-    unchanged = quantities(res_now, replicas, buckets, sigma)
+    info = window[-1].info
+    return Basis(
+        workload, engine, step, replicas, info, measured, duration, buckets, sigma, res_now, notes, seed
+    )
+
+
+def predict(
+    history: list[Snap],
+    window: list[Snap],
+    changes: dict[str, float | str],
+    *,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    gpu_memory_bytes: float | None = None,
+    measured_bottleneck: str | None = None,
+    seed: int = 0,
+    model: ModelSpec | None = None,
+    gpu: GpuSpec | None = None,
+) -> Prediction:
+    """Learn workload and engine from the window, step times from the history; simulate before and after."""
+    basis = learn(history, window, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                  seed=seed, model=model, gpu=gpu)  # fmt: skip
+    workload, engine, step, replicas = basis.workload, basis.engine, basis.step, basis.replicas
+    duration, buckets, sigma, measured = basis.duration_s, basis.buckets, basis.sigma, basis.measured
+    after, w_after, r_after, change_notes = knobs.apply(
+        engine, workload, replicas, changes, basis.info, gpu_memory_bytes
+    )
+    # a change that adds load may pass the arrivals' cap where the window did not: both sides then run shorter
+    duration, bound_note = bound_duration([(workload, replicas), (w_after, r_after)], duration, WARMUP_S)
+    now = (
+        basis.now
+        if duration == basis.duration_s
+        else simulate(engine, step, workload, replicas, duration, seed)
+    )
+    res_after = simulate(after, step, w_after, r_after, duration, seed)
+    unchanged = quantities(now, replicas, buckets, sigma)
     predicted = quantities(res_after, r_after, buckets, sigma)
     light = step.duration(1, 0, 0.0)
     measured.bottleneck = measured_bottleneck or verdict(measured, engine, light, replicas)
     unchanged.bottleneck = verdict(unchanged, engine, light, replicas)
     predicted.bottleneck = verdict(predicted, after, light, r_after)
-    assumptions = [workload.why, *notes, *change_notes, *step.notes]
+    assumptions = [workload.why, *basis.notes, *change_notes, *step.notes]
     if replicas > 1 or r_after != replicas:
         assumptions.append(
             f"{replicas} engine(s) now, {r_after} after; each simulated with its share of the load"
         )
     assumptions.append(f"simulated {duration:.0f} s after a {WARMUP_S:.0f} s warm-up, seed {seed}")
-    if bound_note:
+    if bound_note and bound_note not in assumptions:
         assumptions.append(bound_note)
     assumptions.append(f"step-to-step jitter ±{sigma:.0%} (lognormal), fitted to the window's ITL histogram")
     return Prediction(measured, unchanged, predicted, workload, step, engine, after, changes, assumptions)

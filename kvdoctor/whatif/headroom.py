@@ -1,0 +1,207 @@
+"""SLO headroom and replicas needed per target, for autoscalers: computed off the evaluation path, shared by fingerprint.
+
+`annotate` (each cycle) asks for a result per target with SLOs when its last one is older than `refresh_s`, and
+attaches the fresh result to the diagnosis: evidence keys the /metrics collector turns into
+`kvdoctor_slo_headroom_ratio` and `kvdoctor_replicas_needed`, and an advice line for the page, API and Slack.
+A result is dropped, so its series vanish, when the steady window was too short, the step-time fit too poor, or it
+is older than STALE_AFTER refresh periods: an autoscaler reading an absent series holds its scale (HPA does no
+scaling on a metric it cannot read; KEDA falls back), where a stale number would keep scaling on old traffic.
+One worker thread computes; its queue is bounded and drops the oldest request (counted). Targets with the same
+model, configuration, workload and SLOs share one computation.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from kvdoctor.verdicts import Advice, Diagnosis
+from kvdoctor.whatif.plan import MAX_LOAD, MAX_REPLICAS, Planner
+from kvdoctor.whatif.predict import learn
+from kvdoctor.whatif.sources import default_window
+from kvdoctor.whatif.window import Snap, restarts
+from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
+
+STALE_AFTER = 3.0  # refresh periods after which a result is no longer exported
+MAX_RESIDUAL = 0.5  # a step-time fit whose relative RMS error is above this is not trusted
+WINDOW_S, MIN_STEADY_S = 120.0, 30.0  # as the advisor: the recent steady load, and no less than this of it
+RETRY_S = 15.0  # a target whose window could not be learned from is tried again this soon
+EVIDENCE = "slo_headroom_"  # evidence key prefix: slo_headroom_<slo> = load multiple at which that SLO breaks
+Wants = dict[
+    str, tuple[dict[str, float], int | None]
+]  # target → (SLO seconds by name, max_num_seqs if known)
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """One target's answer: the load multiple at which each SLO breaks, and the replicas that hold them all."""
+
+    slos: dict[str, float]  # name (ttft_p95) → objective in seconds
+    ratios: dict[str, float]
+    replicas_needed: int | None
+    replicas_now: int
+    t: float
+    shared_from: str = ""  # another target whose identical computation this reuses
+
+    def evidence(self) -> dict[str, float | str]:
+        """Evidence keys for the diagnosis (and so /metrics and the API)."""
+        ev: dict[str, float | str] = {f"{EVIDENCE}{k}": round(v, 3) for k, v in self.ratios.items()}
+        ev["slo_headroom_timestamp"] = self.t
+        if self.replicas_needed is not None:
+            ev["replicas_needed"] = float(self.replicas_needed)
+        return ev
+
+    def advice(self) -> Advice:
+        """One line for the page and Slack: where each SLO breaks and how many replicas hold them."""
+        parts = []
+        for k, v in self.ratios.items():
+            at = f"beyond ×{MAX_LOAD:g}" if v >= MAX_LOAD else f"at ×{v:.2f}"
+            name, q = k.rsplit("_", 1)
+            parts.append(f"{name.upper()} {q} ≤ {self.slos[k]:g} s breaks {at} today's traffic")
+        n = self.replicas_needed
+        need = (
+            f"more than {MAX_REPLICAS} replicas" if n is None else f"`{n}` replica(s)"
+        ) + " hold every SLO"
+        return Advice("", f"Headroom: {'; '.join(parts)}; {need} now ({self.replicas_now} run).",
+                      source="what-if simulation of the recent window")  # fmt: skip
+
+
+class HeadroomWorker:
+    """Per-target headroom results, refreshed by one worker thread (or inline in sync mode)."""
+
+    def __init__(
+        self,
+        history: Callable[[str], list[Snap]],
+        *,
+        refresh_s: float = 180.0,
+        max_queue: int = 256,
+        background: bool = False,
+    ) -> None:
+        self.history, self.refresh_s, self.background = history, refresh_s, background
+        self._lock = threading.Condition()
+        self._queue: deque[tuple[str, str, dict[str, float], int | None, float]] = deque(maxlen=max_queue)
+        self._queued: set[str] = set()
+        self._results: dict[str, Headroom] = {}
+        self._asked: dict[str, float] = {}
+        self._by_fingerprint: dict[tuple[object, ...], tuple[str, Headroom]] = {}
+        self._worker: threading.Thread | None = None
+        self.dropped_total = self.computed_total = self.shared_total = 0
+
+    def annotate(self, diagnoses: list[Diagnosis], t: float, wants: Wants) -> list[Diagnosis]:
+        """Ask for what is due and attach every fresh result; never waits in background mode."""
+        for d in diagnoses:
+            slos, seqs = wants.get(d.target, ({}, None))
+            if not slos:
+                continue
+            self._want(d.target, d.model_name, slos, seqs, t)
+            with self._lock:
+                h = self._results.get(d.target)
+            if h is None or t - h.t > STALE_AFTER * self.refresh_s or h.slos != slos:
+                continue
+            d.evidence.update(h.evidence())
+            d.advice = [*d.advice, h.advice()]
+        return diagnoses
+
+    def forget(self, target: str) -> None:
+        """Drop a removed target's result."""
+        with self._lock:
+            self._results.pop(target, None)
+            self._asked.pop(target, None)
+
+    def stats(self) -> dict[str, int]:
+        """Counters for kvdoctor's own /metrics."""
+        with self._lock:
+            return {"dropped": self.dropped_total, "computed": self.computed_total, "shared": self.shared_total,
+                    "queued": len(self._queue)}  # fmt: skip
+
+    def _want(self, target: str, model: str, slos: dict[str, float], seqs: int | None, t: float) -> None:
+        with self._lock:
+            done = self._results.get(target)
+            if target in self._queued or t - self._asked.get(target, -math.inf) < RETRY_S:
+                return
+            if done is not None and done.slos == slos and t - done.t < self.refresh_s:
+                return
+            self._asked[target] = t
+            if not self.background:
+                job = (target, model, slos, seqs, t)
+            else:
+                if len(self._queue) == self._queue.maxlen:
+                    self._queued.discard(self._queue[0][0])  # the deque drops the oldest on append
+                    self.dropped_total += 1
+                self._queue.append((target, model, slos, seqs, t))
+                self._queued.add(target)
+                self._lock.notify()
+                if self._worker is None or not self._worker.is_alive():
+                    self._worker = threading.Thread(target=self._run, name="kvdoctor-headroom", daemon=True)
+                    self._worker.start()
+                return
+        self._compute(*job)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue:
+                    self._lock.wait()
+                job = self._queue.popleft()
+                self._queued.discard(job[0])
+            self._compute(*job)
+
+    def _compute(self, target: str, model: str, slos: dict[str, float], seqs: int | None, t: float) -> None:
+        try:
+            h = self._headroom(target, model, slos, seqs, t)
+        except (WindowError, ValueError, ZeroDivisionError):
+            h = None  # too little steady traffic, or a fit not to be trusted: its series vanish
+        with self._lock:
+            if h is None:
+                self._results.pop(target, None)
+            else:
+                self._results[target] = h
+
+    def _headroom(
+        self, target: str, model: str, slos: dict[str, float], seqs: int | None, t: float
+    ) -> Headroom:
+        history = self.history(target)
+        cuts = restarts(history)
+        history = history[cuts[-1] :] if cuts else history  # the engine as it runs now
+        if len(history) < 5:
+            raise WindowError("too little history")
+        lo, hi = default_window(history)
+        lo = max(lo, hi - WINDOW_S)
+        if hi - lo < MIN_STEADY_S:
+            raise WindowError("the load has not held long enough")
+        window = [s for s in history if lo <= s.t <= hi]
+        fp = _fingerprint(model, slos, seqs, window)
+        with self._lock:
+            seen = self._by_fingerprint.get(fp)
+            if seen is not None and t - seen[1].t < self.refresh_s:
+                self.shared_total += 1
+                return replace(seen[1], shared_from=seen[0])
+        basis = learn(history, window, max_num_seqs=seqs)
+        if not basis.step.residual_ratio <= MAX_RESIDUAL:
+            raise WindowError(f"step-time fit error {basis.step.residual_ratio:.0%}")
+        planner = Planner(basis, {f"{k}_s": v for k, v in slos.items()})
+        ratios = {k: planner.headroom(f"{k}_s") for k in slos}
+        h = Headroom(dict(slos), ratios, planner.replicas_needed(), basis.replicas, t)
+        with self._lock:
+            self.computed_total += 1
+            self._by_fingerprint[fp] = (target, h)
+            for k in [k for k, (_, v) in self._by_fingerprint.items() if t - v.t >= self.refresh_s]:
+                del self._by_fingerprint[k]
+        return h
+
+
+def _sig2(x: float) -> float:
+    return float(f"{x:.2g}") if math.isfinite(x) else math.nan
+
+
+def _fingerprint(
+    model: str, slos: dict[str, float], seqs: int | None, window: list[Snap]
+) -> tuple[object, ...]:
+    """What decides the answer: model, engine settings, the traffic (to 2 significant figures) and the SLOs."""
+    w = infer_workload(window)
+    e, _ = infer_engine(window, seqs)
+    return (model, e, w.kind, _sig2(w.rate_per_s), w.population, _sig2(w.prompt.mean), _sig2(w.output.mean),
+            _sig2(w.prefix_hit_ratio), max(1, window[-1].engines), tuple(sorted(slos.items())))  # fmt: skip

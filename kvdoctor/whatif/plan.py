@@ -1,0 +1,298 @@
+"""The cheapest flags and replicas that hold every SLO at a load, and the load at which today's config breaks each.
+
+Flags cost nothing; replicas cost GPU-hours. So the search is over replica counts: each flag combination (fewest
+changes first) gets the smallest replica count that holds every SLO, and a combination that cannot beat the best so
+far with one replica fewer is dominated and dropped after that one simulation. Headroom bisects the load multiple
+of today's configuration per SLO; simulations are cached by (flags, replicas, load), so the SLOs share them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvdoctor.whatif import knobs
+from kvdoctor.whatif.model import Engine, SimResult
+from kvdoctor.whatif.predict import Basis, quantities, simulate, verdict
+from kvdoctor.whatif.slo import extra_value, holds, margin
+
+MAX_REPLICAS = 64
+MAX_LOAD = 8.0  # headroom is reported as "at least this" beyond it
+MIN_LOAD = 1 / 16
+LOAD_PRECISION = 1.05  # bisection stops when the bracket is this ratio wide
+SEQ_FACTORS = (1, 2, 4, 8)
+MNBT_FACTORS = (1, 2, 0.5)
+GPU_UTILIZATION = 0.95  # what `--gpu` lets the search raise gpu_memory_utilization to
+Changes = dict[str, float | str]
+
+
+@dataclass
+class Candidate:
+    """One configuration tried: its flag changes, replicas, what it predicts, and what each SLO has left."""
+
+    changes: Changes
+    replicas: int
+    predicted: dict[str, Any]
+    margins: dict[str, float | None]
+    meets: bool
+    cost_per_hour_usd: float | None = None
+    cost_per_1m_generation_tokens_usd: float | None = None
+
+    def worst(self) -> float:
+        """The tightest margin (−inf when an SLO has no value)."""
+        return min((m if m is not None else -math.inf for m in self.margins.values()), default=math.inf)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `--json` shape of a candidate."""
+        return {"changes": dict(self.changes), "replicas": self.replicas, "predicted": self.predicted,
+                "margins": {k: _r(v) for k, v in self.margins.items()}, "meets_slos": self.meets,
+                "cost_per_hour_usd": _r(self.cost_per_hour_usd),
+                "cost_per_1m_generation_tokens_usd": _r(self.cost_per_1m_generation_tokens_usd)}  # fmt: skip
+
+
+@dataclass
+class Plan:
+    """The answer: SLOs, load, today's headroom and prediction, the pick, every candidate, the simulation count."""
+
+    slos: dict[str, float]
+    load: float
+    current: Candidate
+    headroom: dict[str, float]
+    chosen: Candidate
+    candidates: list[Candidate]
+    simulations: int
+    feasible: bool
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `--json` shape the issue names."""
+        return {
+            "slos": dict(self.slos),
+            "load": _r(self.load),
+            "current": {
+                "headroom": {k: _r(v) for k, v in self.headroom.items()},
+                "predicted": self.current.predicted,
+                "replicas": self.current.replicas,
+            },
+            "chosen": self.chosen.to_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "simulations": self.simulations,
+            "feasible": self.feasible,
+            "notes": list(self.notes),
+        }
+
+
+def _r(v: float | None) -> float | None:
+    return float(f"{v:.4g}") if v is not None and math.isfinite(v) else None
+
+
+class Planner:
+    """Simulations of one learned window under flag changes, replica counts and load multiples (cached)."""
+
+    def __init__(
+        self,
+        basis: Basis,
+        slos: dict[str, float],
+        *,
+        gpu_memory_bytes: float | None = None,
+        gpu_hour_usd: float | None = None,
+        gpus_per_replica: int = 1,
+    ) -> None:
+        self.basis, self.slos = basis, slos
+        self.gpu_memory_bytes, self.gpu_hour_usd, self.gpus = gpu_memory_bytes, gpu_hour_usd, gpus_per_replica
+        self.simulations = 0
+        self.skipped = 0  # combinations left out because a change in them bought nothing on its own
+        self._cache: dict[tuple[Any, ...], Candidate] = {}
+        self._inert: set[tuple[str, float | str]] = set()
+        now = self._candidate({}, basis.engine, basis.replicas, basis.now)
+        self._cache[self._key({}, basis.replicas, 1.0)] = now  # the window's own simulation: today's at ×1
+
+    @staticmethod
+    def _key(changes: Changes, replicas: int, load: float) -> tuple[Any, ...]:
+        return (tuple(sorted(changes.items())), replicas, round(load, 4))
+
+    def evaluate(self, changes: Changes, replicas: int, load: float) -> Candidate:
+        """Simulate one configuration at a load multiple of the window's traffic (cached)."""
+        key = self._key(changes, replicas, load)
+        if key in self._cache:
+            return self._cache[key]
+        b = self.basis
+        all_changes: Changes = {**changes, "replicas": replicas, "load": load}
+        engine, workload, n, _ = knobs.apply(
+            b.engine, b.workload, b.replicas, all_changes, b.info, self.gpu_memory_bytes
+        )
+        res = simulate(engine, b.step, workload, n, b.duration_s, b.seed)
+        self.simulations += 1
+        self._cache[key] = cand = self._candidate(changes, engine, n, res)
+        return cand
+
+    def _candidate(self, changes: Changes, engine: Engine, n: int, res: SimResult) -> Candidate:
+        b = self.basis
+        q = quantities(res, n, b.buckets, b.sigma)
+        q.bottleneck = verdict(q, engine, b.step.duration(1, 0, 0.0), n)
+        predicted = q.to_dict()
+        for k in self.slos:
+            if k not in predicted:
+                predicted[k] = _r(extra_value(k, res, b.buckets, b.sigma))
+        values = {k: predicted[k] for k in self.slos}
+        margins = {k: margin(v if isinstance(v, float) else None, self.slos[k]) for k, v in values.items()}
+        meets = all(holds(v if isinstance(v, float) else None, self.slos[k]) for k, v in values.items())
+        cand = Candidate(dict(changes), n, predicted, margins, meets)
+        if self.gpu_hour_usd is not None:
+            cand.cost_per_hour_usd = self.gpu_hour_usd * self.gpus * n
+            tps = q.generation_tokens_per_s
+            if math.isfinite(tps) and tps > 0:
+                cand.cost_per_1m_generation_tokens_usd = cand.cost_per_hour_usd / (tps * 3600) * 1e6
+        return cand
+
+    def headroom(self, key: str) -> float:
+        """The load multiple at which today's configuration breaks this SLO (bisected; MAX_LOAD when beyond)."""
+        r, objective = self.basis.replicas, self.slos[key]
+
+        def breaks(m: float) -> bool:
+            return not holds(_num(self.evaluate({}, r, m).predicted[key]), objective)
+
+        if breaks(1.0):
+            lo, hi = MIN_LOAD, 1.0
+            if breaks(lo):
+                return 0.0
+        else:
+            lo, hi = 1.0, 2.0
+            while not breaks(hi):
+                if hi >= MAX_LOAD:
+                    return MAX_LOAD
+                lo, hi = hi, min(MAX_LOAD, hi * 2)
+        while hi / lo > LOAD_PRECISION:
+            mid = math.sqrt(lo * hi)
+            lo, hi = (lo, mid) if breaks(mid) else (mid, hi)
+        return math.sqrt(lo * hi)
+
+    def combinations(self, gpu: bool) -> list[Changes]:
+        """Flag combinations to try, fewest changes first; those vLLM would refuse to start are left out."""
+        e = self.basis.engine
+        seqs = [int(e.max_num_seqs * f) for f in SEQ_FACTORS]
+        mnbt = [int(e.max_num_batched_tokens * f) for f in MNBT_FACTORS]
+        dtype = (
+            ["auto"] if (self.basis.info.get("cache_dtype") or "auto").startswith("fp8") else ["auto", "fp8"]
+        )
+        util: list[float | None] = [None]
+        current_util = _num(self.basis.info.get("gpu_memory_utilization"))
+        sized = _num(self.basis.info.get("kv_cache_memory_bytes")) is not None  # what the knob scales from
+        if (
+            gpu
+            and self.gpu_memory_bytes
+            and sized
+            and current_util is not None
+            and current_util < GPU_UTILIZATION
+        ):
+            util.append(GPU_UTILIZATION)
+        out = []
+        for s, t, d, u in itertools.product(seqs, mnbt, dtype, util):
+            if s > t:
+                continue
+            c: Changes = {}
+            if s != e.max_num_seqs:
+                c["max_num_seqs"] = s
+            if t != e.max_num_batched_tokens:
+                c["max_num_batched_tokens"] = t
+            if d != "auto":
+                c["kv_cache_dtype"] = d
+            if u is not None:
+                c["gpu_memory_utilization"] = u
+            out.append(c)
+        return sorted(out, key=len)
+
+    def search(self, load: float, gpu: bool = False) -> tuple[Candidate | None, list[Candidate]]:
+        """The cheapest feasible candidate (None when none is) and every candidate simulated, in order."""
+        best: Candidate | None = None
+        tried: list[Candidate] = []
+        for changes in self.combinations(gpu):
+            limit = best.replicas - 1 if best else MAX_REPLICAS
+            if limit < 1:
+                break
+            if len(changes) > 1 and any(item in self._inert for item in changes.items()):
+                self.skipped += 1
+                continue
+            found = self._fewest_replicas(changes, load, limit, tried, double=best is None and not changes)
+            if found is not None:
+                best = found
+        return best, tried
+
+    def replicas_needed(self, load: float = 1.0) -> int | None:
+        """The fewest replicas of today's flags that hold every SLO at the load (None: not up to MAX_REPLICAS)."""
+        found = self.fewest_replicas({}, load)
+        return found.replicas if found is not None else None
+
+    def fewest_replicas(self, changes: Changes, load: float) -> Candidate | None:
+        """The cheapest candidate of these flags holding every SLO at the load (None: not up to MAX_REPLICAS)."""
+        return self._fewest_replicas(changes, load, MAX_REPLICAS, [], double=True)
+
+    def _fewest_replicas(
+        self, changes: Changes, load: float, limit: int, tried: list[Candidate], double: bool = False
+    ) -> Candidate | None:
+        """The fewest replicas ≤ limit holding every SLO for these flags; one simulation when it cannot."""
+
+        def at(n: int) -> Candidate:
+            c = self.evaluate(changes, n, load)
+            if c not in tried:
+                tried.append(c)
+            return c
+
+        if not double:  # a rival to beat (or none found): dominated unless it holds at the limit
+            c = at(limit)
+            if len(changes) == 1 and c.predicted == self.evaluate({}, limit, load).predicted:
+                self._inert.update(changes.items())  # alone it bought nothing
+            if not c.meets:
+                return None
+            lo, hi = 1, limit
+        else:  # double up from today's share of the load, then bisect
+            hi = max(1, math.ceil(self.basis.replicas * load))
+            if at(hi).meets:
+                lo = 1
+            else:
+                while not at(hi).meets:
+                    if hi >= MAX_REPLICAS:
+                        return None
+                    hi = min(MAX_REPLICAS, hi * 2)
+                lo = hi // 2 + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if at(mid).meets else (mid + 1, hi)
+        return at(hi)
+
+
+def _num(v: object) -> float | None:
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
+    """Today's headroom and prediction, then the cheapest configuration holding every SLO at the load."""
+    current = planner.evaluate({}, planner.basis.replicas, load)
+    headroom = {k: planner.headroom(k) for k in planner.slos}
+    best, tried = planner.search(load, gpu)
+    notes = []
+    if best is None:
+        closest = max(c.worst() for c in tried)
+        near = [c for c in tried if c.worst() >= closest - 0.05 * abs(closest)]  # within 5 %: the cheaper one
+        best = min(near, key=lambda c: (c.replicas, len(c.changes)))
+        notes.append(f"no candidate up to {MAX_REPLICAS} replicas holds every SLO; the closest is shown")
+    else:
+        notes.append(
+            "a combination that could not beat the pick with one replica fewer was dropped after that try"
+        )
+    if planner.skipped:
+        notes.append(
+            f"{planner.skipped} combination(s) not tried: a change in them bought nothing on its own"
+        )
+    return Plan(
+        dict(planner.slos), load, current, headroom, best, tried, planner.simulations, best.meets, notes
+    )
