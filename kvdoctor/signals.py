@@ -131,7 +131,7 @@ SIGNALS: dict[str, Signal] = _signals(
            "kvdoctor:prefill_decode:ratio1m", short="prefill/decode"),
     Signal("window_scrapes_1m", "Scrapes in the 1m window", "count", "kvdoctor:window:ready", short="window"),
     Signal("requests_max_10s", "Requests seen in 10s", "count", "kvdoctor:requests:max10s", short="requests 10s"),
-    Signal("quiet", "Quiet (nothing running or waiting)", "plain", "kvdoctor:quiet", short="quiet"),
+    Signal("quiet", "Quiet (no request or token for idle_after)", "plain", "kvdoctor:quiet", short="quiet"),
     Signal("waiting_p25_1m", "Waiting, 1m p25", "count", "kvdoctor:waiting:p25_1m", short="waiting p25 1m"),
     Signal("waiting_deferred", "Waiting (deferred), 30s peak", "count", "kvdoctor:waiting_deferred", short="deferred"),
     Signal("imbalance_pressed_running", "Running on the queuing engine", "count",

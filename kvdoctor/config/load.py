@@ -16,7 +16,7 @@ from kvdoctor.config.yamlpos import Located, locate, yaml_error
 from kvdoctor.errors import ValidationError
 
 TOP_KEYS = {
-    "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
+    "interval", "idle_after", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
     "source", "prometheus", "web_config", "notify", "external_url", "runbook_url",
 }  # fmt: skip
 SCRAPE_KEYS = {
@@ -126,6 +126,7 @@ def _dur(d: dict[str, Any], key: str, default: float, doc: Located, path: tuple,
 
 def _scalars(cfg: Config, data: dict[str, Any], doc: Located, errors: list[str]) -> None:
     cfg.interval_s = _dur(data, "interval", cfg.interval_s, doc, (), errors)
+    cfg.idle_after_s = _dur(data, "idle_after", cfg.idle_after_s, doc, (), errors)
     cfg.retention_s = _dur(data, "retention", cfg.retention_s, doc, (), errors)
     for key in ("listen", "job", "state_file", "web_config", "source"):
         if data.get(key) is not None:
