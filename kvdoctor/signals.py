@@ -212,6 +212,15 @@ FINDINGS: dict[str, FindingKind] = {
             advice="Nothing to change: it tells how far to trust the predicted effects next to the advice on this "
                    "server. Errors well above 0.3 mean the step-time model or the workload inference missed "
                    "something here; `kvdoctor whatif` prints the assumptions it made."),
+        FindingKind("relief_check", ("limit_rule", "limit_checked", "suffering"), "Relief check", severity="info",
+                    meaning=(
+            "More than one limit could be named, and the what-if simulation of each relief (the batch cap ×2, the "
+            "KV cache ×2, a second replica) says the rule's limit is not what to relieve: its relief buys less "
+            "than 5 % throughput and less than 10 % on the quantity that suffers (TTFT p95 while requests queue, "
+            "else ITL p50), while another relief buys more. The rule's limit is then co-binding; the verdict "
+            "and the pack's `bottleneck` label stay the rule's."),
+            advice="Make the change this finding leads with first (its predicted effect is beside it); the rule's "
+                   "own advice follows it in the list."),
         FindingKind("max_model_len_oversized", ("max_model_len", "request_p99_tokens", "requests_observed"),
                     severity="info", meaning=(
             "`--max-model-len` (from vllm:cache_config_info, or bounded by the token histograms' buckets) is at "
