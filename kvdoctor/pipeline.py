@@ -36,6 +36,7 @@ EXPECTED = {
         "vllm:time_per_output_token_seconds_bucket",
     ),
 }
+IDLE_AFTER_S = 30.0  # the pack's default too: idle is this long without a request or a token
 _CAPACITY_NAMES = {CACHE_INFO, LORA_INFO, *B125}  # the samples live_capacity reads
 # per-target steps of an evaluation that fail alone (the report history's is the daemon's)
 STEPS = ("classify", "advise", "whatif")
@@ -69,6 +70,7 @@ class Pipeline:
         self.rules = RuleEngine(groups, self.store)
         self.classifier = Classifier()
         self.job = job
+        self.idle_after_s = IDLE_AFTER_S  # told to the pack (kvdoctor:idle_after_seconds) for every target
         self._targets: dict[str, Target] = {}
         self.runbook_url = (
             DEFAULT_RUNBOOK_PAGE  # where findings' runbook links point (the daemon sets its own)
@@ -256,6 +258,7 @@ class Pipeline:
         for name, target in self._targets.items():
             cfg = target.facts
             tl = (("target", name),)
+            samples.append(Sample("kvdoctor_target_idle_after_seconds", tl, float(self.idle_after_s)))
             if cfg.max_num_seqs:
                 samples.append(Sample("kvdoctor_target_max_num_seqs", tl, float(cfg.max_num_seqs)))
             for slo, v in (("itl_p95", cfg.slo_itl_p95_s), ("ttft_p95", cfg.slo_ttft_p95_s)):

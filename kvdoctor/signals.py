@@ -83,9 +83,10 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("waiting", "Waiting", "count", "kvdoctor:waiting", short="waiting", metric="kvdoctor_requests_waiting",
            help="Requests waiting (vllm:num_requests_waiting, summed over engines).", history=True, summary=True, chart="running vs waiting vs cap"),
     Signal("waiting_avg_1m", "Waiting, 1m avg", "count", "kvdoctor:waiting:avg1m", short="waiting avg 1m"),
-    Signal("preemptions_per_s", "Preemptions", "rate", "kvdoctor:preemptions:rate1m", short="preemptions",
+    Signal("preemptions_per_s", "Preemptions", "rate", "kvdoctor:preemptions:rate_held", short="preemptions",
            metric="kvdoctor_preemptions_per_second",
-           help="Preemptions per second over 1m (rate of vllm:num_preemptions_total).", summary=True),
+           help="Preemptions per second (rate of vllm:num_preemptions_total) over 1m, or 30s when preemption "
+                "began or stopped within the minute.", summary=True),
     Signal("ttft_p95_s", "TTFT p95", "seconds", "kvdoctor:ttft_seconds:p95_1m", metric="kvdoctor_ttft_p95_seconds",
            help="Time to first token p95 over 1m (vllm:time_to_first_token_seconds).", history=True, summary=True, chart="TTFT p95", chart_line="slo_ttft_p95_s"),
     Signal("itl_p50_s", "ITL p50", "seconds", "kvdoctor:itl_seconds:p50_1m", metric="kvdoctor_itl_p50_seconds",
@@ -131,7 +132,7 @@ SIGNALS: dict[str, Signal] = _signals(
            "kvdoctor:prefill_decode:ratio1m", short="prefill/decode"),
     Signal("window_scrapes_1m", "Scrapes in the 1m window", "count", "kvdoctor:window:ready", short="window"),
     Signal("requests_max_10s", "Requests seen in 10s", "count", "kvdoctor:requests:max10s", short="requests 10s"),
-    Signal("quiet", "Quiet (nothing running or waiting)", "plain", "kvdoctor:quiet", short="quiet"),
+    Signal("quiet", "Quiet (no request or token for idle_after)", "plain", "kvdoctor:quiet", short="quiet"),
     Signal("waiting_p25_1m", "Waiting, 1m p25", "count", "kvdoctor:waiting:p25_1m", short="waiting p25 1m"),
     Signal("waiting_deferred", "Waiting (deferred), 30s peak", "count", "kvdoctor:waiting_deferred", short="deferred"),
     Signal("imbalance_pressed_running", "Running on the queuing engine", "count",
@@ -186,7 +187,7 @@ FINDINGS: dict[str, FindingKind] = {
         FindingKind("stalled", ("running", "waiting", "waiting_deferred", "kv_usage", "prompt_tokens_p99"),
                     "Engine stalled"),
         FindingKind("preemption_storm", ("preemptions_per_s", "requests_per_s", "kv_usage_max_1m")),
-        FindingKind("prefix_cache_low_hit_rate", ("prefix_cache_hit_ratio", "prefix_cache_hit_ratio_30s", "prompt_tokens_p50")),
+        FindingKind("prefix_cache_low_hit_rate", ("prefix_cache_hit_ratio_30s", "prefix_cache_hit_ratio", "prompt_tokens_p50")),
         FindingKind("spec_decode_low_acceptance", ("spec_decode_acceptance",)),
         FindingKind("spec_decode_high_load", ("running_avg_1m", "itl_p50_s", "itl_baseline_s")),
         FindingKind("lora_adapter_slots", ("waiting_deferred", "running_avg_1m", "kv_usage_max_1m")),
@@ -211,6 +212,15 @@ FINDINGS: dict[str, FindingKind] = {
             advice="Nothing to change: it tells how far to trust the predicted effects next to the advice on this "
                    "server. Errors well above 0.3 mean the step-time model or the workload inference missed "
                    "something here; `kvdoctor whatif` prints the assumptions it made."),
+        FindingKind("relief_check", ("limit_rule", "limit_checked", "suffering"), "Relief check", severity="info",
+                    meaning=(
+            "More than one limit could be named, and the what-if simulation of each relief (the batch cap ×2, the "
+            "KV cache ×2, a second replica) says the rule's limit is not what to relieve: its relief buys less "
+            "than 5 % throughput and less than 10 % on the quantity that suffers (TTFT p95 while requests queue, "
+            "else ITL p50), while another relief buys more. The rule's limit is then co-binding; the verdict "
+            "and the pack's `bottleneck` label stay the rule's."),
+            advice="Make the change this finding leads with first (its predicted effect is beside it); the rule's "
+                   "own advice follows it in the list."),
         FindingKind("max_model_len_oversized", ("max_model_len", "request_p99_tokens", "requests_observed"),
                     severity="info", meaning=(
             "`--max-model-len` (from vllm:cache_config_info, or bounded by the token histograms' buckets) is at "

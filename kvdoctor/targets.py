@@ -63,6 +63,7 @@ def pipeline_for(
     """A pipeline with the config's targets declared; recordings map onto targets by name (or the only one)."""
     pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor)
     pipeline.runbook_url = cfg.runbook_page()
+    pipeline.idle_after_s = cfg.idle_after_s
     specs = {t.name: t for t in cfg.targets}
     names = [recording_instance(r) for r in recordings] if recordings is not None else list(specs)
     for name in names:

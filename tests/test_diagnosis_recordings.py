@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.ingest.recording import Frame, load_frames
-from kvdoctor.pipeline import Pipeline
+from kvdoctor.pipeline import IDLE_AFTER_S, Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.conftest import labelled_windows
@@ -61,10 +61,14 @@ def _judged(entry: dict, cadence: float) -> Timeline:
     step = max(cadence, 1.0)
     warm = 2 * step if entry["expected"] == "idle" else max(2 * cadence, WINDOW_S + step)
     starts = [frames[0].t, *_starts(frames)]
+    # idle begins idle_after past the last traffic (the window's load_start), seen within a scrape and a cycle
+    idle_from = (
+        entry.get("load_start", -1e18) + IDLE_AFTER_S + step + 5.0 if entry["expected"] == "idle" else -1e18
+    )
     return [
         (t, cls, found)
         for t, cls, found in _replay(entry["path"], cadence)
-        if entry["steady_from"] - 0.5 <= t <= entry["steady_to"] + 0.5
+        if max(entry["steady_from"], idle_from) - 0.5 <= t <= entry["steady_to"] + 0.5
         and not any(0 <= t - s < warm + 0.5 for s in starts)
     ]
 

@@ -18,8 +18,8 @@ from kvdoctor.errors import ValidationError
 
 TOP_KEYS = {
     "kubernetes_sd",  # pods found through the API server (config/podsd.py)
-    "interval", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets", "file_sd",
-    "source", "prometheus", "web_config", "notify", "external_url", "runbook_url", "health_listen",
+    "interval", "idle_after", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets",
+    "file_sd", "source", "prometheus", "web_config", "notify", "external_url", "runbook_url", "health_listen",
 }  # fmt: skip
 SCRAPE_KEYS = {
     "timeout",
@@ -135,6 +135,7 @@ def _dur(d: dict[str, Any], key: str, default: float, doc: Located, path: tuple,
 
 def _scalars(cfg: Config, data: dict[str, Any], doc: Located, errors: list[str]) -> None:
     cfg.interval_s = _dur(data, "interval", cfg.interval_s, doc, (), errors)
+    cfg.idle_after_s = _dur(data, "idle_after", cfg.idle_after_s, doc, (), errors)
     cfg.retention_s = _dur(data, "retention", cfg.retention_s, doc, (), errors)
     for key in ("listen", "health_listen", "job", "state_file", "web_config", "source"):
         if data.get(key) is not None:

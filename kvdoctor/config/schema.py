@@ -83,6 +83,7 @@ class Config:
     """Everything kvdoctor serve needs."""
 
     interval_s: float = 15.0
+    idle_after_s: float = 30.0  # idle: no request in flight or finished, no token, for at least this long
     listen: str = DEFAULT_LISTEN
     health_listen: str | None = None  # plain-HTTP /-/healthy and /-/ready for probes, beside TLS and auth
     job: str = "vllm"

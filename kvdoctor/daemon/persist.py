@@ -20,7 +20,11 @@ from kvdoctor.sanity import finite, scrub
 log = logging.getLogger(__name__)
 __all__ = ["VERSION", "load", "save"]
 # Recorded series that carry learned state from one evaluation to the next.
-STATEFUL = ("kvdoctor:itl_seconds:baseline", "kvdoctor:batch_cap:plateau")
+STATEFUL = (
+    "kvdoctor:itl_seconds:baseline",
+    "kvdoctor:batch_cap:plateau",
+    "kvdoctor:traffic:last_timestamp_seconds",
+)
 
 
 def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -> None:

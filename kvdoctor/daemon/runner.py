@@ -58,6 +58,7 @@ class Daemon:
             groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor, headroom=headroom
         )
         self.pipeline.runbook_url = cfg.runbook_page()
+        self.pipeline.idle_after_s = cfg.idle_after_s
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
         self.scraper = Scraper(cfg.scrape_max_connections, clock)
         self.discovery = Discovery(cfg)
@@ -273,6 +274,7 @@ class Daemon:
             self.discovery = discovery.taking_over(self.discovery)
             self.pipeline.set_rules(groups)
             self.pipeline.job = cfg.job
+            self.pipeline.idle_after_s = cfg.idle_after_s
             self.scraper.resize(cfg.scrape_max_connections)
             self.pipeline.runbook_url = self._runbook_page()
             self._sync_targets()

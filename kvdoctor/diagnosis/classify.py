@@ -107,14 +107,14 @@ class Classifier:
             findings.insert(0, _down(target))
         elif any(f.name == "stalled" for f in findings):
             verdict = "unknown"  # no token moves: no limit can be measured; the stalled finding says why
-        elif "quiet" in ev or (
-            ev.get("requests_max_10s") == 0
-            and (prev_verdict in LIMITS or (prev_verdict == "idle" and limits))
-        ):
-            # nothing running or waiting with counters flat, or right after a limit (a limited server never drains
-            # to zero by itself): a limit still kept firing ends here. Without a limit firing, an idle server that
-            # serves again is judged afresh (a light load's scrape often catches nothing in flight).
+        elif "quiet" in ev:
+            # no request and no token for idle_after (the pack's kvdoctor:quiet): a limit still kept firing ends
             verdict = "idle"
+            findings = [f for f in findings if f.bottleneck not in LIMITS]
+        elif ev.get("requests_max_10s") == 0 and (prev_verdict in LIMITS or limits):
+            # a lull right after a limit (a limited server never drains to zero by itself) ends the limit at once;
+            # it is not idle before idle_after has passed, however few scrapes showed nothing
+            verdict = "healthy"
             findings = [f for f in findings if f.bottleneck not in LIMITS]
         elif limits:
             verdict = min(limits, key=PRIORITY.index)
@@ -124,8 +124,6 @@ class Classifier:
             )
         elif "running_avg_1m" not in ev:
             verdict = "unknown"
-        elif _idle(ev):
-            verdict = "idle"
         elif "generation_tokens_per_s" not in ev or "window_scrapes_1m" not in ev:
             verdict = "unknown"  # busy, but no 15 s of scrapes yet: no verdict without a window
         else:
@@ -202,12 +200,6 @@ class Classifier:
                 self.since[(str(target), str(model))] = (str(b), float(s))
             except (TypeError, ValueError):
                 continue
-
-
-def _idle(ev: dict[str, float]) -> bool:
-    # two scrapes at least (a token rate exists): never a verdict from one scrape
-    quiet = ev.get("running_max_1m", 0) == 0 and ev.get("waiting_avg_1m", 0) == 0
-    return quiet and ev.get("generation_tokens_per_s", 1.0) == 0
 
 
 def _down(target: Target) -> Finding:

@@ -147,11 +147,11 @@ class SourceCollector:
         fails = CounterMetricFamily("kvdoctor_source_cycle_failures", "Cycles that failed on a source error.")
         fails.add_metric([], float(st["failures_total"]))
         yield from (info, up, total, last, fails)
-        yield from _facts(self.source.daemon.cfg.targets)
+        yield from _facts(self.source.daemon.cfg.targets, self.source.daemon.cfg.idle_after_s)
 
 
-def _facts(specs: list[Any]) -> Iterator[Metric]:
-    # Prometheus scraping kvdoctor gets these back for kvdoctor:batch_cap:configured and the SLO rules.
+def _facts(specs: list[Any], idle_after_s: float) -> Iterator[Metric]:
+    # Prometheus scraping kvdoctor gets these back for kvdoctor:batch_cap:configured, the SLO rules and idle.
     mns = GaugeMetricFamily(
         "kvdoctor_target_max_num_seqs", "--max-num-seqs told to kvdoctor for the target.", labels=["target"]
     )
@@ -160,10 +160,16 @@ def _facts(specs: list[Any]) -> Iterator[Metric]:
         "Latency SLOs told to kvdoctor for the target.",
         labels=["target", "slo"],
     )
+    idle = GaugeMetricFamily(
+        "kvdoctor_target_idle_after_seconds",
+        "How long a target must go without a request or a token to be called idle.",
+        labels=["target"],
+    )
     for s in specs:
+        idle.add_metric([s.name], idle_after_s)
         if s.max_num_seqs:
             mns.add_metric([s.name], float(s.max_num_seqs))
         for name, v in (("itl_p95", s.slo_itl_p95_s), ("ttft_p95", s.slo_ttft_p95_s)):
             if v:
                 slo.add_metric([s.name, name], float(v))
-    yield from (mns, slo)
+    yield from (mns, slo, idle)

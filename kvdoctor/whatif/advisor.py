@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from kvdoctor.samples import Sample
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
+from kvdoctor.whatif import relief
 from kvdoctor.whatif.followup import FollowUp, follow_up
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sources import default_window
@@ -96,11 +97,24 @@ class Advisor:
             d.advice = [self._with_effect(d.target, a, t) for a in d.advice]
             for f in d.findings:
                 f.advice = [self._with_effect(d.target, a, t) for a in f.advice]
+            self._relieve(d, t)
             self._follow(d.target, t)
             fu = self._followups.get(d.target)
             if fu is not None:
                 d.findings.append(fu.finding())
         return diagnoses
+
+    def _relieve(self, d: Diagnosis, t: float) -> None:
+        # what each relief of a limit buys, from the same cache and worker as the advice's effects
+        got = {}
+        for r in relief.reliefs(d):
+            eff = self._with_effect(d.target, Advice("", "", "", r.change), t).effect
+            if eff is not None:
+                got[r.limit] = (r, eff)
+        finding = relief.check(d, got)
+        if finding is not None:
+            d.findings.append(finding)
+            relief.lead_with(d, finding)
 
     def followups(self) -> dict[str, FollowUp]:
         """The latest follow-up per target."""
