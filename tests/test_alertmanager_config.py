@@ -31,6 +31,7 @@ RECEIVER = {
     "compute": "vllm-capacity",
     "engine_imbalance": "vllm-capacity",
     "lora_adapter_slots": "vllm-capacity",
+    "relief_check": "vllm-capacity",  # which limit the simulator says binds: the capacity owners
     "prefix_cache_low_hit_rate": "vllm-tuning",
     "spec_decode_low_acceptance": "vllm-tuning",
     "spec_decode_high_load": "vllm-tuning",

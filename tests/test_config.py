@@ -75,3 +75,12 @@ def test_file_sd_targets_and_facts(tmp_path):
     os.utime(sd, (1, 1))
     assert [t.name for t in disc.targets()] == ["gpu-1:8000", "gpu-2:8000"]
     assert disc.errors and str(sd) in disc.errors[0]
+
+
+@pytest.mark.parametrize("key", ["targets", "file_sd"])
+def test_a_list_key_given_a_scalar_is_an_error_at_its_line(tmp_path, key):
+    f = tmp_path / "kvdoctor.yml"
+    f.write_text(f"interval: 5s\n{key}: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(f), {})
+    assert f"{f}:2: {key}: must be a list" in err.value.errors

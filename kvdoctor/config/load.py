@@ -84,6 +84,10 @@ def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tupl
         if key not in TOP_KEYS:
             errors.append(f"{doc.where(key)}: unknown key {key!r}")
     _scalars(cfg, data, doc, errors)
+    for key in ("targets", "file_sd"):
+        if data.get(key) is not None and not isinstance(data[key], list):
+            errors.append(f"{doc.where(key)}: {key}: must be a list")
+            data[key] = []
     for i, item in enumerate(data.get("targets") or []):
         t = parse_target(item, doc, ("targets", i), errors, cfg.scrape)
         if t is not None:
