@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor.diskfiles import set_aside
+from kvdoctor.errors import KvdoctorError
 
 log = logging.getLogger("kvdoctor.notify.outbox")
 
@@ -69,7 +70,7 @@ def write(db: sqlite3.Connection, u: Unsaved) -> None:
     db.execute("COMMIT")
 
 
-class Corrupt(Exception):
+class Corrupt(KvdoctorError):
     """The file is not a usable outbox; the message says why."""
 
 
