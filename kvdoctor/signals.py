@@ -212,7 +212,7 @@ FINDINGS: dict[str, FindingKind] = {
             advice="Nothing to change: it tells how far to trust the predicted effects next to the advice on this "
                    "server. Errors well above 0.3 mean the step-time model or the workload inference missed "
                    "something here; `kvdoctor whatif` prints the assumptions it made."),
-        FindingKind("relief_check", ("limit_rule", "limit_checked", "suffering"), "Relief check", severity="info",
+        FindingKind("relief_check", (), "Relief check", severity="info",
                     meaning=(
             "More than one limit could be named, and the what-if simulation of each relief (the batch cap ×2, the "
             "KV cache ×2, a second replica) says the rule's limit is not what to relieve: its relief buys less "
