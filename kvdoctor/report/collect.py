@@ -50,13 +50,14 @@ class Grid:
         if self.watched is None:
             self.watched = {}
         stretches = self.watched.setdefault(target, [])
-        if stretches and t - stretches[-1][1] <= GAP_S:
-            stretches[-1][1] = max(stretches[-1][1], t)
-        else:
-            stretches.append([t, t])
+        if stretches and 0 < t - stretches[-1][1] <= GAP_S:
+            last = stretches[-1]
+            last[1], last[2] = t, t - last[1]  # the last scrape vouches for one interval after it
+        elif not stretches or t - stretches[-1][1] > GAP_S:
+            stretches.append([t, t, 0.0])
 
     def _clip(self, target: str, step: Step, first: bool) -> Step | None:
-        """The step cut to the stretches its target was watched in (None outside them); no `up` seen: as is.
+        """The step cut to the stretches its target was watched in (None outside them); no `up` of it: as is.
 
         A target's first diagnosis comes at the first evaluation after its first scrape, so its first step also
         takes the watched time of the step before it.
@@ -64,7 +65,13 @@ class Grid:
         if self.watched is None:
             return step
         lo, hi = step.t - (step.dt if first else 0.0), step.t + step.dt
-        parts = [(max(lo, a), min(hi, b)) for a, b in self.watched.get(target, ()) if min(hi, b) > max(lo, a)]
+        stretches = self.watched.get(target)
+        if not stretches:
+            return step
+        final, step_s = self.last_ms / 1000, self.step_ms / 1000
+        # scrapes after the final evaluation are never fed: a target still watched then keeps the final step whole
+        spans = [(a, final + step_s if final - b <= gap + 1e-6 else b + gap) for a, b, gap in stretches]
+        parts = [(max(lo, a), min(hi, b)) for a, b in spans if min(hi, b) > max(lo, a)]
         if not parts:
             return None
         step.t, step.dt = parts[0][0], sum(b - a for a, b in parts)
