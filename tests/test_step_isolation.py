@@ -19,6 +19,7 @@ from kvdoctor.pipeline import Cycle, Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.verdicts import Advice, Diagnosis
+from kvdoctor.whatif import advisor as advisor_module
 from kvdoctor.whatif.advisor import Advisor
 from tests.notify_support.recordings import read_frames, write
 
@@ -63,21 +64,34 @@ def test_negative_gauges_are_no_evidence_and_never_reach_the_whatif(shared_032: 
     assert target.step_failures_total == {} and pipeline.targets["batch_cap"].step_failures_total == {}
 
 
-def test_a_raising_simulation_fails_its_target_alone(shared_032: Path, tmp_path: Path) -> None:
-    # the what-if fed negative gauges directly (as before the scrape check): its simulation raises for that target
+def test_a_raising_simulation_fails_its_target_alone(
+    shared_032: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fault injection: the simulation raises for one target's history, as it did on negative gauges (a complex
+    # number) before the scrape check; the what-if thread runs the same guarded computation
+    bad_path, good_path = shared_032 / "kv_bound.jsonl.gz", shared_032 / "batch_cap.jsonl.gz"
+    bad_t0 = read_frames(bad_path)[0]["t"]
+    real = advisor_module.predict
+
+    def broken_for_one(history, window, change):  # type: ignore[no-untyped-def]
+        if history[0].t == bad_t0:
+            raise TypeError("'>' not supported between instances of 'complex' and 'float'")
+        return real(history, window, change)
+
+    monkeypatch.setattr(advisor_module, "predict", broken_for_one)
     advisor = Advisor()
     parser = Parser()
-    for name, path in (
-        ("bad", negative(shared_032, tmp_path / "bad.jsonl.gz")),
-        ("good", shared_032 / "batch_cap.jsonl.gz"),
-    ):
+    for name, path in (("bad", bad_path), ("good", good_path)):
         for f in read_frames(path):
             if f.get("text"):
                 advisor.observe(name, f["t"], parser.parse(f["text"]).samples)
-    t = read_frames(shared_032 / "batch_cap.jsonl.gz")[-1]["t"]
     change = Advice("--max-num-seqs", "raise it", change={"max_num_seqs": 16})
-    diagnoses = [Diagnosis(n, "m", t, "batch_cap", t, advice=[change]) for n in ("bad", "good")]
-    advisor.annotate(diagnoses, t)  # raised TypeError (a complex number) out of the simulation before
+    diagnoses = [
+        Diagnosis(n, "m", read_frames(p)[-1]["t"], "batch_cap", 0.0, advice=[change])
+        for n, p in (("bad", bad_path), ("good", good_path))
+    ]
+    for d in diagnoses:
+        advisor.annotate([d], d.t)  # raised out of the simulation before
     assert set(advisor.failures()) == {"bad"} and "TypeError" in advisor.failures()["bad"]
     assert diagnoses[1].advice[0].effect is not None and diagnoses[0].advice[0].effect is None
 
