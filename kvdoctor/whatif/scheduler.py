@@ -286,6 +286,7 @@ class Scheduler:
         if request in decoding:
             decoding.remove(request)
             self.decode_context_tokens -= self.decode_events.computed_tokens(request, self.step_index)
+            request.num_output_tokens = int(self.decode_events.output_tokens(request, self.step_index))
         self.kv_cache_manager.free(request)
         request.epoch += 1
         if in_span:

@@ -15,7 +15,7 @@ from kvdoctor.whatif.model import Engine, Request, SimResult, StepModel, Workloa
 from kvdoctor.whatif.scheduler import Scheduler
 from kvdoctor.whatif.simstats import Recorder, StepTrace
 
-__all__ = ["Simulator", "StepTrace"]
+__all__ = ["Simulator", "StepTrace", "run_until"]
 
 
 class Simulator:
@@ -45,17 +45,33 @@ class Simulator:
     ) -> SimResult:
         """Simulate the given (time, tie, request) arrivals (a closed-loop workload re-issues from rng); metrics
         after warmup_s. `shared` prompt tokens are a common prefix every request hits."""
+        scheduler = self.scheduler(arrivals, duration_s, warmup_s, workload, rng, shared)
+        run_until(scheduler, warmup_s + duration_s)
+        return scheduler.recorder.result
+
+    def scheduler(
+        self,
+        arrivals: list[tuple[float, int, Request]],
+        duration_s: float,
+        warmup_s: float = 0.0,
+        workload: Workload | None = None,
+        rng: random.Random | None = None,
+        shared: int = 0,
+    ) -> Scheduler:
+        """The engine's scheduler over the arrivals, before its first step (`run` without running it)."""
         queue = ArrivalQueue(arrivals, self.engine, workload, rng, shared)
         recorder = Recorder(duration_s, warmup_s)
         kv = KVCacheManager(self.engine.usable_blocks, self.engine.block_size, shared)
-        scheduler = Scheduler(self.engine, self.step, kv, queue, recorder, self.trace)
-        end = warmup_s + duration_s
-        while scheduler.now < end:
-            scheduler.add_arrived()
-            if scheduler.idle:
-                if not queue:
-                    break
-                scheduler.idle_until(min(queue.next_time(), end))
-                continue
-            scheduler.step()
-        return recorder.result
+        return Scheduler(self.engine, self.step, kv, queue, recorder, self.trace)
+
+
+def run_until(scheduler: Scheduler, end_s: float) -> None:
+    """Step the scheduler until end_s, jumping over idle gaps; stops early once nothing is left to arrive."""
+    while scheduler.now < end_s:
+        scheduler.add_arrived()
+        if scheduler.idle:
+            if not scheduler.arrivals:
+                return
+            scheduler.idle_until(min(scheduler.arrivals.next_time(), end_s))
+            continue
+        scheduler.step()
