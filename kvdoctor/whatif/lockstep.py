@@ -36,25 +36,23 @@ class DecodeEvents:
         """A decoder's `num_output_tokens` at the start of step."""
         return request.decode_from_output + (step - request.decode_from_step) * self.accepted_per_step
 
-    def next_block_step(self, request: Request) -> int:
-        """The first step whose new token (plus lookahead slots) falls outside the blocks the request holds."""
-        slots = (request.num_blocks + request.num_cached_tokens // self.block_size) * self.block_size
-        room = slots - 1 - self.num_lookahead_tokens - request.decode_from_computed
-        return request.decode_from_step + max(0, math.floor(room / self.accepted_per_step + _EPS) + 1)
-
     def start(self, request: Request) -> None:
         """Schedule a request's events at its first decode step: its last step, and its next block if before."""
         remaining = request.max_tokens - request.decode_from_output
         last = request.decode_from_step + math.ceil(remaining / self.accepted_per_step - _EPS) - 1
         self.finish_due.setdefault(last, []).append((request, request.epoch))
-        step = self.next_block_step(request)
-        if step <= last:
-            self.block_due.setdefault(step, []).append((request.admit_order, request, request.epoch))
+        self.arm_block(request, request.decode_from_step, last)
 
-    def rearm(self, request: Request, step: int) -> None:
-        """After an allocation in step: the request's next block-boundary event, no earlier than the next step."""
-        due = max(self.next_block_step(request), step + 1)
-        self.block_due.setdefault(due, []).append((request.admit_order, request, request.epoch))
+    def arm_block(self, request: Request, not_before: int, last: int | None = None) -> None:
+        """Schedule the request's next block event: the first step whose new token (plus lookahead slots) falls
+        outside the blocks it holds, no earlier than not_before; none when that is after its last step."""
+        slots = (request.num_blocks + request.num_cached_tokens // self.block_size) * self.block_size
+        room = slots - 1 - self.num_lookahead_tokens - request.decode_from_computed
+        step = request.decode_from_step + max(0, math.floor(room / self.accepted_per_step + _EPS) + 1)
+        if step < not_before:
+            step = not_before
+        if last is None or step <= last:
+            self.block_due.setdefault(step, []).append((request.admit_order, request, request.epoch))
 
     def pop_block_due(self, step: int) -> list[tuple[int, Request, int]]:
         """(admission order, decoder, epoch) of the decoders needing a block in step, oldest admission first (vLLM

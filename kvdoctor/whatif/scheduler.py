@@ -129,16 +129,22 @@ class Scheduler:
         per_request = 1 + self.num_lookahead_tokens
         self.token_budget -= len(decoding) * per_request
         events, kv = self.decode_events, self.kv_cache_manager
-        pool, step = kv.block_pool, self.step_index
+        pool, step, lookahead = kv.block_pool, self.step_index, self.num_lookahead_tokens
+        # the hottest loop of a run (one pass per block a decoder fills): methods bound once
+        computed_tokens, blocks_needed, allocate, arm_block = (
+            events.computed_tokens,
+            kv.num_blocks_needed,
+            kv.allocate,
+            events.arm_block,
+        )
         for _, request, epoch in events.pop_block_due(step):
             if request.epoch != epoch:
                 continue  # preempted since the event was set, maybe just now to make room for an older one
-            num_tokens = events.computed_tokens(request, step) + 1 + self.num_lookahead_tokens
-            num_blocks = kv.num_blocks_needed(request, num_tokens)
+            num_blocks = blocks_needed(request, computed_tokens(request, step) + 1 + lookahead)
             if num_blocks > pool.free and not self._make_room(request, num_blocks):
                 break
-            kv.allocate(request, num_blocks)
-            events.rearm(request, step)
+            allocate(request, num_blocks)
+            arm_block(request, step + 1)  # its next block, from the next step on
         # preemptions above may have removed decoders: their share of the budget comes back
         self.token_budget = self.max_num_scheduled_tokens - len(decoding) * per_request
         return len(decoding)
