@@ -22,7 +22,7 @@ from kvdoctor.store import Store
 from kvdoctor.verdicts import DEFAULT_RUNBOOK_PAGE, Diagnosis, runbook_link
 from kvdoctor.whatif.advisor import Advisor
 
-# Families a diagnosis needs (inventory label → the names it carries across vLLM versions): kvdoctor.vllm_metrics
+# Families a diagnosis needs (label → the names it has carried across vLLM versions), from kvdoctor.vllm_metrics
 EXPECTED = vllm_metrics.EXPECTED
 _CAPACITY_NAMES = {CACHE_INFO, LORA_INFO, *B125}  # the samples live_capacity reads
 

@@ -1,9 +1,9 @@
 """The vLLM metric families kvdoctor reads, each with the names older vLLM releases gave it: the one table.
 
-vLLM's V1 metrics are defined in `vllm/v1/metrics/loggers.py` (`PrometheusStatLogger`). A renamed family lists its
-current name first and the old ones after it; a server exposing both (0.10.x kept the deprecated names) must be
-counted once, so readers take the first name present (the what-if's `Snap.get`) and the rule pack merges them with
-`or`, newest first. `tests/test_vllm_metrics.py` holds this table against the pack.
+vLLM's V1 metrics are defined in `vllm/v1/metrics/loggers.py` (`PrometheusStatLogger`). A renamed family lists
+its current name first and the old ones after it; a server exposing both (0.10.x kept the deprecated names)
+must be counted once, so readers take the first name present (the what-if's `Snap.get`) and the rule pack
+merges them with `or`, newest first. `tests/test_vllm_metrics.py` holds this table against the pack.
 """
 
 from __future__ import annotations

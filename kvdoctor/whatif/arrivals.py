@@ -1,4 +1,4 @@
-"""The requests a workload sends: a heap by arrival time, and the closed loop's clients re-issuing after an answer."""
+"""The requests a workload sends: a heap by arrival time; closed-loop clients re-issue after each answer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from kvdoctor.whatif.model import Engine, Request, Workload, make_request
 
 
 class ArrivalQueue:
-    """Arrivals by time (ties in the order given); a closed-loop workload's clients think, then send the next one."""
+    """Arrivals by time (ties in given order); closed-loop clients think, then send their next request."""
 
     __slots__ = ("engine", "heap", "rng", "shared_prefix_tokens", "tie", "workload")
 

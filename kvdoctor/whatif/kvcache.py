@@ -1,8 +1,9 @@
-"""Per-request block accounting over the pool, as vLLM's `vllm/v1/core/kv_cache_manager.py` `KVCacheManager` does it.
+"""Per-request block accounting over the pool, as vLLM's `vllm/v1/core/kv_cache_manager.py` `KVCacheManager`
+does it.
 
-Requests sharing a common prefix hold its full blocks once, by reference (`shared_refs`); a request's own blocks
-are counted in `Request.num_blocks`. vLLM allocates on demand: a request gets the blocks its next tokens need,
-when it needs them, and gives them all back when it finishes or is preempted.
+Requests sharing a common prefix hold its full blocks once, by reference (`shared_refs`); a request's own
+blocks are counted in `Request.num_blocks`. vLLM allocates on demand: a request gets the blocks its next
+tokens need, when it needs them, and gives them all back when it finishes or is preempted.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class KVCacheManager:
         )
 
     def allocate(self, request: Request, num_blocks: int) -> None:
-        """Give a running request num_blocks more (the caller made room: `allocate_slots` did not return None)."""
+        """Give a running request num_blocks more (the caller made room: `allocate_slots` succeeded)."""
         request.num_blocks += num_blocks
         self.block_pool.take(num_blocks)
 
@@ -64,8 +65,8 @@ class KVCacheManager:
 
     def allocate_new(self, request: Request, num_cached_blocks: int, num_tokens: int) -> bool:
         """Admit a waiting request with slots for its first num_tokens tokens (`allocate_slots` with
-        `new_computed_blocks`): its cached blocks re-referenced, the shared prefix if nobody holds it, the rest new.
-        False, changing nothing, when the pool cannot hold them."""
+        `new_computed_blocks`): its cached blocks re-referenced, the shared prefix if nobody holds it,
+        the rest new. False, changing nothing, when the pool cannot hold them."""
         block_size = self.block_size
         hit_blocks = request.num_cached_tokens // block_size
         num_new_blocks = max(0, math.ceil(num_tokens / block_size) - hit_blocks - num_cached_blocks)

@@ -1,9 +1,9 @@
 """The lockstep-decode event queue: when a decoding request next needs the scheduler's attention.
 
-Every decoding request gains `accepted_per_step` tokens a step, so its position at any step follows from where it
-started decoding. The scheduler then touches a decoder only at two events: the step it crosses into a block it does
-not hold (vLLM's `allocate_slots` would allocate, or preempt), and the step that produces its last token.
-Events carry the request's epoch; a preemption or finish bumps it, so stale events are skipped.
+Every decoding request gains `accepted_per_step` tokens a step, so its position at any step follows from where
+it started decoding. The scheduler then touches a decoder only at two events: the step it crosses into a block
+it does not hold (vLLM's `allocate_slots` would allocate, or preempt), and the step that produces its last
+token. Events carry the request's epoch; a preemption or finish bumps it, so stale events are skipped.
 """
 
 from __future__ import annotations
@@ -37,15 +37,15 @@ class DecodeEvents:
         return request.decode_from_output + (step - request.decode_from_step) * self.accepted_per_step
 
     def start(self, request: Request) -> None:
-        """Schedule a request's events at its first decode step: its last step, and its next block if before."""
+        """At a request's first decode step: schedule its last step, and its next block if sooner."""
         remaining = request.max_tokens - request.decode_from_output
         last = request.decode_from_step + math.ceil(remaining / self.accepted_per_step - _EPS) - 1
         self.finish_due.setdefault(last, []).append((request, request.epoch))
         self.arm_block(request, request.decode_from_step, last)
 
     def arm_block(self, request: Request, not_before: int, last: int | None = None) -> None:
-        """Schedule the request's next block event: the first step whose new token (plus lookahead slots) falls
-        outside the blocks it holds, no earlier than not_before; none when that is after its last step."""
+        """Schedule the request's next block event: the first step whose new token (plus lookahead slots)
+        falls outside the blocks it holds, no earlier than not_before; none if that is after its last step."""
         slots = (request.num_blocks + request.num_cached_tokens // self.block_size) * self.block_size
         room = slots - 1 - self.num_lookahead_tokens - request.decode_from_computed
         step = request.decode_from_step + max(0, math.floor(room / self.accepted_per_step + _EPS) + 1)
@@ -55,8 +55,8 @@ class DecodeEvents:
             self.block_due.setdefault(step, []).append((request.admit_order, request, request.epoch))
 
     def pop_block_due(self, step: int) -> list[tuple[int, Request, int]]:
-        """(admission order, decoder, epoch) of the decoders needing a block in step, oldest admission first (vLLM
-        walks `running` in order). The caller skips those whose epoch moved on: preempted since, maybe just now."""
+        """(admission order, decoder, epoch) of the decoders needing a block in step, oldest admission first
+        (vLLM walks `running` in order). The caller skips those whose epoch moved on: preempted since."""
         due = self.block_due.pop(step, None)
         if not due:
             return []

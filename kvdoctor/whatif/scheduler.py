@@ -1,11 +1,12 @@
-"""One engine step of vLLM's V1 scheduler: `vllm/v1/core/sched/scheduler.py` `Scheduler.schedule()` (FCFS policy),
-the model's forward pass as a `StepModel.duration`, then `Scheduler.update_from_output()`.
+"""One engine step of vLLM's V1 scheduler: `vllm/v1/core/sched/scheduler.py` `Scheduler.schedule()` (FCFS
+policy), the model's forward pass as a `StepModel.duration`, then `Scheduler.update_from_output()`.
 
-Running requests first in admission order, chunked prefill under `max_num_batched_tokens`, at most `max_num_seqs`
-running, blocks of `block_size` allocated on demand, preemption of the most recently admitted request (blocks freed,
-computed tokens reset to 0, back to the front of the queue), no admission in a step that preempted, head-of-line
-blocking when the queue's head cannot get blocks, prefix-cache hits on full blocks. Decoding requests advance in
-lockstep (`lockstep.DecodeEvents`), so a step touches a decoding request only when it needs a new block or finishes.
+Running requests first in admission order, chunked prefill under `max_num_batched_tokens`, at most
+`max_num_seqs` running, blocks of `block_size` allocated on demand, preemption of the most recently admitted
+request (blocks freed, computed tokens reset to 0, back to the front of the queue), no admission in a step
+that preempted, head-of-line blocking when the queue's head cannot get blocks, prefix-cache hits on full
+blocks. Decoding requests advance in lockstep (`lockstep.DecodeEvents`), so a step touches a decoding request
+only when it needs a new block or finishes.
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ class Scheduler:
     def _schedule_running_decodes(self) -> int:
         """The decoding half of `schedule()`'s "First, schedule the RUNNING requests" loop; returns how many.
 
-        Each decoder takes 1 + num_lookahead_tokens of the budget. Only those crossing a block boundary this step
-        call the allocator, oldest first; one that cannot get a block preempts the youngest running request.
+        Each decoder takes 1 + num_lookahead_tokens of the budget. Only those crossing a block boundary this
+        step call the allocator, oldest first; one that cannot get a block preempts the youngest running one.
         """
         decoding = self.running.decoding
         per_request = 1 + self.num_lookahead_tokens
@@ -178,7 +179,7 @@ class Scheduler:
         return True
 
     def _preempt_request(self, request: Request) -> None:
-        """vLLM's `_preempt_request`: free its blocks, reset its computed tokens, put it at the queue's front."""
+        """vLLM's `_preempt_request`: free its blocks, reset its computed tokens, requeue it at the front."""
         running = self.running
         if running.prefilling and running.prefilling[-1] is request:
             running.prefilling.pop()
@@ -199,7 +200,7 @@ class Scheduler:
 
     def _schedule_waiting(self) -> int:
         """`schedule()`'s "Next, schedule the WAITING requests": admit from the queue's head while the budget,
-        `max_num_seqs` and the blocks allow; the head blocks everyone behind it. Returns how many were admitted."""
+        `max_num_seqs` and the blocks allow; the head blocks the rest. Returns how many were let in."""
         waiting, running, kv = self.waiting, self.running, self.kv_cache_manager
         admitted = 0
         while waiting and self.token_budget > 0 and len(running) < self.max_num_running_reqs:
@@ -229,7 +230,7 @@ class Scheduler:
 
     @staticmethod
     def _prefill_shape(scheduled: list[Request]) -> tuple[int, int, float]:
-        """Prefill tokens, the context they attend to, and prefill pairs (see `StepModel`) of a step's chunks."""
+        """Prefill tokens, the context they attend to, and prefill pairs (`StepModel`) of a step's chunks."""
         prefill_tokens = context_tokens = 0
         prefill_pairs = 0.0
         for request in scheduled:

@@ -1,8 +1,8 @@
 """A discrete-step simulation of one vLLM V1 engine: arrivals into `scheduler.Scheduler`, step after step.
 
 The scheduler mirrors `vllm/v1/core/sched/scheduler.py`; `kvcache.KVCacheManager` and `blocks.BlockPool` the
-block accounting; `lockstep.DecodeEvents` lets decoders advance without being touched every step; the step time
-comes only from the `StepModel`.
+block accounting; `lockstep.DecodeEvents` lets decoders advance without being touched every step; the step
+time comes only from the `StepModel`.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ class Simulator:
         rng: random.Random | None = None,
         shared: int = 0,
     ) -> SimResult:
-        """Simulate the given (time, tie, request) arrivals (a closed-loop workload re-issues from rng); metrics
-        after warmup_s. `shared` prompt tokens are a common prefix every request hits."""
+        """Simulate the given (time, tie, request) arrivals (a closed-loop workload re-issues from rng);
+        metrics after warmup_s. `shared` prompt tokens are a common prefix every request hits."""
         scheduler = self.scheduler(arrivals, duration_s, warmup_s, workload, rng, shared)
         run_until(scheduler, warmup_s + duration_s)
         return scheduler.recorder.result
@@ -68,9 +68,9 @@ class Simulator:
 
 def run_until(scheduler: Scheduler, end_s: float) -> None:
     """Step the scheduler until end_s, jumping over idle gaps; stops early once nothing is left to arrive."""
-    # A run allocates a few small containers per step while holding every pending arrival: the cyclic collector
-    # would walk that heap again and again for nothing (a request and its cached segment are the only cycle,
-    # broken when the request is readmitted), about a tenth of a run's time. Reference counting frees the rest.
+    # A run allocates a few small containers per step while holding every pending arrival: the cyclic
+    # collector would walk that heap again and again for nothing (a request and its cached segment are the
+    # only cycle, broken when the request is readmitted), a tenth of a run's time. Refcounting frees the rest.
     paused = gc.isenabled()
     gc.disable()
     try:

@@ -21,7 +21,7 @@ class StepTrace(NamedTuple):
 
 
 class Recorder:
-    """Accumulates a `SimResult` the way vLLM's metrics would show it, counting only t in [warmup_s, end_s]."""
+    """Accumulates a `SimResult` as vLLM's metrics would show it, counting only t in [warmup_s, end_s]."""
 
     __slots__ = ("end_s", "next_scrape_s", "result", "warmup_s")
 

@@ -1,8 +1,8 @@
 """Invariants of the V1 scheduler simulation on random engines and arrivals (hypothesis).
 
-Engines are ones vLLM would start: `max_num_batched_tokens ≥ max_num_seqs` (SchedulerConfig refuses less) and a
-cache that holds at least one `max_model_len` request (the engine refuses to start otherwise), with every request
-within `max_model_len`. Every run is drained: it stops when nothing is left to arrive or to run.
+Engines are ones vLLM would start: `max_num_batched_tokens ≥ max_num_seqs` (SchedulerConfig refuses less) and
+a cache that holds at least one `max_model_len` request (the engine refuses to start otherwise), with every
+request within `max_model_len`. Every run is drained: it stops when nothing is left to arrive or to run.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from kvdoctor.whatif.scheduler import Scheduler
 from kvdoctor.whatif.sim import Simulator, StepTrace, run_until
 
 STEP = StepModel(c0=0.01, c_decode=0.001, c_prefill=0.00002, c_kv=1e-6, c_attn=1e-9)
-# chunked prefill re-reads the KV of earlier chunks (c_kv), so a different chunking costs a little more or less;
-# the monotonicity property is stated without that cost
+# chunked prefill re-reads the KV of earlier chunks (c_kv), so a different chunking costs a little more or
+# less; the monotonicity property is stated without that cost
 NO_KV_READ = dataclasses.replace(STEP, c_kv=0.0)
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ROUNDING = 1 + 1e-12  # the same steps in another order sum to a last-digit different end time
