@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from kvdoctor import vllm_metrics
 from kvdoctor.capacity.live import B125, CACHE_INFO, LORA_INFO, LiveCapacity, live_capacity
 from kvdoctor.diagnosis.classify import Classifier
 from kvdoctor.diagnosis.evidence import Key, collect
@@ -24,18 +25,8 @@ from kvdoctor.verdicts import DEFAULT_RUNBOOK_PAGE, Diagnosis, runbook_link
 from kvdoctor.whatif.advisor import Advisor
 from kvdoctor.whatif.headroom import HeadroomWorker
 
-# Families a diagnosis needs, each with the names it may carry across vLLM versions.
-EXPECTED = {
-    "KV usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "running requests": ("vllm:num_requests_running",),
-    "waiting requests": ("vllm:num_requests_waiting",),
-    "preemptions": ("vllm:num_preemptions_total",),
-    "TTFT histogram": ("vllm:time_to_first_token_seconds_bucket",),
-    "inter-token latency histogram": (
-        "vllm:inter_token_latency_seconds_bucket",
-        "vllm:time_per_output_token_seconds_bucket",
-    ),
-}
+# Families a diagnosis needs (label → the names it has carried across vLLM versions), from kvdoctor.vllm_metrics
+EXPECTED = vllm_metrics.EXPECTED
 IDLE_AFTER_S = 30.0  # the pack's default too: idle is this long without a request or a token
 _CAPACITY_NAMES = {CACHE_INFO, LORA_INFO, *B125}  # the samples live_capacity reads
 # per-target steps of an evaluation that fail alone (the report history's is the daemon's)

@@ -25,17 +25,14 @@ class BlockPool:
     def __init__(self, usable: int) -> None:
         self.usable = usable
         self.used = 0
+        self.free = usable  # blocks an allocation may take: usable - used, kept so the hot loop reads a field
         self.fresh = usable
         self.queue: deque[Segment] = deque()
-
-    @property
-    def free(self) -> int:
-        """Blocks an allocation may take."""
-        return self.usable - self.used
 
     def take(self, n: int) -> None:
         """Reference n free blocks, evicting the oldest cached ones when the never-used run out."""
         self.used += n
+        self.free -= n
         x = min(self.fresh, n)
         self.fresh -= x
         n -= x
@@ -51,6 +48,7 @@ class BlockPool:
     def release(self, n: int, owner: object = None, cached: int = 0) -> Segment | None:
         """Free n referenced blocks; `cached` of them (a prefix of owner's) stay hittable; returns their segment."""
         self.used -= n
+        self.free += n
         junk = n - cached
         if junk > 0:
             self.queue.append(Segment(None, junk))
@@ -67,4 +65,5 @@ class BlockPool:
         n = min(seg.blocks, limit)
         seg.blocks -= n
         self.used += n
+        self.free -= n
         return n

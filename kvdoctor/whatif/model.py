@@ -132,23 +132,43 @@ class SimResult:
 
 
 class Request:
-    """One request as the scheduler sees it."""
+    """One request as the scheduler sees it, with the field names of vLLM's `vllm/v1/request.py` `Request`."""
 
-    __slots__ = ("arrival", "c", "c0", "chunk", "client", "g0", "gen", "gen0", "hit", "last", "nb", "out",
-                 "prompt", "scheduled", "seg", "seq", "ver")  # fmt: skip
+    __slots__ = (
+        "admit_order",
+        "arrival_time",
+        "cached_segment",
+        "client",
+        "decode_from_computed",
+        "decode_from_output",
+        "decode_from_step",
+        "epoch",
+        "first_scheduled_time",
+        "last_token_time",
+        "max_tokens",
+        "num_blocks",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_new_tokens",
+        "num_output_tokens",
+        "num_prompt_tokens",
+    )
 
     def __init__(self, arrival: float, prompt: int, out: int, hit: int = 0, client: int = -1) -> None:
-        self.arrival, self.prompt, self.out, self.hit, self.client = arrival, prompt, max(1, out), hit, client
-        self.c = 0  # computed tokens (while prefilling; decoders derive it from g0/c0)
-        self.gen = 0  # output tokens so far
-        self.nb = 0  # blocks this request holds beyond the shared prefix
-        self.seq = 0  # admission order
-        self.ver = 0  # bumps on preemption, invalidating scheduled events
-        self.g0, self.c0, self.gen0 = 0, 0.0, 0.0
-        self.chunk = 0
-        self.scheduled = -1.0  # first time scheduled (queue time ends)
-        self.last = 0.0  # time of the last output token
-        self.seg: Segment | None = None  # its cached blocks in the free queue, after a preemption
+        self.arrival_time, self.num_prompt_tokens, self.max_tokens = arrival, prompt, max(1, out)
+        self.num_cached_tokens = hit  # prompt tokens served by the shared prefix (full blocks)
+        self.client = client  # the closed-loop client that re-issues on finish (-1: open loop)
+        self.num_computed_tokens = 0  # while prefilling; a decoder's follows from its decode_from_* fields
+        self.num_output_tokens = 0
+        self.num_new_tokens = 0  # scheduled in the current step
+        self.num_blocks = 0  # blocks this request holds beyond the shared prefix
+        self.admit_order = 0  # order of its latest admission: lockstep decoders allocate oldest first
+        self.epoch = 0  # bumps on preemption and on finish, invalidating the lockstep events scheduled for it
+        # a decoder advances in lockstep from (step, computed tokens, output tokens) at its first decode step
+        self.decode_from_step, self.decode_from_computed, self.decode_from_output = 0, 0.0, 0.0
+        self.first_scheduled_time = -1.0  # queue time ends here
+        self.last_token_time = 0.0
+        self.cached_segment: Segment | None = None  # its cached blocks in the free queue, after a preemption
 
 
 def sample_length(rng: random.Random, dist: LengthDist) -> int:

@@ -6,22 +6,15 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kvdoctor import vllm_metrics
 from kvdoctor.promql.quantile import bucket_quantile
 from kvdoctor.samples import Sample
+from kvdoctor.vllm_metrics import BY_KEY
 
-CACHE_INFO = "vllm:cache_config_info"
-# One name per quantity, with the names older vLLM releases used (never added together: the first present wins).
-ALIASES = {
-    "kv": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-    "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-}
-HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-              "vllm:time_per_output_token_seconds", "vllm:request_queue_time_seconds",
-              "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:request_params_max_tokens",
-              "vllm:iteration_tokens_total", "vllm:request_prefill_time_seconds", "vllm:e2e_request_latency_seconds",
-              "vllm:spec_decode_num_accepted_tokens_per_pos")  # fmt: skip
+CACHE_INFO = BY_KEY["cache_config"].name
+# One key per renamed quantity, its names newest first (never added together: the first present wins).
+ALIASES = vllm_metrics.ALIASES
+HISTOGRAMS = vllm_metrics.HISTOGRAMS
 
 
 @dataclass

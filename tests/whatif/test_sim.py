@@ -11,7 +11,7 @@ UNIT = StepModel(c0=1.0, c_decode=0.0, c_prefill=0.0)  # every step takes 1 s: t
 def _run(engine: Engine, reqs: list[Request], step: StepModel = UNIT, duration: float = 100.0):
     sim = Simulator(engine, step)
     sim.trace = []
-    res = sim.run([(q.arrival, i, q) for i, q in enumerate(reqs)], duration)
+    res = sim.run([(q.arrival_time, i, q) for i, q in enumerate(reqs)], duration)
     return res, sim.trace
 
 
@@ -19,8 +19,12 @@ def test_chunked_prefill_takes_the_budget_left_after_older_requests():
     engine = Engine(max_num_seqs=8, max_num_batched_tokens=100, num_gpu_blocks=1000, block_size=16)
     res, trace = _run(engine, [Request(0.0, 250, 1), Request(0.0, 30, 1)])
     # step 0: 100 of A; step 1: 100 of A; step 2: A's last 50, then B's 30 in the same step
-    assert [s[2] for s in trace[:3]] == [100, 100, 80]
-    assert [s[3] for s in trace[:3]] == [1, 0, 1]  # B waits behind A until A's chunk leaves budget over
+    assert [s.num_prefill_tokens for s in trace[:3]] == [100, 100, 80]
+    assert [s.num_admitted for s in trace[:3]] == [
+        1,
+        0,
+        1,
+    ]  # B waits behind A until A's chunk leaves budget over
     assert sorted(res.ttft) == [3.0, 3.0]
     assert res.queue == [0.0, 2.0]
 
@@ -32,10 +36,10 @@ def test_youngest_request_is_preempted_recomputed_and_requeued_at_the_front():
     res, trace = _run(engine, [a, b])
     assert res.preemptions == 1
     # step 5: A (older) needs its 3rd block, the cache is full, so B (admitted last) is evicted
-    assert trace[5][4] is True and trace[5][3] == 0
+    assert trace[5].preempted and trace[5].num_admitted == 0
     # B now needs 9 tokens recomputed (3 blocks): blocked until A finishes at t=10, re-prefilled in step 10
-    assert all(s[5] == 1 for s in trace[6:10])
-    assert trace[10][2] == 9 and trace[10][3] == 1
+    assert all(s.num_waiting == 1 for s in trace[6:10])
+    assert trace[10].num_prefill_tokens == 9 and trace[10].num_admitted == 1
     assert res.finished == 2
     assert len(trace) == 15  # B's last token in step 14
     assert sorted(res.ttft) == [1.0, 1.0]  # the preempted request keeps its first-token time
@@ -47,10 +51,10 @@ def test_no_admission_in_a_step_that_preempted():
     sim = Simulator(engine, StepModel(0.02, 0.001, 0.0001))
     sim.trace = []
     res = sim.run_workload(w, 60.0, 0.0, seed=3)
-    preempting = [s for s in sim.trace if s[4]]
+    preempting = [s for s in sim.trace if s.preempted]
     assert res.preemptions > 0 and preempting
-    assert all(s[3] == 0 for s in preempting)
-    assert all(s[6] <= engine.usable_blocks for s in sim.trace)
+    assert all(s.num_admitted == 0 for s in preempting)
+    assert all(s.blocks_used <= engine.usable_blocks for s in sim.trace)
 
 
 def test_head_of_line_blocking_keeps_a_small_request_behind_a_big_one():
@@ -59,7 +63,7 @@ def test_head_of_line_blocking_keeps_a_small_request_behind_a_big_one():
     a, b, c = Request(0.0, 40, 20), Request(0.5, 70, 2), Request(0.5, 10, 2)
     res, trace = _run(engine, [a, b, c])
     # A decodes alone until it finishes; only then B and C are admitted, in order
-    admitted = [(i, s[3]) for i, s in enumerate(trace) if s[3]]
+    admitted = [(i, s.num_admitted) for i, s in enumerate(trace) if s.num_admitted]
     assert admitted[0] == (0, 1)
     assert admitted[1][1] == 2 and admitted[1][0] >= 19
     assert res.finished == 3

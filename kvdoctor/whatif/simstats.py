@@ -1,0 +1,75 @@
+"""What a simulated run records: vLLM's metrics over the measured span, and an optional per-step trace."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvdoctor.whatif.model import Request, SimResult
+
+
+class StepTrace(NamedTuple):
+    """One scheduler step as it was scheduled (before its tokens were computed)."""
+
+    start_s: float
+    num_decoding: int  # decoding requests, each computing 1 + num_lookahead_tokens tokens
+    num_prefill_tokens: int  # prompt (or recompute) tokens of the prefilling requests scheduled
+    num_admitted: int  # waiting requests admitted in this step
+    preempted: bool  # the step preempted someone (then it admitted nobody)
+    num_waiting: int  # queue length after scheduling
+    blocks_used: int  # referenced blocks after scheduling
+    num_running: int  # running requests after scheduling, scheduled or not
+
+
+class Recorder:
+    """Accumulates a `SimResult` as vLLM's metrics would show it, counting only t in [warmup_s, end_s]."""
+
+    __slots__ = ("end_s", "next_scrape_s", "result", "warmup_s")
+
+    def __init__(self, duration_s: float, warmup_s: float) -> None:
+        self.result = SimResult(span_s=duration_s)
+        self.warmup_s, self.end_s = warmup_s, warmup_s + duration_s
+        self.next_scrape_s = warmup_s
+
+    def step(
+        self, now: float, duration: float, decoding: int, running: int, waiting: int, tokens: float
+    ) -> bool:
+        """A step that ended at now; True when it lies in the measured span (its tokens then count)."""
+        if not self.warmup_s <= now <= self.end_s:
+            return False
+        res = self.result
+        res.steps += 1
+        in_span = min(duration, now - self.warmup_s)
+        res.running_area += running * in_span
+        res.waiting_area += waiting * in_span
+        res.running_max = max(res.running_max, running)
+        if decoding:
+            res.itl.append((duration, decoding))
+            res.generation_tokens += tokens
+        return True
+
+    def prefill_done(self, request: Request, now: float) -> None:
+        """A prefill (or a resumed request's recompute) produced a token at now: its first, or one more."""
+        res = self.result
+        if request.num_output_tokens == 0:
+            res.ttft.append(now - request.arrival_time)
+        else:
+            res.itl.append((now - request.last_token_time, 1))
+        res.generation_tokens += 1
+
+    def scheduled(self, request: Request, now: float) -> None:
+        """The request was scheduled for the first time: its queue time ends."""
+        if request.first_scheduled_time < 0:
+            request.first_scheduled_time = now
+            if now >= self.warmup_s:
+                self.result.queue.append(now - request.arrival_time)
+
+    def preempted(self, now: float) -> None:
+        """One preemption at now."""
+        if now >= self.warmup_s:
+            self.result.preemptions += 1
+
+    def scrape_kv(self, until: float, usage: float) -> None:
+        """The 1 s scrapes of `vllm:kv_cache_usage_perc` up to until, all seeing usage."""
+        while self.next_scrape_s <= until and self.next_scrape_s <= self.end_s:
+            self.result.kv_samples.append(usage)
+            self.next_scrape_s += 1.0
