@@ -46,4 +46,5 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as shells count it (128 + SIGINT)
 INTERNAL = {
     "kvdoctor.web.request.Refused": "a malformed or oversized HTTP request, answered with its 4xx status",
     "kvdoctor.ingest.parse.LimitExceeded": "a scrape over sample_limit & co., recorded as the target's `limit`",
+    "kvdoctor.notify.outboxdb.Corrupt": "a notify.sqlite that is no usable outbox: moved aside where it is opened",
 }

@@ -112,7 +112,7 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
         firing = rx.wait(
             lambda bodies: next((b for b in bodies if b.get("status") == "firing"), None), timeout=20
         )
-        assert firing["alerts"][0]["labels"]["alertname"] == "KVDoctorKVCacheBottleneck"
+        assert firing["alerts"][0]["labels"]["alertname"] == "VLLMKVCacheBound"
         for d in seq[20:]:  # ... and resolves
             n.observe([d], d.t + shift)
             tick.t += 0.5

@@ -79,7 +79,7 @@ def kv_alert_for(target: str):  # type: ignore[no-untyped-def]
             for b in bodies
             if b and b.get("status") == "firing"
             for a in b["alerts"]
-            if a["labels"].get("target") == target and a["labels"]["alertname"] == "KVDoctorKVCacheBottleneck"
+            if a["labels"].get("instance") == target and a["labels"]["alertname"] == "VLLMKVCacheBound"
         ]
 
     return find

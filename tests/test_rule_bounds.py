@@ -77,7 +77,7 @@ def test_config_check_and_query_refuse_deep_input_without_a_traceback(
     rules = rule_file(tmp_path / "deep.yml", NESTED_1200)
     cfg = tmp_path / "kvdoctor.yml"
     cfg.write_text(f"targets: ['http://127.0.0.1:9/metrics']\nrules: ['{rules}']\n")
-    assert main(["config", "check", str(cfg)]) == 1
+    assert main(["config", "check", str(cfg)]) == 2
     out = capsys.readouterr()
     assert f"{rules}:4: rule 'deep': expr expression nested deeper than 100 levels" in out.out + out.err
     assert "Traceback" not in out.out + out.err

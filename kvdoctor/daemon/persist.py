@@ -69,16 +69,16 @@ def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     if not p.exists():
         return False
     try:
-        # an older kvdoctor wrote Infinity/NaN into the file: read as null, so no restored value is infinite
-        doc: Any = scrub(json.loads(p.read_bytes().decode("utf-8")))
+        doc: Any = json.loads(p.read_bytes().decode("utf-8"))
     except OSError as exc:
         log.warning("state file %s cannot be read (%s): starting without its state", p, exc)
         return False
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
         return _fresh(p, f"not JSON ({exc})")
-    why = problem(doc)
+    why = problem(doc)  # the shape save() writes; Infinity from an older kvdoctor is still a number here
     if why is not None:
         return _fresh(p, why)
+    doc = scrub(doc)  # ... and read as null from here on, so no restored value is infinite
     pipeline.rules.restore(doc.get("alerts") or [])
     pipeline.classifier.restore(doc.get("classifier") or {})
     if history is not None:
