@@ -12,6 +12,7 @@ from typing import Any
 from kvdoctor.config import Config, ConfigError, TargetSpec
 from kvdoctor.config.schema import default_external_url
 from kvdoctor.daemon import persist
+from kvdoctor.daemon.assembly import daemon_pipeline, daemon_state
 from kvdoctor.daemon.discovery import Discovery
 from kvdoctor.daemon.durable import StateWriter, storage_health
 from kvdoctor.daemon.health import HealthLog
@@ -22,18 +23,15 @@ from kvdoctor.daemon.pace import Pace
 from kvdoctor.daemon.reload import changes, load_everything, load_off_thread, refusal
 from kvdoctor.daemon.scrape import Scraper, ScrapeResult, capped
 from kvdoctor.notify import Notifier
-from kvdoctor.pipeline import Cycle, Pipeline
+from kvdoctor.pipeline import Cycle
 from kvdoctor.report.history import History
 from kvdoctor.report.live import report_response
 from kvdoctor.rules.loader import RuleGroup
 from kvdoctor.sources.daemon import DaemonSource
 from kvdoctor.status.exposition import make_registry
-from kvdoctor.status.state import DaemonState
 from kvdoctor.targets import target_facts
 from kvdoctor.verdicts import Diagnosis
 from kvdoctor.web.server import WebServer, health_listener
-from kvdoctor.whatif.advisor import Advisor
-from kvdoctor.whatif.headroom import HeadroomWorker
 
 __all__ = ["Daemon", "load_everything"]
 log = logging.getLogger("kvdoctor")
@@ -46,19 +44,8 @@ class Daemon:
                  overrides: dict[str, Any] | None = None, on_change: Any = None,
                  clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
-        # the page's charts keep a point a cycle for at most the retention (and 240 points), as the series do
-        self.state = DaemonState(min(240, int(cfg.retention_s / max(cfg.interval_s, 1e-3)) + 1))
-        # predictions of the advice's effects run on a worker thread: a cycle never waits for a simulation; the
-        # snapshots they learn from are kept no longer than the series (memory bounded by the retention)
-        advisor = Advisor(background=True, history_s=min(900.0, cfg.retention_s))
-        headroom = HeadroomWorker(
-            advisor.snaps, background=True
-        )  # SLO headroom for autoscalers, same history
-        self.pipeline = Pipeline(
-            groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor, headroom=headroom
-        )
-        self.pipeline.runbook_url = cfg.runbook_page()
-        self.pipeline.idle_after_s = cfg.idle_after_s
+        self.state = daemon_state(cfg)
+        self.pipeline = daemon_pipeline(cfg, groups)
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
         self.scraper = Scraper(cfg.scrape_max_connections, clock)
         self.discovery = Discovery(cfg)
@@ -84,11 +71,8 @@ class Daemon:
             persist.load(self.writer.path, self.pipeline, self.history)
             self.writer.check_at_start()
         self._sync_targets()
-        self.source: DaemonSource | None = (
-            None  # source `prometheus`: the fleet's Prometheus answers instead of scrapes
-        )
-        if cfg.source == "prometheus":
-            self.source = DaemonSource(self)
+        # source `prometheus`: the fleet's Prometheus answers instead of scrapes
+        self.source = DaemonSource(self) if cfg.source == "prometheus" else None
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, web: bool = True) -> None:
@@ -296,10 +280,7 @@ class Daemon:
         return True, message
 
     def _bound(self) -> tuple[str | None, bool]:
-        if self.web is None:
-            return None, False
-        host, port = self.web.address
-        return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), self.web.tls
+        return (self.web.bound, self.web.tls) if self.web is not None else (None, False)
 
     def _runbook_page(self) -> str:
         """Where findings link to: the configured runbook or external URL, else the address the server is bound to."""

@@ -119,6 +119,12 @@ class WebServer:
         return str(host), int(port)
 
     @property
+    def bound(self) -> str:
+        """The bound address as HOST:PORT ([HOST]:PORT for IPv6), as a listen address is written."""
+        host, port = self.address
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    @property
     def url(self) -> str:
         """The base URL of the status page."""
         host, port = self.address
