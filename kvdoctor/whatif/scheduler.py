@@ -17,28 +17,8 @@ from kvdoctor.whatif.arrivals import ArrivalQueue
 from kvdoctor.whatif.kvcache import KVCacheManager
 from kvdoctor.whatif.lockstep import DecodeEvents
 from kvdoctor.whatif.model import Engine, Request, StepModel
+from kvdoctor.whatif.running import Running
 from kvdoctor.whatif.simstats import Recorder, StepTrace
-
-
-class Running:
-    """vLLM's `running` list in admission order, kept as decoding requests then prefilling ones.
-
-    A request prefills right after admission and decodes once its prompt is computed, so the prefilling ones
-    are always the youngest: `youngest()` is the request vLLM's `self.running.pop()` would preempt.
-    """
-
-    __slots__ = ("decoding", "prefilling")
-
-    def __init__(self) -> None:
-        self.decoding: list[Request] = []
-        self.prefilling: list[Request] = []
-
-    def __len__(self) -> int:
-        return len(self.decoding) + len(self.prefilling)
-
-    def youngest(self) -> Request:
-        """The last admitted running request."""
-        return self.prefilling[-1] if self.prefilling else self.decoding[-1]
 
 
 class Scheduler:
