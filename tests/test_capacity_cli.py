@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.capacity.cli import add_parser, run
 from kvdoctor.capacity.scrape import recording_text
 from kvdoctor.cli import main
+from kvdoctor.cli.capacity import add_parser, run
 
 FIX = Path(__file__).parent / "fixtures" / "capacity"
 
@@ -244,6 +244,7 @@ def test_missing_config_field_is_named(capsys, tmp_path):
         ("--model", "Qwen3-8B", "--config", "x.json"),
         ("--model", "Qwen3-8B", "--gpu-memory-utilization", "1.5"),
         ("--model", "Qwen3-8B", "--tensor-parallel", "0"),
+        ("--model", "Qwen3-8B", "--tensor-parallel", "1.5"),  # not silently 1, as check refuses --max-num-seqs 1.5
         ("--model", "Qwen3-8B", "--kv-cache-dtype", "int8"),
         ("--model", "Qwen3-8B", "--gpu", "L4", "--gpu-memory", "24"),
         ("--model", "Qwen3-8B", "--kv-cache-bytes", "50XB"),

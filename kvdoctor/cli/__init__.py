@@ -22,7 +22,7 @@ from kvdoctor.errors import (
 SUBCOMMANDS = {
     "query": "kvdoctor.cli.query",
     "replay": "kvdoctor.cli.replay",
-    "capacity": "kvdoctor.capacity.cli",
+    "capacity": "kvdoctor.cli.capacity",
     "check": "kvdoctor.cli.check",
     "replay-server": "kvdoctor.cli.replayserver",
     "serve": "kvdoctor.cli.serve",

@@ -29,17 +29,8 @@ from kvdoctor.capacity.presets import (
 )
 from kvdoctor.capacity.report import table, to_dict
 from kvdoctor.capacity.scrape import fetch_text, recording_text, samples_from_text
+from kvdoctor.cli.common import positive_int_arg
 from kvdoctor.fmt import parse_size
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(float(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {text}")
-    return v
 
 
 def _positive_float(text: str) -> float:
@@ -86,7 +77,7 @@ def add_parser(subparsers: Any) -> None:
     gpu = p.add_mutually_exclusive_group()
     gpu.add_argument("--gpu", metavar="NAME", help="GPU preset")
     gpu.add_argument("--gpu-memory", metavar="GiB", type=_positive_float, help="GPU memory in GiB")
-    p.add_argument("--tensor-parallel", metavar="N", type=_positive_int, default=1)
+    p.add_argument("--tensor-parallel", metavar="N", type=positive_int_arg, default=1)
     p.add_argument(
         "--gpu-memory-utilization",
         metavar="F",
@@ -97,7 +88,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--max-model-len",
         metavar="N",
-        type=_positive_int,
+        type=positive_int_arg,
         default=None,
         help="default: the engine's, else the model's max_position_embeddings",
     )
