@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -17,12 +17,14 @@ from kvdoctor.query import recording_instance
 from kvdoctor.rules.loader import RuleGroup
 from kvdoctor.whatif.advisor import Advisor
 
-
-def _stderr(message: str) -> None:
-    print(f"kvdoctor: {message}", file=sys.stderr)
+log = logging.getLogger("kvdoctor")
 
 
-def target_facts(spec: TargetSpec, warn: Callable[[str], None] = _stderr) -> TargetFacts:
+def _log_warning(message: str) -> None:
+    log.warning("%s", message)  # through logging, so `log: {format: json}` holds for it too
+
+
+def target_facts(spec: TargetSpec, warn: Callable[[str], None] = _log_warning) -> TargetFacts:
     """The spec's facts, with the capacity estimate from its model and GPU (a bad preset is warned about)."""
     facts = TargetFacts(
         spec.max_num_seqs, spec.slo_itl_p95_s, spec.slo_ttft_p95_s, dict(spec.labels), url=spec.safe_url

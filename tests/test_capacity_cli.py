@@ -270,3 +270,17 @@ def test_a_target_with_a_model_and_no_gpu_is_watched_without_an_estimate():
         TargetSpec(url="http://gpu-1:8000/metrics", model="Qwen3-8B", gpu="H100"), warnings.append
     )
     assert sized.estimate is not None and sized.estimate.kv_bytes_per_token == 147_456
+
+
+def test_a_misspelt_preset_is_warned_through_logging_not_printed(caplog, capsys):
+    """The daemon's `log: {format: json}` formats every warning: none may go straight to stderr."""
+    import logging
+
+    from kvdoctor.config.schema import TargetSpec
+    from kvdoctor.targets import target_facts
+
+    with caplog.at_level(logging.WARNING, logger="kvdoctor"):
+        facts = target_facts(TargetSpec(url="http://gpu-1:8000/metrics", name="gpu-1", model="Qwen3-8b-typo"))
+    assert facts.estimate is None
+    assert [r.getMessage() for r in caplog.records if "unknown model 'Qwen3-8b-typo'" in r.getMessage()]
+    assert "Qwen3-8b-typo" not in capsys.readouterr().err
