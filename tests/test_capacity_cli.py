@@ -244,7 +244,12 @@ def test_missing_config_field_is_named(capsys, tmp_path):
         ("--model", "Qwen3-8B", "--config", "x.json"),
         ("--model", "Qwen3-8B", "--gpu-memory-utilization", "1.5"),
         ("--model", "Qwen3-8B", "--tensor-parallel", "0"),
-        ("--model", "Qwen3-8B", "--tensor-parallel", "1.5"),  # not silently 1, as check refuses --max-num-seqs 1.5
+        (
+            "--model",
+            "Qwen3-8B",
+            "--tensor-parallel",
+            "1.5",
+        ),  # not silently 1, as check refuses --max-num-seqs 1.5
         ("--model", "Qwen3-8B", "--kv-cache-dtype", "int8"),
         ("--model", "Qwen3-8B", "--gpu", "L4", "--gpu-memory", "24"),
         ("--model", "Qwen3-8B", "--kv-cache-bytes", "50XB"),
