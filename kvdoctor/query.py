@@ -9,7 +9,7 @@ import promql_parser as pp
 
 from kvdoctor.ingest.parse import ParseError, Parser
 from kvdoctor.ingest.recording import RecordingError, load_frames
-from kvdoctor.promql.engine import Engine
+from kvdoctor.promql.engine import Evaluator
 from kvdoctor.promql.values import Range, Scalar, String, Value, format_value
 from kvdoctor.store import Store
 
@@ -63,7 +63,7 @@ def instant_query(store: Store, expr: str, t: float, subquery_step_s: float = 60
     """Evaluate expr at t (unix seconds); returns what Prometheus' /api/v1/query returns under `data`."""
     node = pp.parse(expr)
     t_ms = round(t * 1000)
-    value = Engine(store, subquery_step_ms=round(subquery_step_s * 1000)).instant(node, t_ms)
+    value = Evaluator(store, subquery_step_ms=round(subquery_step_s * 1000)).instant(node, t_ms)
     if not value and isinstance(node, pp.MatrixSelector | pp.SubqueryExpr):
         return {"resultType": "matrix", "result": []}
     return to_api(value, t_ms / 1000)

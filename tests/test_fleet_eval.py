@@ -10,7 +10,7 @@ import pytest
 
 from kvdoctor.ingest.recording import load_frames
 from kvdoctor.pipeline import Pipeline
-from kvdoctor.promql.engine import Engine
+from kvdoctor.promql.engine import Evaluator
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.samples import Sample
 from kvdoctor.store import Series, Store
@@ -28,14 +28,14 @@ def fleet_cycle(n: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter[str], 
         for i in range(n):
             pipeline.observe(f"vllm-{i}:8000", f.t, f.text)
     computed: Counter[str] = Counter()
-    compute = Engine._compute
+    compute = Evaluator._compute
 
-    def counting(self: Engine, node: object, t: int) -> object:
+    def counting(self: Evaluator, node: object, t: int) -> object:
         if not isinstance(node, pp.NumberLiteral | pp.StringLiteral):
             computed[str(node)] += 1
         return compute(self, node, t)
 
-    monkeypatch.setattr(Engine, "_compute", counting)
+    monkeypatch.setattr(Evaluator, "_compute", counting)
     cycle = pipeline.evaluate(frames[-1].t + 1)
     monkeypatch.undo()
     return computed, [d.bottleneck for d in cycle.diagnoses], pipeline
@@ -73,7 +73,7 @@ def test_a_selector_reads_only_its_own_metrics_series(monkeypatch: pytest.Monkey
         return at(self, t, lookback_ms)
 
     monkeypatch.setattr(Series, "at", counting)
-    engine = Engine(store)
+    engine = Evaluator(store)
     assert engine.instant(pp.parse('wanted{i="0"}'), 3_000) == [((("__name__", "wanted"), ("i", "0")), 1.0)]
     assert touched == ["wanted"]
 
@@ -99,7 +99,7 @@ def test_expressions_that_print_alike_are_not_shared() -> None:
     )
     one, other = pp.parse('x{a="p",b="q"}'), pp.parse(r'x{a="p\",b=\"q"}')
     assert str(one) == str(other)  # promql-parser prints label values unescaped
-    engine = Engine(store)
+    engine = Evaluator(store)
     with engine.shared():
         assert [e.v for e in engine.instant(one, 1_000)] == [1.0]
         assert [e.v for e in engine.instant(other, 1_000)] == [2.0]

@@ -7,7 +7,7 @@ import pytest
 
 from kvdoctor.promql import calls
 from kvdoctor.promql.check import ExprError, check_expr
-from kvdoctor.promql.engine import Engine
+from kvdoctor.promql.engine import Evaluator
 from kvdoctor.promql.values import EvalError
 from kvdoctor.samples import Sample
 from kvdoctor.store import Store
@@ -23,7 +23,7 @@ def _store() -> Store:
 
 def test_a_function_in_the_table_loads_and_runs():
     check_expr("sort_desc(up)")
-    got = Engine(_store()).instant(pp.parse("sort_desc(up)"), 1_000_000)
+    got = Evaluator(_store()).instant(pp.parse("sort_desc(up)"), 1_000_000)
     assert [e.v for e in got] == [1.0, 0.0]  # type: ignore[union-attr]
 
 
@@ -32,7 +32,7 @@ def test_taking_a_function_out_of_the_table_refuses_it_at_load_time_and_at_evalu
     with pytest.raises(ExprError, match=r"sort_desc\(\) is not supported"):
         check_expr("sort_desc(up)")
     with pytest.raises(EvalError, match="unsupported function sort_desc"):
-        Engine(_store()).instant(pp.parse("sort_desc(up)"), 1_000_000)
+        Evaluator(_store()).instant(pp.parse("sort_desc(up)"), 1_000_000)
 
 
 def test_prometheus_functions_outside_the_table_are_refused_with_their_position():

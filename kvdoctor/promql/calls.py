@@ -1,4 +1,4 @@
-"""Function calls: range functions over matrices and instant-vector functions (mixed into the Engine)."""
+"""Function calls: range functions over matrices and instant-vector functions (mixed into the Evaluator)."""
 
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ from kvdoctor.promql.values import (
 
 
 class Calls:
-    """Evaluation of pp.Call nodes; expects `_eval` and `_ref_time` from the Engine."""
+    """Evaluation of pp.Call nodes; expects `_eval` and `_ref_time` from the Evaluator."""
 
-    def _eval(self, node: Any, t: int) -> Value:  # provided by Engine
+    def _eval(self, node: Any, t: int) -> Value:  # provided by Evaluator
         raise NotImplementedError
 
-    def _ref_time(self, node: Any, t: int) -> int:  # provided by Engine
+    def _ref_time(self, node: Any, t: int) -> int:  # provided by Evaluator
         raise NotImplementedError
 
     def _call(self, node: pp.Call, t: int) -> Value:

@@ -35,8 +35,8 @@ _CARD = (
 )
 
 
-class Engine(Calls):
-    """Evaluates expressions against a Store; one Engine can serve many evaluations."""
+class Evaluator(Calls):
+    """Evaluates expressions against a Store; one Evaluator can serve many evaluations."""
 
     def __init__(self, store: Store, subquery_step_ms: int = 60_000) -> None:
         self.store = store

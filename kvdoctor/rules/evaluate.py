@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvdoctor.promql.engine import Engine
+from kvdoctor.promql.engine import Evaluator
 from kvdoctor.promql.values import Elem, EvalError, Scalar, drop_name
 from kvdoctor.rules.loader import Rule, RuleGroup
 from kvdoctor.rules.templates import expand
@@ -58,7 +58,7 @@ class RuleEngine:
     ) -> None:
         self.groups = groups
         self.store = store
-        self.engine = Engine(store)
+        self.engine = Evaluator(store)
         self.external = external_labels or {}
         self.active: dict[tuple[str, Labels], Alert] = {}
         self._keep_firing_for = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 
 
-class Segment:
+class FreedBlocks:
     """A run of freed blocks in the free queue: a preempted request's cached prefix, or blocks nobody will hit."""
 
     __slots__ = ("blocks", "owner")
@@ -27,7 +27,7 @@ class BlockPool:
         self.used = 0
         self.free = usable  # blocks an allocation may take: usable - used, kept so the hot loop reads a field
         self.fresh = usable
-        self.queue: deque[Segment] = deque()
+        self.queue: deque[FreedBlocks] = deque()
 
     def take(self, n: int) -> None:
         """Reference n free blocks, evicting the oldest cached ones when the never-used run out."""
@@ -45,20 +45,20 @@ class BlockPool:
             if seg.blocks == 0:
                 q.popleft()
 
-    def release(self, n: int, owner: object = None, cached: int = 0) -> Segment | None:
+    def release(self, n: int, owner: object = None, cached: int = 0) -> FreedBlocks | None:
         """Free n referenced blocks; `cached` of them (a prefix of owner's) stay hittable; returns their segment."""
         self.used -= n
         self.free += n
         junk = n - cached
         if junk > 0:
-            self.queue.append(Segment(None, junk))
+            self.queue.append(FreedBlocks(None, junk))
         if cached > 0:
-            seg = Segment(owner, cached)
+            seg = FreedBlocks(owner, cached)
             self.queue.append(seg)
             return seg
         return None
 
-    def rehit(self, seg: Segment | None, owner: object, limit: int) -> int:
+    def rehit(self, seg: FreedBlocks | None, owner: object, limit: int) -> int:
         """Re-reference up to limit blocks of owner's surviving prefix (a prefix-cache hit); returns how many."""
         if seg is None or seg.owner is not owner or seg.blocks <= 0:
             return 0

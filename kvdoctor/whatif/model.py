@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kvdoctor.whatif.blocks import Segment
+    from kvdoctor.whatif.blocks import FreedBlocks
 
 # vLLM's own histogram buckets (vllm/v1/metrics/loggers.py), used when a recording does not carry them.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -168,7 +168,9 @@ class Request:
         self.decode_from_step, self.decode_from_computed, self.decode_from_output = 0, 0.0, 0.0
         self.first_scheduled_time = -1.0  # queue time ends here
         self.last_token_time = 0.0
-        self.cached_segment: Segment | None = None  # its cached blocks in the free queue, after a preemption
+        self.cached_segment: FreedBlocks | None = (
+            None  # its cached blocks in the free queue, after a preemption
+        )
 
 
 def sample_length(rng: random.Random, dist: LengthDist) -> int:
