@@ -8,7 +8,7 @@ from kvdoctor.capacity.advice import kv_cache_advice, max_model_len_finding_text
 from kvdoctor.capacity.budget import Deployment, estimate
 from kvdoctor.capacity.live import LiveCapacity, live_capacity
 from kvdoctor.capacity.presets import get_gpu, get_model
-from kvdoctor.capacity.scrape import recording_text, samples_from_text
+from kvdoctor.sources.exposition import recording_text, samples_from_text
 
 QWEN = get_model("Qwen3-8B")
 

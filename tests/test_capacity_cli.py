@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.capacity.scrape import recording_text
 from kvdoctor.cli import main
 from kvdoctor.cli.capacity import add_parser, run
+from kvdoctor.sources.exposition import recording_text
 
 FIX = Path(__file__).parent / "fixtures" / "capacity"
 

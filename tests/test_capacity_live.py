@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvdoctor.capacity.live import live_capacity
-from kvdoctor.capacity.scrape import recording_text, samples_from_text
+from kvdoctor.sources.exposition import recording_text, samples_from_text
 
 INFO = (
     'vllm:cache_config_info{block_size="16",cache_dtype="fp8_e4m3",engine="%s",gpu_memory_utilization="0.9",'

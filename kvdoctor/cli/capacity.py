@@ -28,9 +28,9 @@ from kvdoctor.capacity.presets import (
     model_names,
 )
 from kvdoctor.capacity.report import table, to_dict
-from kvdoctor.capacity.scrape import fetch_text, recording_text, samples_from_text
 from kvdoctor.cli.common import positive_int_arg
 from kvdoctor.fmt import parse_size
+from kvdoctor.sources.exposition import fetch_text, recording_text, samples_from_text
 
 
 def _positive_float(text: str) -> float:
