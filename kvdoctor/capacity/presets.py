@@ -99,9 +99,14 @@ def get_gpu(name: str) -> GpuSpec:
     e = _data()["gpus"][key]
     bw, fl = e.get("bandwidth_gb_per_s"), e.get("bf16_tflops")
     return GpuSpec(
-        key, e["memory_mib"] * MIB, e.get("compute_capability"), e.get("arch", ""), e.get("fp8_compute"),
-        bw * 1e9 if bw else None, fl * 1e12 if fl else None,
-    )  # fmt: skip
+        key,
+        e["memory_mib"] * MIB,
+        e.get("compute_capability"),
+        e.get("arch", ""),
+        e.get("fp8_compute"),
+        bw * 1e9 if bw else None,
+        fl * 1e12 if fl else None,
+    )
 
 
 def custom_gpu(memory_gib: float) -> GpuSpec:

@@ -61,8 +61,15 @@ def _spec(args: argparse.Namespace) -> TargetSpec:
     http = HttpOptions(
         total_timeout=min(10.0, max(2.0, args.interval * 3)), bearer_token=token, verify=not args.insecure
     )
-    return TargetSpec(url=url, max_num_seqs=args.max_num_seqs, slo_itl_p95_s=slo_itl, slo_ttft_p95_s=slo_ttft,
-                      model=args.model, gpu=args.gpu, http=http)  # fmt: skip
+    return TargetSpec(
+        url=url,
+        max_num_seqs=args.max_num_seqs,
+        slo_itl_p95_s=slo_itl,
+        slo_ttft_p95_s=slo_ttft,
+        model=args.model,
+        gpu=args.gpu,
+        http=http,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,8 +119,17 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_TRANSPORT
     if args.json:
-        print(json.dumps({"target": spec.name, "url": spec.safe_url, "scrapes": ok, "scrape_errors": errors,
-                          "diagnoses": [d.to_dict() for d in diagnoses]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "target": spec.name,
+                    "url": spec.safe_url,
+                    "scrapes": ok,
+                    "scrape_errors": errors,
+                    "diagnoses": [d.to_dict() for d in diagnoses],
+                }
+            )
+        )
     else:
         print(f"kvdoctor check of {spec.safe_url}: {ok} scrapes over {duration:.0f} s ({errors} failed)\n")
         print("\n\n".join(terminal.report(d) for d in diagnoses))

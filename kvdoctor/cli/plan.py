@@ -33,11 +33,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "source", nargs="?", help="a recording (JSON lines, gzip ok) or a live server's /metrics URL"
     )
-    p.add_argument("--slo", action="append", default=[], metavar="NAME=DURATION",
-                   help="an objective: ttft, itl or queue_time at p50/p95/p99, e.g. ttft_p95=2s (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="NAME=DURATION",
+        help="an objective: ttft, itl or queue_time at p50/p95/p99, e.g. ttft_p95=2s (repeatable)",
+    )
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--load", default="x1", help="the traffic to plan for as a multiple of the window's, "
-                      "e.g. x1.5 (default x1)")  # fmt: skip
+    load.add_argument(
+        "--load",
+        default="x1",
+        help="the traffic to plan for as a multiple of the window's, e.g. x1.5 (default x1)",
+    )
     load.add_argument("--rate", type=float, help="the traffic to plan for in requests/s")
     p.add_argument("--gpu-hour-cost", metavar="USD", help="price of one GPU-hour in US dollars, e.g. 2.49")
     p.add_argument("--gpus-per-replica", type=int, default=1, metavar="N", help="GPUs behind each replica")
@@ -62,14 +70,25 @@ def run(args: argparse.Namespace) -> int:
         where_w = f"window {lo - snaps[0].t:.0f}-{hi - snaps[0].t:.0f} s"
         try:
             history, window = history_before(snaps, lo, hi)
-            basis = learn(history, window, max_num_seqs=args.max_num_seqs,
-                          max_num_batched_tokens=args.max_num_batched_tokens, seed=args.seed, model=model,
-                          gpu=gpu)  # fmt: skip
+            basis = learn(
+                history,
+                window,
+                max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                seed=args.seed,
+                model=model,
+                gpu=gpu,
+            )
         except WindowError as exc:
             raise WindowError(f"{where_w}: {exc}") from None
         load = _load(args, basis.measured.requests_per_s)
-        planner = Planner(basis, slos, gpu_memory_bytes=float(gpu.memory_bytes) if gpu else None,
-                          gpu_hour_usd=cost, gpus_per_replica=args.gpus_per_replica)  # fmt: skip
+        planner = Planner(
+            basis,
+            slos,
+            gpu_memory_bytes=float(gpu.memory_bytes) if gpu else None,
+            gpu_hour_usd=cost,
+            gpus_per_replica=args.gpus_per_replica,
+        )
         result = plan(planner, load, gpu=gpu is not None)
     except (InputError, RecordingError, SourceError, ScrapeError, ValueError, KeyError, OSError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
@@ -115,8 +134,10 @@ def _line(c: Candidate, slos: dict[str, float]) -> str:
     change = ", ".join(f"{k}={v}" for k, v in c.changes.items()) or "today's flags"
     values = "  ".join(f"{k[:-2]} {_s(c.predicted.get(k))}" for k in slos)
     ok = "holds" if c.meets else "breaks"
-    return (f"{c.replicas:>3d} × [{change}]  {values}  {ok}  {_usd(c.cost_per_hour_usd)}/h  "
-            f"{_usd(c.cost_per_1m_generation_tokens_usd)}/1M gen tokens")  # fmt: skip
+    return (
+        f"{c.replicas:>3d} × [{change}]  {values}  {ok}  {_usd(c.cost_per_hour_usd)}/h  "
+        f"{_usd(c.cost_per_1m_generation_tokens_usd)}/1M gen tokens"
+    )
 
 
 def render(p: Plan, elapsed_s: float) -> str:

@@ -59,9 +59,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--headroom", type=float, default=0.2, help="spare capacity kept when sizing (default 0.2)"
     )
-    p.add_argument("--slo", action="append", default=[], metavar="NAME=DURATION",
-                   help="recordings: also what `kvdoctor plan`'s configuration holding this SLO would have cost, "
-                   "hour by hour (e.g. ttft_p95=2s; repeatable)")  # fmt: skip
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="NAME=DURATION",
+        help="recordings: also what `kvdoctor plan`'s configuration holding this SLO would have cost, "
+        "hour by hour (e.g. ttft_p95=2s; repeatable)",
+    )
     p.add_argument("--config", help="kvdoctor config (per-target max_num_seqs, SLOs) for recordings")
     p.add_argument("--rules", action="append", help="rule file or directory (default: the shipped pack)")
     add_source_arguments(p, with_source=False)

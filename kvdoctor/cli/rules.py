@@ -33,15 +33,19 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--name", default="kvdoctor", help="PrometheusRule metadata.name (default kvdoctor)")
     e.add_argument("--namespace", help="PrometheusRule metadata.namespace")
     e.add_argument(
-        "--label", action="append", default=[], metavar="KEY=VALUE",
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="PrometheusRule metadata label (repeatable), e.g. release=prometheus for the operator's ruleSelector",
-    )  # fmt: skip
+    )
     e.add_argument("--interval", metavar="DURATION", help="override every group's evaluation interval")
     e.add_argument(
-        "--runbook-url", metavar="URL",
+        "--runbook-url",
+        metavar="URL",
         help="write runbook_url links absolute: URL#<finding>, e.g. http://kvdoctor:9860/runbook (a bare server URL "
         "gets /runbook); without it they stay paths on kvdoctor's web server",
-    )  # fmt: skip
+    )
     p.set_defaults(run=run)
 
 

@@ -51,13 +51,17 @@ def add_parser(sub: Any) -> None:
         help="exporter-toolkit web-config.yml (TLS, basic auth)",
     )
     p.add_argument(
-        "--external-url", "--web.external-url", dest="external_url", metavar="URL",
+        "--external-url",
+        "--web.external-url",
+        dest="external_url",
+        metavar="URL",
         help="the URL users reach kvdoctor at (behind a proxy); links in alerts start with it (default: from --listen)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--runbook-url", metavar="URL",
+        "--runbook-url",
+        metavar="URL",
         help="the runbook page alerts link to, #<finding> appended (default: <external URL>/runbook, served here)",
-    )  # fmt: skip
+    )
     add_source_arguments(p)
     p.set_defaults(run=run)
 
@@ -147,19 +151,31 @@ def prometheus_source(args: argparse.Namespace) -> PrometheusSource | None:
     cert = (args.prometheus_cert_file, args.prometheus_key_file) if args.prometheus_cert_file else None
     basic = (args.prometheus_basic_auth_user, password or "") if args.prometheus_basic_auth_user else None
     http = HttpOptions(
-        connect_timeout=min(3.0, timeout), read_timeout=timeout, total_timeout=timeout, bearer_token=token,
-        basic_auth=basic, verify=verify, client_cert=cert, headers=tuple(headers),
-    )  # fmt: skip
+        connect_timeout=min(3.0, timeout),
+        read_timeout=timeout,
+        total_timeout=timeout,
+        bearer_token=token,
+        basic_auth=basic,
+        verify=verify,
+        client_cert=cert,
+        headers=tuple(headers),
+    )
     return PrometheusSource(args.prometheus_url, http)
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Config fields set on the command line."""
     out: dict[str, Any] = {
-        "listen": args.listen, "health_listen": args.health_listen, "interval_s": args.interval, "state_file": args.state_file,
-        "log_format": args.log_format, "rules": args.rules, "web_config": args.web_config,
-        "external_url": _url(args.external_url, "--external-url"), "runbook_url": _url(args.runbook_url, "--runbook-url"),
-    }  # fmt: skip
+        "listen": args.listen,
+        "health_listen": args.health_listen,
+        "interval_s": args.interval,
+        "state_file": args.state_file,
+        "log_format": args.log_format,
+        "rules": args.rules,
+        "web_config": args.web_config,
+        "external_url": _url(args.external_url, "--external-url"),
+        "runbook_url": _url(args.runbook_url, "--runbook-url"),
+    }
     if args.target:
         out["targets"] = [metrics_url(u) for u in args.target]
     out["prometheus"] = prometheus_source(args)

@@ -33,11 +33,20 @@ from kvdoctor.whatif.sources import (
 from kvdoctor.whatif.window import Snap, snapshot
 from kvdoctor.whatif.workload import WindowError
 
-ROWS = (("TTFT p50", "ttft_p50_s", "s"), ("TTFT p95", "ttft_p95_s", "s"), ("ITL p50", "itl_p50_s", "s"),
-        ("ITL p95", "itl_p95_s", "s"), ("Queue time p95", "queue_time_p95_s", "s"),
-        ("Generation tokens/s", "generation_tokens_per_s", "n"), ("Requests/s", "requests_per_s", "n"),
-        ("Running", "running", "n"), ("Waiting", "waiting", "n"), ("KV usage peak", "kv_usage_max", "%"),
-        ("Preemptions/s", "preemptions_per_s", "n"), ("Class", "bottleneck", ""))  # fmt: skip
+ROWS = (
+    ("TTFT p50", "ttft_p50_s", "s"),
+    ("TTFT p95", "ttft_p95_s", "s"),
+    ("ITL p50", "itl_p50_s", "s"),
+    ("ITL p95", "itl_p95_s", "s"),
+    ("Queue time p95", "queue_time_p95_s", "s"),
+    ("Generation tokens/s", "generation_tokens_per_s", "n"),
+    ("Requests/s", "requests_per_s", "n"),
+    ("Running", "running", "n"),
+    ("Waiting", "waiting", "n"),
+    ("KV usage peak", "kv_usage_max", "%"),
+    ("Preemptions/s", "preemptions_per_s", "n"),
+    ("Class", "bottleneck", ""),
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -46,9 +55,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "source", nargs="?", help="a recording (JSON lines, gzip ok) or a live server's /metrics URL"
     )
-    p.add_argument("--set", dest="changes", action="append", default=[], metavar="NAME=VALUE",
-                   help="a change: max_num_seqs, max_num_batched_tokens, kv_cache_tokens, kv_cache_dtype=fp8, "
-                   "gpu_memory_utilization, max_model_len, replicas, load=x1.5 (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        dest="changes",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a change: max_num_seqs, max_num_batched_tokens, kv_cache_tokens, kv_cache_dtype=fp8, "
+        "gpu_memory_utilization, max_model_len, replicas, load=x1.5 (repeatable)",
+    )
     p.add_argument(
         "--json", action="store_true", help="one JSON object: measured, predicted_unchanged, predicted…"
     )
@@ -59,12 +74,17 @@ def add_parser(sub: Any) -> None:
 
 def add_source_arguments(p: Any) -> None:
     """The flags that say where the window comes from and what the server runs (shared with `plan`)."""
-    p.add_argument("--window", help="FROM:TO seconds from the recording's start to learn from (default: the last "
-                   "steady stretch of load)")  # fmt: skip
+    p.add_argument(
+        "--window",
+        help="FROM:TO seconds from the recording's start to learn from (default: the last "
+        "steady stretch of load)",
+    )
     p.add_argument("--prometheus-url", help="read the target's history from this Prometheus instead")
     p.add_argument("--target", help="with --prometheus-url: the target's `instance` label")
-    p.add_argument("--duration", help="live URL: how long to sample (default 60s); Prometheus: how far back "
-                   "(default 10m)")  # fmt: skip
+    p.add_argument(
+        "--duration",
+        help="live URL: how long to sample (default 60s); Prometheus: how far back (default 10m)",
+    )
     p.add_argument(
         "--interval", type=float, default=2.0, help="live URL: seconds between scrapes (default 2)"
     )
@@ -72,8 +92,11 @@ def add_source_arguments(p: Any) -> None:
     p.add_argument(
         "--max-num-batched-tokens", type=int, help="the server's --max-num-batched-tokens, if known"
     )
-    p.add_argument("--gpu", help="GPU preset, e.g. H100: sizes gpu_memory_utilization and, with --model, gives "
-                   "the step-time fit a roofline prior")  # fmt: skip
+    p.add_argument(
+        "--gpu",
+        help="GPU preset, e.g. H100: sizes gpu_memory_utilization and, with --model, gives "
+        "the step-time fit a roofline prior",
+    )
     p.add_argument("--model", help="model preset, e.g. Qwen3-8B (with --gpu: the roofline prior)")
 
 
@@ -92,9 +115,18 @@ def run(args: argparse.Namespace) -> int:
         try:
             history, window = history_before(snaps, lo, hi)
             cls = measured_class(lo, hi) if measured_class else None
-            pred = predict(history, window, changes, max_num_seqs=args.max_num_seqs,
-                           max_num_batched_tokens=args.max_num_batched_tokens, gpu_memory_bytes=gpu_bytes,
-                           measured_bottleneck=cls, seed=args.seed, model=model, gpu=gpu)  # fmt: skip
+            pred = predict(
+                history,
+                window,
+                changes,
+                max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                gpu_memory_bytes=gpu_bytes,
+                measured_bottleneck=cls,
+                seed=args.seed,
+                model=model,
+                gpu=gpu,
+            )
         except WindowError as exc:
             raise WindowError(f"{where_w}: {exc}") from None
     except (ValueError, KeyError, OSError) as exc:  # InputError is a ValueError; TransportError: cli.main (3)
@@ -178,8 +210,12 @@ def _sample(args: argparse.Namespace) -> tuple[list[Snap], str | None]:
             last_error = str(exc)
         if tty:
             bits = f"{len(snaps)} scrapes" + (f", last error: {last_error[:60]}" if last_error else "")
-            print(f"\rsampling {min(now - start, duration):4.0f}/{duration:.0f} s  {bits}".ljust(100),
-                  end="", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"\rsampling {min(now - start, duration):4.0f}/{duration:.0f} s  {bits}".ljust(100),
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
         if now - start >= duration:
             break
         time.sleep(max(0.0, args.interval - (time.time() - now)))
@@ -226,8 +262,12 @@ def render(pred: Prediction) -> str:
         m, u, p = (_cell(d[c][key], kind) for c in ("measured", "predicted_unchanged", "predicted"))
         lines.append(f"{label:22s}{m:>16s}{u:>22s}{p:>18s}")
     s = pred.step
-    lines += ["", f"step time = {s.c0 * 1000:.3g} ms + {s.c_decode * 1000:.3g} ms/decoding request + "
-              f"{s.c_prefill * 1e6:.3g} µs/prefill token ({s.source}, fit error {s.residual_ratio:.0%}, "
-              f"{s.points} batch sizes seen)", "assumptions:"]  # fmt: skip
+    lines += [
+        "",
+        f"step time = {s.c0 * 1000:.3g} ms + {s.c_decode * 1000:.3g} ms/decoding request + "
+        f"{s.c_prefill * 1e6:.3g} µs/prefill token ({s.source}, fit error {s.residual_ratio:.0%}, "
+        f"{s.points} batch sizes seen)",
+        "assumptions:",
+    ]
     lines += [f"  - {a}" for a in pred.assumptions]
     return "\n".join(lines)

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import re
 
-UNITS = (("y", 365 * 86400.0), ("w", 7 * 86400.0), ("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0),
-         ("ms", 0.001))  # fmt: skip
+UNITS = (
+    ("y", 365 * 86400.0),
+    ("w", 7 * 86400.0),
+    ("d", 86400.0),
+    ("h", 3600.0),
+    ("m", 60.0),
+    ("s", 1.0),
+    ("ms", 0.001),
+)
 _NUMBER = r"(\d+(?:\.\d+)?)"
 _DURATION_RE = re.compile("^" + "".join(f"(?:{_NUMBER}{unit})?" for unit, _ in UNITS) + "$")
 _PLAIN_RE = re.compile(r"^\d+(?:\.\d+)?$")

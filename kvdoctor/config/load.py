@@ -18,9 +18,25 @@ from kvdoctor.errors import ValidationError
 
 TOP_KEYS = {
     "kubernetes_sd",  # pods found through the API server (config/podsd.py)
-    "interval", "idle_after", "listen", "job", "retention", "rules", "state_file", "log", "scrape", "targets",
-    "file_sd", "source", "prometheus", "web_config", "notify", "external_url", "runbook_url", "health_listen",
-}  # fmt: skip
+    "interval",
+    "idle_after",
+    "listen",
+    "job",
+    "retention",
+    "rules",
+    "state_file",
+    "log",
+    "scrape",
+    "targets",
+    "file_sd",
+    "source",
+    "prometheus",
+    "web_config",
+    "notify",
+    "external_url",
+    "runbook_url",
+    "health_listen",
+}
 SCRAPE_KEYS = {
     "timeout",
     "max_bytes",
@@ -30,11 +46,17 @@ SCRAPE_KEYS = {
     "label_value_length_limit",
 }
 ENV = {
-    "KVDOCTOR_INTERVAL": "interval", "KVDOCTOR_LISTEN": "listen", "KVDOCTOR_JOB": "job",
-    "KVDOCTOR_STATE_FILE": "state_file", "KVDOCTOR_WEB_CONFIG": "web_config", "KVDOCTOR_SOURCE": "source",
-    "KVDOCTOR_RETENTION": "retention", "KVDOCTOR_EXTERNAL_URL": "external_url",
-    "KVDOCTOR_RUNBOOK_URL": "runbook_url", "KVDOCTOR_HEALTH_LISTEN": "health_listen",
-}  # fmt: skip
+    "KVDOCTOR_INTERVAL": "interval",
+    "KVDOCTOR_LISTEN": "listen",
+    "KVDOCTOR_JOB": "job",
+    "KVDOCTOR_STATE_FILE": "state_file",
+    "KVDOCTOR_WEB_CONFIG": "web_config",
+    "KVDOCTOR_SOURCE": "source",
+    "KVDOCTOR_RETENTION": "retention",
+    "KVDOCTOR_EXTERNAL_URL": "external_url",
+    "KVDOCTOR_RUNBOOK_URL": "runbook_url",
+    "KVDOCTOR_HEALTH_LISTEN": "health_listen",
+}
 # Defaults an environment (the container image) sets below the file: a config that says `listen:` still wins.
 DEFAULT_ENV = {"KVDOCTOR_DEFAULT_LISTEN": "listen", "KVDOCTOR_DEFAULT_HEALTH_LISTEN": "health_listen"}
 

@@ -80,10 +80,16 @@ def parse_kubernetes_sd(
             continue
         out.append(
             KubernetesSD(
-                tuple(ns), str(item.get("selector") or ""), port, mpath, str(scheme),
-                item.get("kubeconfig"), dataclasses.replace(template, origin={}), doc.where(*path),
+                tuple(ns),
+                str(item.get("selector") or ""),
+                port,
+                mpath,
+                str(scheme),
+                item.get("kubeconfig"),
+                dataclasses.replace(template, origin={}),
+                doc.where(*path),
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -132,10 +138,13 @@ def pod_target(pod: dict[str, Any], sd: KubernetesSD) -> TargetSpec | None:
     ip = pod["status"]["podIP"]
     host = f"[{ip}]" if ":" in ip else ip
     return dataclasses.replace(
-        sd.template, url=f"{scheme}://{host}:{port}{path}", name=f"{host}:{port}", labels=labels,
+        sd.template,
+        url=f"{scheme}://{host}:{port}{path}",
+        name=f"{host}:{port}",
+        labels=labels,
         max_num_seqs=int(mns) if mns and mns.isdigit() else sd.template.max_num_seqs,
         origin={"": f"{sd.where} (pod {meta.get('namespace')}/{meta.get('name')})"},
-    )  # fmt: skip
+    )
 
 
 def _serving_container(containers: list[dict[str, Any]], port: int | None) -> dict[str, Any] | None:

@@ -14,9 +14,24 @@ from kvdoctor.ingest.parse import ScrapeLimits
 
 LIMIT_KEYS = ("sample_limit", "label_limit", "label_value_length_limit")
 TARGET_KEYS = {
-    "url", "name", "max_num_seqs", "slo", "model", "model_config", "gpu", "tensor_parallel", "labels",
-    "bearer_token", "bearer_token_file", "basic_auth", "tls", "timeout", "headers", "max_bytes", *LIMIT_KEYS,
-}  # fmt: skip
+    "url",
+    "name",
+    "max_num_seqs",
+    "slo",
+    "model",
+    "model_config",
+    "gpu",
+    "tensor_parallel",
+    "labels",
+    "bearer_token",
+    "bearer_token_file",
+    "basic_auth",
+    "tls",
+    "timeout",
+    "headers",
+    "max_bytes",
+    *LIMIT_KEYS,
+}
 HTTP_KEYS = {"bearer_token", "bearer_token_file", "basic_auth", "tls", "timeout", "headers"}
 
 
@@ -62,9 +77,13 @@ def limits(
 
 
 def http_options(
-    d: dict[str, Any], doc: Located, path: tuple, errors: list[str], timeout: float = 10.0,
+    d: dict[str, Any],
+    doc: Located,
+    path: tuple,
+    errors: list[str],
+    timeout: float = 10.0,
     max_bytes: int = 16 * 1024 * 1024,
-) -> HttpOptions:  # type: ignore[type-arg]  # fmt: skip
+) -> HttpOptions:  # type: ignore[type-arg]
     """HttpOptions from bearer_token(_file), basic_auth, tls, timeout, headers."""
     token = _secret(d, "bearer_token", doc, path, errors)
     basic = None
@@ -97,14 +116,25 @@ def http_options(
         errors.append(f"{doc.where(*path, 'headers')}: headers: must be a mapping")
         headers = {}
     return HttpOptions(
-        connect_timeout=min(3.0, timeout), read_timeout=timeout, total_timeout=timeout, max_bytes=max_bytes, bearer_token=token,
-        basic_auth=basic, verify=verify, client_cert=cert, headers=tuple((str(k), str(v)) for k, v in headers.items()),
-    )  # fmt: skip
+        connect_timeout=min(3.0, timeout),
+        read_timeout=timeout,
+        total_timeout=timeout,
+        max_bytes=max_bytes,
+        bearer_token=token,
+        basic_auth=basic,
+        verify=verify,
+        client_cert=cert,
+        headers=tuple((str(k), str(v)) for k, v in headers.items()),
+    )
 
 
 def parse_target(
-    item: Any, doc: Located, path: tuple, errors: list[str], defaults: ScrapeDefaults | None = None,
-) -> TargetSpec | None:  # type: ignore[type-arg]  # fmt: skip
+    item: Any,
+    doc: Located,
+    path: tuple,
+    errors: list[str],
+    defaults: ScrapeDefaults | None = None,
+) -> TargetSpec | None:  # type: ignore[type-arg]
     """A TargetSpec from a URL string or a mapping (the `scrape:` defaults under it); None when invalid."""
     defaults = defaults or ScrapeDefaults()
     where = doc.where(*path)
@@ -153,8 +183,17 @@ def parse_target(
     if len(errors) > before:
         return None
     return TargetSpec(
-        url=url, name=str(item.get("name") or ""), max_num_seqs=mns, slo_itl_p95_s=slos.get("itl_p95"),
-        slo_ttft_p95_s=slos.get("ttft_p95"), model=item.get("model"), model_config=item.get("model_config"),
-        gpu=item.get("gpu"), tensor_parallel=tp, labels={str(k): str(v) for k, v in labels.items()}, http=http, limits=lim,
+        url=url,
+        name=str(item.get("name") or ""),
+        max_num_seqs=mns,
+        slo_itl_p95_s=slos.get("itl_p95"),
+        slo_ttft_p95_s=slos.get("ttft_p95"),
+        model=item.get("model"),
+        model_config=item.get("model_config"),
+        gpu=item.get("gpu"),
+        tensor_parallel=tp,
+        labels={str(k): str(v) for k, v in labels.items()},
+        http=http,
+        limits=lim,
         origin={"": where, **{k: doc.where(*path, k) for k in ("model", "model_config", "gpu") if k in item}},
-    )  # fmt: skip
+    )

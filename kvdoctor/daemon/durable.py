@@ -50,9 +50,12 @@ class StateWriter:
         """Say at start-up, naming the directory, when the state cannot be written (kvdoctor starts anyway)."""
         why = writable(self.path.parent)
         if why:
-            log.warning("state directory %s is not writable (%s): starting without persistence; state and "
-                        "notifications are kept in memory and written once the disk takes them", self.path.parent,
-                        why)  # fmt: skip
+            log.warning(
+                "state directory %s is not writable (%s): starting without persistence; state and "
+                "notifications are kept in memory and written once the disk takes them",
+                self.path.parent,
+                why,
+            )
 
     def save(self, pipeline: Pipeline, history: History | None, force: bool = False) -> bool:
         """Write the state if the disk is due a try (force: now, at shutdown); never raises. True when written."""
@@ -82,8 +85,12 @@ class StateWriter:
 
     def status(self) -> dict[str, Any]:
         """What the status page and /-/ready show of it."""
-        return {"path": str(self.path), "write_failures_total": self.failures_total,
-                "failing_since": self.failing_since, "error": self.last_error}  # fmt: skip
+        return {
+            "path": str(self.path),
+            "write_failures_total": self.failures_total,
+            "failing_since": self.failing_since,
+            "error": self.last_error,
+        }
 
 
 def storage_health(writer: StateWriter | None, notifier: Notifier | None, grace_s: float) -> tuple[dict, str]:  # type: ignore[type-arg]
@@ -94,9 +101,14 @@ def storage_health(writer: StateWriter | None, notifier: Notifier | None, grace_
         files["state"] = writer.status()
     if notifier is not None:
         s = notifier.outbox.stats()
-        files["outbox"] = {"path": str(notifier.outbox.path), "write_failures_total": s["write_failures_total"],
-                           "failing_since": s["failing_since"], "error": s["write_error"], "unsaved": s["unsaved"],
-                           "quarantined_total": s["quarantined_total"]}  # fmt: skip
+        files["outbox"] = {
+            "path": str(notifier.outbox.path),
+            "write_failures_total": s["write_failures_total"],
+            "failing_since": s["failing_since"],
+            "error": s["write_error"],
+            "unsaved": s["unsaved"],
+            "quarantined_total": s["quarantined_total"],
+        }
     now = time.time()
     for name, f in files.items():
         if f["failing_since"] is not None and now - f["failing_since"] >= grace_s:

@@ -61,8 +61,14 @@ def kubeconfig_problem(sd: KubernetesSD) -> str | None:
 class PodWatcher:
     """Keeps the pods of one namespace that one kubernetes_sd entry selects, on a thread of its own."""
 
-    def __init__(self, api: client.ApiClient, sd: KubernetesSD, namespace: str, watch_timeout_s: int = 300,
-                 max_backoff_s: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        api: client.ApiClient,
+        sd: KubernetesSD,
+        namespace: str,
+        watch_timeout_s: int = 300,
+        max_backoff_s: float = 30.0,
+    ) -> None:
         from kubernetes import client
 
         self.core, self.sd, self.namespace = client.CoreV1Api(api), sd, namespace
@@ -132,8 +138,9 @@ class PodWatcher:
             log.warning("kubernetes_sd %s: %s: %s: %s", self.namespace, what, type(exc).__name__, exc)
 
     def _list(self) -> str:
-        resp = self.core.list_namespaced_pod(self.namespace, label_selector=self.sd.selector,
-                                             _preload_content=False, _request_timeout=30)  # fmt: skip
+        resp = self.core.list_namespaced_pod(
+            self.namespace, label_selector=self.sd.selector, _preload_content=False, _request_timeout=30
+        )
         body = json.loads(resp.data)  # type: ignore[attr-defined]  # _preload_content=False: the raw response
         with self._lock:
             self._pods = {_key(p): p for p in body.get("items") or []}
@@ -146,10 +153,14 @@ class PodWatcher:
 
         self._watch = w = watch.Watch()
         stream = w.stream(
-            self.core.list_namespaced_pod, self.namespace, label_selector=self.sd.selector, resource_version=rv,
-            allow_watch_bookmarks=True, timeout_seconds=self.watch_timeout_s,
+            self.core.list_namespaced_pod,
+            self.namespace,
+            label_selector=self.sd.selector,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout_s,
             _request_timeout=(10, self.watch_timeout_s + 30),
-        )  # fmt: skip
+        )
         for event in stream:
             if self._stop.is_set():
                 break
@@ -172,8 +183,13 @@ def _key(pod: dict[str, Any]) -> str:
 class KubeDiscovery:
     """Every kubernetes_sd entry's watchers (one per namespace); credentials are loaded at once, start() watches."""
 
-    def __init__(self, sds: list[KubernetesSD], watch_timeout_s: int = 300,
-                 environ: Mapping[str, str] | None = None, sa_dir: Path = SA_DIR) -> None:  # fmt: skip
+    def __init__(
+        self,
+        sds: list[KubernetesSD],
+        watch_timeout_s: int = 300,
+        environ: Mapping[str, str] | None = None,
+        sa_dir: Path = SA_DIR,
+    ) -> None:
         self.sds = sds
         self.watchers: list[PodWatcher] = []
         for sd in sds:

@@ -26,8 +26,13 @@ class Pace:
         self._warned: float | None = None
         self._calm = 0
 
-    def run(self, cycle: Callable[[], None], interval: Callable[[], float], stop: threading.Event,
-            wake: threading.Event) -> None:  # fmt: skip
+    def run(
+        self,
+        cycle: Callable[[], None],
+        interval: Callable[[], float],
+        stop: threading.Event,
+        wake: threading.Event,
+    ) -> None:
         """Call cycle every interval() seconds until stop is set; wake set means the interval changed."""
         next_t = time.monotonic()
         while not stop.is_set():
@@ -57,8 +62,12 @@ class Pace:
             self._calm = 0
             if self._warned is None or now - self._warned > WARN_EVERY_S:
                 self._warned = now
-                log.warning("a cycle took %.2fs of the %gs interval: evaluation is close to falling behind "
-                            "(fewer targets per kvdoctor, a longer interval, or --source prometheus)", duration, interval)  # fmt: skip
+                log.warning(
+                    "a cycle took %.2fs of the %gs interval: evaluation is close to falling behind "
+                    "(fewer targets per kvdoctor, a longer interval, or --source prometheus)",
+                    duration,
+                    interval,
+                )
         elif self._warned is not None and duration < CLEAR_INTERVAL * interval:
             self._calm += 1
             if self._calm == CALM_CYCLES:

@@ -56,9 +56,12 @@ def load_everything(
 
 
 def load_off_thread(
-    cfg_path: str | None, overrides: dict[str, Any], running: Config, stop: threading.Event,
+    cfg_path: str | None,
+    overrides: dict[str, Any],
+    running: Config,
+    stop: threading.Event,
     timeout_s: float = RELOAD_DEADLINE_S,
-) -> tuple[Config, list[RuleGroup]]:  # fmt: skip
+) -> tuple[Config, list[RuleGroup]]:
     """load_everything and refuse_unless_applicable on a thread of its own; refused (ConfigError) past timeout_s
     or once stop is set.
 
@@ -130,8 +133,18 @@ def changes(old: Config, new: Config) -> list[str]:
     for what, names in (("added", added), ("removed", removed), ("changed", changed)):
         if names:
             out.append(f"targets {what}: {', '.join(names[:5])}{' …' if len(names) > 5 else ''}")
-    for attr in ("scrape", "scrape_max_connections", "file_sd", "kubernetes_sd", "rules", "job", "web_config", "prometheus",
-                 "external_url", "runbook_url"):  # fmt: skip
+    for attr in (
+        "scrape",
+        "scrape_max_connections",
+        "file_sd",
+        "kubernetes_sd",
+        "rules",
+        "job",
+        "web_config",
+        "prometheus",
+        "external_url",
+        "runbook_url",
+    ):
         if getattr(old, attr) != getattr(new, attr):
             out.append(f"{NAMES.get(attr, attr)} changed")
     if old.notify != new.notify:

@@ -244,8 +244,12 @@ def capped(
             if key not in warned:
                 warned.add(key)
                 news.setdefault(h.total_timeout, []).append(name)
-            h = replace(h, total_timeout=interval, read_timeout=min(h.read_timeout, interval),
-                        connect_timeout=min(h.connect_timeout, interval))  # fmt: skip
+            h = replace(
+                h,
+                total_timeout=interval,
+                read_timeout=min(h.read_timeout, interval),
+                connect_timeout=min(h.connect_timeout, interval),
+            )
             spec = replace(spec, http=h)
         out[name] = spec
     for timeout, names in news.items():  # one line per setting, not one per target of a large fleet
@@ -255,8 +259,14 @@ def capped(
             if len(names) == 1
             else f"{len(names)} targets ({', '.join(names[:3])}{more})"
         )
-        log.warning("%s: scrape timeout %gs is longer than the %gs interval; using %gs (set the target's "
-                    "`timeout:` or `scrape.timeout` to at most the interval)", who, timeout, interval, interval)  # fmt: skip
+        log.warning(
+            "%s: scrape timeout %gs is longer than the %gs interval; using %gs (set the target's "
+            "`timeout:` or `scrape.timeout` to at most the interval)",
+            who,
+            timeout,
+            interval,
+            interval,
+        )
     return out
 
 

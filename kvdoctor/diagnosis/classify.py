@@ -149,15 +149,27 @@ class Classifier:
             self._fail(target.name, "advise", exc)
             advice = []
         return Finding(
-            name, a.labels.get("severity", "warning"), a.annotations.get("summary", name),
-            a.annotations.get("description", ""), _round(evidence), advice, a.annotations.get("runbook_url", ""),
-            bottleneck, a.active_at,
-        )  # fmt: skip
+            name,
+            a.labels.get("severity", "warning"),
+            a.annotations.get("summary", name),
+            a.annotations.get("description", ""),
+            _round(evidence),
+            advice,
+            a.annotations.get("runbook_url", ""),
+            bottleneck,
+            a.active_at,
+        )
 
     def _advice(
-        self, a: Alert, name: str, bottleneck: str, ev: dict[str, float], evidence: dict[str, float | str],
-        target: Target, per_engine: Engines,
-    ) -> list[Advice]:  # fmt: skip
+        self,
+        a: Alert,
+        name: str,
+        bottleneck: str,
+        ev: dict[str, float],
+        evidence: dict[str, float | str],
+        target: Target,
+        per_engine: Engines,
+    ) -> list[Advice]:
         """The finding's advice, adding to its evidence what the advice rests on."""
         evidence.update(engines.explain(bottleneck, per_engine) if bottleneck else {})
         if bottleneck == "kv_cache":
@@ -204,11 +216,13 @@ class Classifier:
 
 def _down(target: Target) -> Finding:
     return Finding(
-        "target_down", "critical", f"vLLM target {target.name} is down",
+        "target_down",
+        "critical",
+        f"vLLM target {target.name} is down",
         f"The last scrape failed: {target.last_error or 'no answer'}.",
         {"error": target.last_error},
         [Advice("", FINDINGS["target_down"].advice)],
-    )  # fmt: skip
+    )
 
 
 def _python_findings(target: Target, model: str, ev: dict[str, float]) -> list[Finding]:
@@ -216,12 +230,14 @@ def _python_findings(target: Target, model: str, ev: dict[str, float]) -> list[F
     if target.missing:
         out.append(
             Finding(
-                "metrics_missing", "warning", f"Expected vLLM metrics missing on {target.name}",
+                "metrics_missing",
+                "warning",
+                f"Expected vLLM metrics missing on {target.name}",
                 "Without them kvdoctor cannot tell some limits apart: " + ", ".join(target.missing),
                 {"missing": ", ".join(target.missing)},
                 [Advice("", FINDINGS["metrics_missing"].advice)],
             )
-        )  # fmt: skip
+        )
     live = target.live
     if (
         live
@@ -237,13 +253,18 @@ def _python_findings(target: Target, model: str, ev: dict[str, float]) -> list[F
             text = max_model_len_finding_text(limit, None if exact else high, p99)
             out.append(
                 Finding(
-                    "max_model_len_oversized", "info",
-                    f"--max-model-len on {target.name} is {limit / p99:.0f}× the p99 request length", text,
-                    {"max_model_len": float(limit), "request_p99_tokens": round(p99, 1),
-                     "requests_observed": float(live.requests_observed)},
+                    "max_model_len_oversized",
+                    "info",
+                    f"--max-model-len on {target.name} is {limit / p99:.0f}× the p99 request length",
+                    text,
+                    {
+                        "max_model_len": float(limit),
+                        "request_p99_tokens": round(p99, 1),
+                        "requests_observed": float(live.requests_observed),
+                    },
                     advise.kv_cache(live, target.facts.estimate, ev)[:1],
                 )
-            )  # fmt: skip
+            )
     return out
 
 

@@ -57,9 +57,14 @@ class Target:
         return self.facts.labels
 
     def record(
-        self, t: float, up: bool, error: str = "", duration_s: float | None = None,
-        samples: int | None = None, limit: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        t: float,
+        up: bool,
+        error: str = "",
+        duration_s: float | None = None,
+        samples: int | None = None,
+        limit: str | None = None,
+    ) -> None:
         """Count one look at the target at t: a success, or a failure and why (limit: the one it went over)."""
         self.up, self.last_error = up, "" if up else (error or "scrape failed")
         if up:

@@ -70,8 +70,12 @@ def to_alert(
     # Annotations carry the text as written (receivers' templates escape for their medium, as for Prometheus'
     # own alerts); the runbook link only if it is a web URL, never javascript: or data:.
     runbook = str(a.get("runbook", ""))
-    annotations = {"summary": a.get("summary", ""), "description": a.get("description", ""), "advice": advice,
-                   "runbook_url": runbook if runbook.startswith(("https://", "http://")) else ""}  # fmt: skip
+    annotations = {
+        "summary": a.get("summary", ""),
+        "description": a.get("description", ""),
+        "advice": advice,
+        "runbook_url": runbook if runbook.startswith(("https://", "http://")) else "",
+    }
     ends = (
         a["resolved_at"]
         if a.get("status") == "resolved" and a.get("resolved_at")
@@ -156,9 +160,12 @@ class AlertmanagerSink:
 
     def send_test(self, now: float) -> list[tuple[bool, str]]:
         """Push a short-lived test alert (KvdoctorTest, endsAt now + 1m): kvdoctor's own, not a vLLM finding."""
-        alert = {"labels": {"alertname": "KvdoctorTest", "severity": "info"},
-                 "annotations": {"summary": "kvdoctor test notification"},
-                 "startsAt": rfc3339(now), "endsAt": rfc3339(now + 60)}  # fmt: skip
+        alert = {
+            "labels": {"alertname": "KvdoctorTest", "severity": "info"},
+            "annotations": {"summary": "kvdoctor test notification"},
+            "startsAt": rfc3339(now),
+            "endsAt": rfc3339(now + 60),
+        }
         return self.post([alert])
 
     def close(self, timeout: float = 5.0) -> None:

@@ -136,8 +136,12 @@ def _links(ev: Event, a: dict[str, Any], links: Links) -> list[str]:
         out.append(f"<{link_url(links.status_page_url)}/?{urlencode(q)}|Status page>")
     if links.grafana_url:
         sep = "&" if "?" in links.grafana_url else "?"
-        g = {"var-target": q["target"], "var-model_name": q["model_name"],
-             "from": int(ev.opened - 900) * 1000, "to": "now" if ev.kind != "resolved" else int(ev.t + 300) * 1000}  # fmt: skip
+        g = {
+            "var-target": q["target"],
+            "var-model_name": q["model_name"],
+            "from": int(ev.opened - 900) * 1000,
+            "to": "now" if ev.kind != "resolved" else int(ev.t + 300) * 1000,
+        }
         out.append(f"<{link_url(links.grafana_url)}{sep}{urlencode(g)}|Grafana>")
     if str(a.get("runbook", "")).startswith(("https://", "http://")):  # no javascript: or slack:// links
         out.append(f"<{link_url(a['runbook'])}|Runbook>")
@@ -227,8 +231,14 @@ def validate(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def probe_message(links: Links, where: str = "kvdoctor") -> tuple[str, list[dict[str, Any]]]:
     """A test message proving the sink is configured (kvdoctor notify test)."""
     text = f"kvdoctor test notification from {escape(where)}: Slack delivery works."
-    extra = [x for x in (links.status_page_url and f"<{link_url(links.status_page_url)}|Status page>",
-                         links.grafana_url and f"<{link_url(links.grafana_url)}|Grafana>") if x]  # fmt: skip
+    extra = [
+        x
+        for x in (
+            links.status_page_url and f"<{link_url(links.status_page_url)}|Status page>",
+            links.grafana_url and f"<{link_url(links.grafana_url)}|Grafana>",
+        )
+        if x
+    ]
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": "kvdoctor test notification"}},
         _text_section(text),

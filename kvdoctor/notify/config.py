@@ -226,9 +226,22 @@ def _routes(raw: Any, errors: list[str]) -> tuple[Route, ...]:
 
 
 _TOP = {
-    "enabled", "slack", "alertmanager", "for", "for_overrides", "resolve_after", "repeat_interval",
-    "update_interval", "group_by", "silences", "routes", "status_page_url", "grafana_url", "outbox_path", "retry",
-}  # fmt: skip
+    "enabled",
+    "slack",
+    "alertmanager",
+    "for",
+    "for_overrides",
+    "resolve_after",
+    "repeat_interval",
+    "update_interval",
+    "group_by",
+    "silences",
+    "routes",
+    "status_page_url",
+    "grafana_url",
+    "outbox_path",
+    "retry",
+}
 
 
 def parse_notify_config(section: dict | None, env: Mapping[str, str]) -> tuple[NotifyConfig, list[str]]:
@@ -242,8 +255,12 @@ def parse_notify_config(section: dict | None, env: Mapping[str, str]) -> tuple[N
             out["enabled"] = n["enabled"]
         else:
             errors.append("notify.enabled: must be true or false")
-    for key, attr in (("for", "for_"), ("resolve_after", "resolve_after"), ("repeat_interval", "repeat_interval"),
-                      ("update_interval", "update_interval")):  # fmt: skip
+    for key, attr in (
+        ("for", "for_"),
+        ("resolve_after", "resolve_after"),
+        ("repeat_interval", "repeat_interval"),
+        ("update_interval", "update_interval"),
+    ):
         if key in n and (d := parse_duration(n[key], f"notify.{key}", errors)) is not None:
             out[attr] = d
     if "for_overrides" in n:

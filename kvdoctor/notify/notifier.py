@@ -24,8 +24,15 @@ log = redacting_logger("kvdoctor.notify")
 class Notifier:
     """Lifecycle + durable outbox + delivery worker + Alertmanager pusher, restart-safe via state_dir."""
 
-    def __init__(self, config: NotifyConfig, state_dir: str | Path, clock: Callable[[], float] = time.time, *,
-                 start: bool = True, slack_retry_backoff: float = 0.5) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: NotifyConfig,
+        state_dir: str | Path,
+        clock: Callable[[], float] = time.time,
+        *,
+        start: bool = True,
+        slack_retry_backoff: float = 0.5,
+    ) -> None:
         self.config, self.clock = config, clock
         path = Path(config.outbox_path) if config.outbox_path else Path(state_dir) / "notify.sqlite"
         self.outbox = Outbox(path)

@@ -57,14 +57,21 @@ def write(db: sqlite3.Connection, u: Unsaved) -> None:
     """Write what is unsaved in one transaction (the caller rolls back if it raises)."""
     db.execute("BEGIN IMMEDIATE")
     for key, (_, incident, sink, payload, created, attempts) in u.items.items():
-        db.execute("INSERT OR IGNORE INTO outbox (key, incident, sink, payload, created, attempts) "
-                   "VALUES (?,?,?,?,?,?)", (key, incident, sink, json.dumps(payload), created, attempts))  # fmt: skip
+        db.execute(
+            "INSERT OR IGNORE INTO outbox (key, incident, sink, payload, created, attempts) "
+            "VALUES (?,?,?,?,?,?)",
+            (key, incident, sink, json.dumps(payload), created, attempts),
+        )
     for key, m in u.marks.items():
-        db.execute("UPDATE outbox SET status=?, attempts=attempts+?, last_error=?, done_at=? WHERE key=?",
-                   (m.status, m.attempts, m.error, m.at, key))  # fmt: skip
+        db.execute(
+            "UPDATE outbox SET status=?, attempts=attempts+?, last_error=?, done_at=? WHERE key=?",
+            (m.status, m.attempts, m.error, m.at, key),
+        )
     for (incident, sink), (channel, ts) in u.threads.items():
-        db.execute("INSERT OR REPLACE INTO threads (incident, sink, channel, ts) VALUES (?,?,?,?)",
-                   (incident, sink, channel, ts))  # fmt: skip
+        db.execute(
+            "INSERT OR REPLACE INTO threads (incident, sink, channel, ts) VALUES (?,?,?,?)",
+            (incident, sink, channel, ts),
+        )
     if u.state is not None:
         db.execute("INSERT OR REPLACE INTO kv (k, v) VALUES ('lifecycle', ?)", (json.dumps(u.state),))
     db.execute("COMMIT")

@@ -58,11 +58,20 @@ class SlackSink:
         self.web: WebClient | None = None
         self.hook: WebhookClient | None = None
         if config.token:
-            self.web = WebClient(token=config.token.reveal(), base_url=config.base_url, timeout=int(max(1, config.timeout)),
-                                 logger=sdk_log, retry_handlers=handlers)  # fmt: skip
+            self.web = WebClient(
+                token=config.token.reveal(),
+                base_url=config.base_url,
+                timeout=int(max(1, config.timeout)),
+                logger=sdk_log,
+                retry_handlers=handlers,
+            )
         elif config.webhook_url:
-            self.hook = WebhookClient(config.webhook_url.reveal(), timeout=int(max(1, config.timeout)),
-                                      logger=sdk_log, retry_handlers=handlers)  # fmt: skip
+            self.hook = WebhookClient(
+                config.webhook_url.reveal(),
+                timeout=int(max(1, config.timeout)),
+                logger=sdk_log,
+                retry_handlers=handlers,
+            )
 
     def wants(self, ev: Event) -> bool:
         """Webhooks cannot thread, so they get firing, repeat and resolved but not every update."""
@@ -103,8 +112,9 @@ class SlackSink:
             ev = Event(**{**ev.to_dict(), "kind": "firing" if ev.kind != "resolved" else ev.kind})
         if root is None:
             text, blocks = event_message(ev, self.links)
-            resp = self.web.chat_postMessage(channel=ev.channel or self.config.channel, text=text, blocks=blocks,
-                                             unfurl_links=False)  # fmt: skip
+            resp = self.web.chat_postMessage(
+                channel=ev.channel or self.config.channel, text=text, blocks=blocks, unfurl_links=False
+            )
             outbox.set_thread(ev.incident, SINK, str(resp["channel"]), str(resp["ts"]))
             return Result(True)
         if ev.kind == "firing":
@@ -114,8 +124,14 @@ class SlackSink:
             text, blocks = event_message(ev, self.links)
             self.web.chat_update(channel=channel, ts=ts, text=text, blocks=blocks)
         text, blocks = event_message(ev, self.links, root=False)
-        self.web.chat_postMessage(channel=channel, thread_ts=ts, text=text, blocks=blocks,
-                                  reply_broadcast=ev.kind == "repeat", unfurl_links=False)  # fmt: skip
+        self.web.chat_postMessage(
+            channel=channel,
+            thread_ts=ts,
+            text=text,
+            blocks=blocks,
+            reply_broadcast=ev.kind == "repeat",
+            unfurl_links=False,
+        )
         return Result(True)
 
     def send_test(self) -> tuple[bool, str]:

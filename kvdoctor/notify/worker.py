@@ -37,8 +37,15 @@ class Sink(Protocol):
 class Worker:
     """A daemon thread that delivers pending items; a failing incident waits, the others proceed."""
 
-    def __init__(self, outbox: Outbox, sinks: dict[str, Sink], *, initial: float = 2.0, cap: float = 300.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        outbox: Outbox,
+        sinks: dict[str, Sink],
+        *,
+        initial: float = 2.0,
+        cap: float = 300.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.outbox, self.sinks = outbox, sinks
         self.initial, self.cap, self.monotonic = initial, cap, monotonic
         self._wake = threading.Event()
@@ -85,8 +92,12 @@ class Worker:
             elif res.poison:  # not the sink's fault: it blocks neither its incident nor the others
                 if item.attempts + 1 >= QUARANTINE_AFTER:
                     self.outbox.quarantine(item.id, res.error)
-                    log.error("notification %s quarantined after %d attempts: %s", item.key, item.attempts + 1,
-                              res.error)  # fmt: skip
+                    log.error(
+                        "notification %s quarantined after %d attempts: %s",
+                        item.key,
+                        item.attempts + 1,
+                        res.error,
+                    )
                 else:
                     self.outbox.failed(item.id, res.error)
                     next_due = self.initial if next_due is None else min(next_due, self.initial)

@@ -130,12 +130,21 @@ class Calls:
 # The instant-vector functions besides MATH; with RANGE_FUNCTIONS and MATH the one table of what is supported,
 # read by dispatch above and by the load-time check (check.py).
 INSTANT_FUNCTIONS: dict[str, Callable[[Calls, str, list[Any], int], Value]] = {
-    "time": Calls._fn_time, "vector": Calls._fn_vector, "scalar": Calls._fn_scalar_of,
-    "histogram_quantile": Calls._fn_histogram_quantile, "clamp": Calls._fn_clamp, "clamp_min": Calls._fn_clamp,
-    "clamp_max": Calls._fn_clamp, "round": Calls._fn_round, "label_replace": Calls._fn_label_replace,
-    "label_join": Calls._fn_label_join, "absent": Calls._fn_absent, "absent_over_time": Calls._fn_absent_over_time,
-    "sort": Calls._fn_sort, "sort_desc": Calls._fn_sort,
-}  # fmt: skip
+    "time": Calls._fn_time,
+    "vector": Calls._fn_vector,
+    "scalar": Calls._fn_scalar_of,
+    "histogram_quantile": Calls._fn_histogram_quantile,
+    "clamp": Calls._fn_clamp,
+    "clamp_min": Calls._fn_clamp,
+    "clamp_max": Calls._fn_clamp,
+    "round": Calls._fn_round,
+    "label_replace": Calls._fn_label_replace,
+    "label_join": Calls._fn_label_join,
+    "absent": Calls._fn_absent,
+    "absent_over_time": Calls._fn_absent_over_time,
+    "sort": Calls._fn_sort,
+    "sort_desc": Calls._fn_sort,
+}
 
 
 def is_supported(name: str) -> bool:

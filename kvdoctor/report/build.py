@@ -95,20 +95,37 @@ def build_report(
         "kvdoctor_report": VERSION,
         "source": history.source,
         "generated": _iso(now if now is not None else time.time()),
-        "range": {"start": start, "end": end, "start_iso": _iso(start), "end_iso": _iso(end),
-                  "hours": round((end - start) / 3600, 4), "first_hour": span[0], "last_hour": span[1]},
-        "prices": {"gpu_hour_usd": prices.gpu_hour_usd, "gpus_per_target": prices.gpus_per_target,
-                   "api_price_in_usd_per_1m": prices.api_in_usd, "api_price_out_usd_per_1m": prices.api_out_usd},
+        "range": {
+            "start": start,
+            "end": end,
+            "start_iso": _iso(start),
+            "end_iso": _iso(end),
+            "hours": round((end - start) / 3600, 4),
+            "first_hour": span[0],
+            "last_hour": span[1],
+        },
+        "prices": {
+            "gpu_hour_usd": prices.gpu_hour_usd,
+            "gpus_per_target": prices.gpus_per_target,
+            "api_price_in_usd_per_1m": prices.api_in_usd,
+            "api_price_out_usd_per_1m": prices.api_out_usd,
+        },
         "headroom": prices.headroom,
         "capacity": {m: {"generation_tokens_per_s_per_replica": c, "basis": b} for m, (c, b) in caps.items()},
         "targets": entries,
         "fleet": fleet,
         "hourly": [
-            {"start": h.start, "start_iso": _iso(h.start), "requests": round(h.requests),
-             "prompt_tokens": round(h.prompt_tokens), "generation_tokens": round(h.generation_tokens),
-             "generation_tokens_per_s": round(hour_tps(h, wall.get(h.start)), 3),
-             "replicas_needed": hourly_needed.get(h.start) if known_cap else None,
-             "hours": {c: round(s / 3600, 4) for c, s in h.seconds.items()}, "covered_s": covered(h)}
+            {
+                "start": h.start,
+                "start_iso": _iso(h.start),
+                "requests": round(h.requests),
+                "prompt_tokens": round(h.prompt_tokens),
+                "generation_tokens": round(h.generation_tokens),
+                "generation_tokens_per_s": round(hour_tps(h, wall.get(h.start)), 3),
+                "replicas_needed": hourly_needed.get(h.start) if known_cap else None,
+                "hours": {c: round(s / 3600, 4) for c, s in h.seconds.items()},
+                "covered_s": covered(h),
+            }
             for h in fleet_hours.values()
         ],
         "timeline": [
@@ -116,6 +133,6 @@ def build_report(
             for k, kh in keys.items()
         ],
         "incidents": all_incidents,
-    }  # fmt: skip
+    }
     doc["recommendations"], doc["notes"] = recommendations(doc, prices)
     return doc

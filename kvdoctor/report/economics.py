@@ -117,7 +117,7 @@ def costs(summary: dict[str, Any], size: dict[str, Any], prices: Prices) -> dict
         "cost_per_1m_prompt_tokens_if_idle_unpaid_usd": _per_1m(busy_cost, prompt),
         "api_cost_usd": None,
         "break_even_traffic_multiple": None,
-    }  # fmt: skip
+    }
     if prices.api_in_usd is not None and prices.api_out_usd is not None:
         api = round(prompt / 1e6 * prices.api_in_usd + gen / 1e6 * prices.api_out_usd, 4)
         out["api_cost_usd"] = api

@@ -49,16 +49,28 @@ def render_markdown(doc: dict[str, Any]) -> str:
         for i, rec in enumerate(doc["recommendations"], 1)
     ]
     out += [f"> {md(n)}" for n in doc["notes"]]
-    out += ["", "## Time per class (hours)", "", "| target | model | " + " | ".join(CLASSES) + " | total | idle share |",
-            "|---|---|" + "---:|" * (len(CLASSES) + 2)]  # fmt: skip
+    out += [
+        "",
+        "## Time per class (hours)",
+        "",
+        "| target | model | " + " | ".join(CLASSES) + " | total | idle share |",
+        "|---|---|" + "---:|" * (len(CLASSES) + 2),
+    ]
     for e in rows:
         h = e["hours"]
-        out.append(f"| {e['target']} | {e['model_name']} | " + " | ".join(_n(h[c], 2) for c in CLASSES)
-                   + f" | {_n(h['total'], 2)} | {_pct(e['idle_share'])} |")  # fmt: skip
-    out += ["", "## Traffic and capacity use", "",
-            "| target | requests | prompt tokens | generation tokens | tokens/s | peak hour tokens/s | peak/mean "
-            "| hours without traffic | KV p90 / max | running/cap max | sustained tokens/s |",
-            "|---|" + "---:|" * 10]  # fmt: skip
+        out.append(
+            f"| {e['target']} | {e['model_name']} | "
+            + " | ".join(_n(h[c], 2) for c in CLASSES)
+            + f" | {_n(h['total'], 2)} | {_pct(e['idle_share'])} |"
+        )
+    out += [
+        "",
+        "## Traffic and capacity use",
+        "",
+        "| target | requests | prompt tokens | generation tokens | tokens/s | peak hour tokens/s | peak/mean "
+        "| hours without traffic | KV p90 / max | running/cap max | sustained tokens/s |",
+        "|---|" + "---:|" * 10,
+    ]
     for e in rows:
         kv, util = e["kv_usage"], e["running_over_cap"]
         out.append(
@@ -69,15 +81,27 @@ def render_markdown(doc: dict[str, Any]) -> str:
         )
     busiest = f["busiest_hour"]
     if busiest:
-        out += ["", f"Busiest hour {busiest['start_iso']}: KV peaked at {_pct(busiest['kv_usage_max'])} "
-                f"({busiest['kv_cache_closeness']:.2f} of the KV limit), running/cap {_pct(busiest['batch_cap_closeness'])}, "
-                + (f"ITL at {_n(busiest['itl_ratio_max'], 2)}× its baseline"
-                   if busiest["itl_ratio_max"] else "no ITL baseline learned yet")
-                + "; minutes at each limit: "
-                + ", ".join(f"{k} {v}" for k, v in busiest["limit_minutes"].items()) + "."]  # fmt: skip
-    out += ["", "## Economics (reservation-based: idle hours are paid)", "",
-            "| target | GPU-hours | cost | per 1M gen | per 1M prompt | idle unpaid | per 1M gen, idle unpaid "
-            "| following traffic | peak / quiet replicas |", "|---|" + "---:|" * 8]  # fmt: skip
+        out += [
+            "",
+            f"Busiest hour {busiest['start_iso']}: KV peaked at {_pct(busiest['kv_usage_max'])} "
+            f"({busiest['kv_cache_closeness']:.2f} of the KV limit), running/cap {_pct(busiest['batch_cap_closeness'])}, "
+            + (
+                f"ITL at {_n(busiest['itl_ratio_max'], 2)}× its baseline"
+                if busiest["itl_ratio_max"]
+                else "no ITL baseline learned yet"
+            )
+            + "; minutes at each limit: "
+            + ", ".join(f"{k} {v}" for k, v in busiest["limit_minutes"].items())
+            + ".",
+        ]
+    out += [
+        "",
+        "## Economics (reservation-based: idle hours are paid)",
+        "",
+        "| target | GPU-hours | cost | per 1M gen | per 1M prompt | idle unpaid | per 1M gen, idle unpaid "
+        "| following traffic | peak / quiet replicas |",
+        "|---|" + "---:|" * 8,
+    ]
     for e in rows:
         out.append(
             f"| {e['target']} | {_n(e['gpu_hours'], 2)} | {_usd(e['cost_usd'])} | {_usd(e['cost_per_1m_generation_tokens_usd'])} "
@@ -86,8 +110,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
             f"| {_n(e['peak_replicas_needed'])} / {_n(e['quiet_replicas_needed'])} |"
         )
     if f["api_cost_usd"] is not None:
-        out += ["", f"API prices would have billed {_usd(f['api_cost_usd'])}; break-even at "
-                f"{_n(f['break_even_traffic_multiple'], 2)}× the traffic."]  # fmt: skip
+        out += [
+            "",
+            f"API prices would have billed {_usd(f['api_cost_usd'])}; break-even at "
+            f"{_n(f['break_even_traffic_multiple'], 2)}× the traffic.",
+        ]
     out += _planned(doc.get("planned"))
     out += ["", "## Incidents", ""]
     if doc["incidents"]:
@@ -95,8 +122,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
             "| start | end | minutes | target | class | finding | explanation |",
             "|---|---|---:|---|---|---|---|",
         ]
-        out += [f"| {i['start_iso']} | {i['end_iso']} | {i['minutes']} | {md(i['target'])} | {i['class']} "
-                f"| {md(i['finding'])} | {md(i['explanation'])} |" for i in doc["incidents"]]  # fmt: skip
+        out += [
+            f"| {i['start_iso']} | {i['end_iso']} | {i['minutes']} | {md(i['target'])} | {i['class']} "
+            f"| {md(i['finding'])} | {md(i['explanation'])} |"
+            for i in doc["incidents"]
+        ]
     else:
         out.append("No limit was hit and no target was down.")
     return "\n".join(out) + "\n"
@@ -107,11 +137,18 @@ def _planned(pl: dict[str, Any] | None) -> list[str]:
     if not pl:
         return []
     slos = ", ".join(f"{k[:-2]} ≤ {v:g} s" for k, v in pl["slos"].items())
-    out = ["", f"## Planned for {slos}", "", "| target | flags | GPU-hours paid | GPU-hours planned | cost paid "
-           "| cost planned |", "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    out = [
+        "",
+        f"## Planned for {slos}",
+        "",
+        "| target | flags | GPU-hours paid | GPU-hours planned | cost paid | cost planned |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for r in pl["targets"]:
         flags = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in r.get("changes", {}).items()) or "as run"
         flags = r.get("why", flags) if not r.get("feasible") and r.get("why") else flags
-        out.append(f"| {r['target']} | {flags} | {_n(r['paid_gpu_hours'], 2)} | {_n(r['gpu_hours'], 2)} "
-                   f"| {_usd(r['paid_cost_usd'])} | {_usd(r['cost_usd'])} |")  # fmt: skip
+        out.append(
+            f"| {r['target']} | {flags} | {_n(r['paid_gpu_hours'], 2)} | {_n(r['gpu_hours'], 2)} "
+            f"| {_usd(r['paid_cost_usd'])} | {_usd(r['cost_usd'])} |"
+        )
     return out

@@ -54,10 +54,13 @@ def _tiles(doc: dict[str, Any]) -> str:
         ("GPU-hours", _n(f["gpu_hours"]), f"idle {_pct(f['idle_share'])}"),
         ("generation tokens", f"{f['generation_tokens']:,}", f"{f['prompt_tokens']:,} prompt"),
         ("requests", f"{f['requests']:,}", f"peak-to-mean {_n(f['peak_to_mean'], 2)}"),
-        ("replicas needed", f"{_n(f['peak_replicas_needed'])} / {_n(f['quiet_replicas_needed'])}",
-         f"peak / quiet, of {f['replicas']}"),
+        (
+            "replicas needed",
+            f"{_n(f['peak_replicas_needed'])} / {_n(f['quiet_replicas_needed'])}",
+            f"peak / quiet, of {f['replicas']}",
+        ),
         ("cost", _usd(f["cost_usd"]), f"{_usd(f['cost_per_1m_generation_tokens_usd'])} per 1M generation"),
-    ]  # fmt: skip
+    ]
     return "".join(
         f'<div class="tile"><div class="label">{html.escape(a)}</div><div class="value">{html.escape(b)}</div>'
         f'<div class="sub">{html.escape(c)}</div></div>'
@@ -74,23 +77,62 @@ def render_html(doc: dict[str, Any], linked: bool = False) -> str:
     rows = [*doc["targets"], {"target": "fleet", "model_name": "", **f}]
     hours_table = _table(
         ["target", "model", *CLASSES, "total", "idle"],
-        [[html.escape(e["target"]), html.escape(e["model_name"]), *(_n(e["hours"][c], 2) for c in CLASSES),
-          _n(e["hours"]["total"], 2), _pct(e["idle_share"])] for e in rows], (0, 1),
-    )  # fmt: skip
+        [
+            [
+                html.escape(e["target"]),
+                html.escape(e["model_name"]),
+                *(_n(e["hours"][c], 2) for c in CLASSES),
+                _n(e["hours"]["total"], 2),
+                _pct(e["idle_share"]),
+            ]
+            for e in rows
+        ],
+        (0, 1),
+    )
     money_table = _table(
-        ["target", "GPU-hours", "cost", "per 1M gen", "per 1M prompt", "idle unpaid", "following traffic",
-         "peak / quiet replicas"],
-        [[html.escape(e["target"]), _n(e["gpu_hours"], 2), _usd(e["cost_usd"]),
-          _usd(e["cost_per_1m_generation_tokens_usd"]), _usd(e["cost_per_1m_prompt_tokens_usd"]),
-          _usd(e["cost_if_idle_unpaid_usd"]), _usd(e["cost_following_traffic_usd"]),
-          f"{_n(e['peak_replicas_needed'])} / {_n(e['quiet_replicas_needed'])}"] for e in rows],
-    )  # fmt: skip
-    incidents = _table(
-        ["start", "end", "min", "target", "class", "explanation"],
-        [[i["start_iso"], i["end_iso"], str(i["minutes"]), html.escape(i["target"]),
-          f'<span class="badge badge-{i["class"]}">{i["class"]}</span>', html.escape(i["explanation"])]
-         for i in doc["incidents"]], (0, 1, 3, 4, 5),
-    ) if doc["incidents"] else "<p>No limit was hit and no target was down.</p>"  # fmt: skip
+        [
+            "target",
+            "GPU-hours",
+            "cost",
+            "per 1M gen",
+            "per 1M prompt",
+            "idle unpaid",
+            "following traffic",
+            "peak / quiet replicas",
+        ],
+        [
+            [
+                html.escape(e["target"]),
+                _n(e["gpu_hours"], 2),
+                _usd(e["cost_usd"]),
+                _usd(e["cost_per_1m_generation_tokens_usd"]),
+                _usd(e["cost_per_1m_prompt_tokens_usd"]),
+                _usd(e["cost_if_idle_unpaid_usd"]),
+                _usd(e["cost_following_traffic_usd"]),
+                f"{_n(e['peak_replicas_needed'])} / {_n(e['quiet_replicas_needed'])}",
+            ]
+            for e in rows
+        ],
+    )
+    incidents = (
+        _table(
+            ["start", "end", "min", "target", "class", "explanation"],
+            [
+                [
+                    i["start_iso"],
+                    i["end_iso"],
+                    str(i["minutes"]),
+                    html.escape(i["target"]),
+                    f'<span class="badge badge-{i["class"]}">{i["class"]}</span>',
+                    html.escape(i["explanation"]),
+                ]
+                for i in doc["incidents"]
+            ],
+            (0, 1, 3, 4, 5),
+        )
+        if doc["incidents"]
+        else "<p>No limit was hit and no target was down.</p>"
+    )
     recs = "".join(
         f"<li>{html.escape(x['text'])}<div class='evidence'>Evidence: {html.escape(x['evidence'])}</div></li>"
         for x in doc["recommendations"]

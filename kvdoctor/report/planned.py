@@ -40,8 +40,12 @@ def planned_target(paths: list[Path], slos: dict[str, float], prices: Prices) ->
     snaps = sorted((s for p in paths for s in recording_snaps(p)), key=lambda s: s.t)
     lo, hi = default_window(snaps)
     history, window = history_before(snaps, lo, hi)
-    planner = Planner(learn(history, window), slos, gpu_hour_usd=prices.gpu_hour_usd,
-                      gpus_per_replica=prices.gpus_per_target)  # fmt: skip
+    planner = Planner(
+        learn(history, window),
+        slos,
+        gpu_hour_usd=prices.gpu_hour_usd,
+        gpus_per_replica=prices.gpus_per_target,
+    )
     best, _ = planner.search(1.0)
     feasible = best is not None
     changes = best.changes if best is not None else {}
@@ -54,14 +58,27 @@ def planned_target(paths: list[Path], slos: dict[str, float], prices: Prices) ->
             found = planner.fewest_replicas(changes, float(f"{load:.2g}"))
             need = found.replicas if found is not None else 0
             feasible = feasible and found is not None
-        hourly.append({"start": start, "load": round(load, 3), "replicas": need or None,
-                       "hours": round(watched_s / 3600, 4)})  # fmt: skip
+        hourly.append(
+            {
+                "start": start,
+                "load": round(load, 3),
+                "replicas": need or None,
+                "hours": round(watched_s / 3600, 4),
+            }
+        )
         replica_s += (need or math.nan) * watched_s
     replica_h = round(replica_s / 3600, 4) if math.isfinite(replica_s) else None
     gpu_h = round(replica_h * prices.gpus_per_target, 4) if replica_h is not None else None
     cost = round(gpu_h * prices.gpu_hour_usd, 2) if gpu_h is not None and prices.gpu_hour_usd else None
-    return {"changes": changes, "feasible": feasible, "replica_hours": replica_h, "gpu_hours": gpu_h,
-            "cost_usd": cost, "hourly": hourly, "simulations": planner.simulations}  # fmt: skip
+    return {
+        "changes": changes,
+        "feasible": feasible,
+        "replica_hours": replica_h,
+        "gpu_hours": gpu_h,
+        "cost_usd": cost,
+        "hourly": hourly,
+        "simulations": planner.simulations,
+    }
 
 
 def planned(
@@ -73,19 +90,35 @@ def planned(
         paths = recordings.get(e["target"])
         if not paths:
             continue
-        row: dict[str, Any] = {"target": e["target"], "model_name": e["model_name"],
-                               "paid_gpu_hours": e["gpu_hours"], "paid_cost_usd": e["cost_usd"]}  # fmt: skip
+        row: dict[str, Any] = {
+            "target": e["target"],
+            "model_name": e["model_name"],
+            "paid_gpu_hours": e["gpu_hours"],
+            "paid_cost_usd": e["cost_usd"],
+        }
         try:
             row.update(planned_target(paths, slos, prices))
         except WindowError as exc:
-            row.update({"feasible": False, "replica_hours": None, "gpu_hours": None, "cost_usd": None,
-                        "why": f"no plan: {exc}"})  # fmt: skip
+            row.update(
+                {
+                    "feasible": False,
+                    "replica_hours": None,
+                    "gpu_hours": None,
+                    "cost_usd": None,
+                    "why": f"no plan: {exc}",
+                }
+            )
         rows.append(row)
 
     def total(key: str) -> float | None:
         vals = [r[key] for r in rows]
         return round(sum(vals), 4) if vals and all(v is not None for v in vals) else None
 
-    doc["planned"] = {"slos": dict(slos), "targets": rows, "gpu_hours": total("gpu_hours"),
-                      "cost_usd": total("cost_usd"), "paid_gpu_hours": total("paid_gpu_hours"),
-                      "paid_cost_usd": total("paid_cost_usd")}  # fmt: skip
+    doc["planned"] = {
+        "slos": dict(slos),
+        "targets": rows,
+        "gpu_hours": total("gpu_hours"),
+        "cost_usd": total("cost_usd"),
+        "paid_gpu_hours": total("paid_gpu_hours"),
+        "paid_cost_usd": total("paid_cost_usd"),
+    }

@@ -137,8 +137,11 @@ def _counters(client: RangeClient, grid: Grid, a: float, b: float, step: float) 
     for what, name in COUNTERS.items():
         for labels, values in client.query_range(name, a, b, step):
             add(what, labels, values)
-        reset_at = {t for _, values in client.query_range(f"resets({name}[{step:g}s]) > 0", a, b, step)
-                    for t, _ in values}  # fmt: skip
+        reset_at = {
+            t
+            for _, values in client.query_range(f"resets({name}[{step:g}s]) > 0", a, b, step)
+            for t, _ in values
+        }
         for t in sorted(reset_at):
             for labels, values in client.query_range_samples(f"{name}[{step:g}s]", t):
                 add(what, labels, values)
@@ -154,8 +157,16 @@ def _step(t: float, dt: float, cls: str, g: dict[str, float]) -> Step:
     elif cls in LIMITS:
         finding = cls  # the limit findings are named after their class
     return Step(
-        t, dt, cls, finding, kv=g.get("kv"), running=g.get("running"), waiting=g.get("waiting"),
-        cap=g.get("cap_configured") or g.get("cap_inferred"), gen_tps=g.get("gen_tps"),
-        itl_p50=g.get("itl_p50"), itl_baseline=g.get("itl_baseline"),
+        t,
+        dt,
+        cls,
+        finding,
+        kv=g.get("kv"),
+        running=g.get("running"),
+        waiting=g.get("waiting"),
+        cap=g.get("cap_configured") or g.get("cap_inferred"),
+        gen_tps=g.get("gen_tps"),
+        itl_p50=g.get("itl_p50"),
+        itl_baseline=g.get("itl_baseline"),
         preemptions_per_s=g.get("preemptions_per_s"),
-    )  # fmt: skip
+    )

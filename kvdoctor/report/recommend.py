@@ -68,9 +68,14 @@ def _scaling(doc: dict[str, Any], prices: Prices) -> dict[str, Any] | None:
         f"{len(heavy)} of {n} replicas were idle at least half the time; the fleet was idle "
         f"{f['idle_share'] * 100:.0f} % of its {_hours(f['gpu_hours'])} GPU-hours."
     )
-    numbers: dict[str, Any] = {"replicas": n, "idle_replicas": len(heavy), "idle_share": f["idle_share"],
-                               "gpu_hours": f["gpu_hours"], "peak_replicas_needed": peak,
-                               "quiet_replicas_needed": quiet}  # fmt: skip
+    numbers: dict[str, Any] = {
+        "replicas": n,
+        "idle_replicas": len(heavy),
+        "idle_share": f["idle_share"],
+        "gpu_hours": f["gpu_hours"],
+        "peak_replicas_needed": peak,
+        "quiet_replicas_needed": quiet,
+    }
     if peak is not None and quiet is not None:
         text += (
             f" The traffic needed {peak} at the peak hour and {quiet} in quiet hours: scale to {quiet} off-peak."
@@ -86,13 +91,23 @@ def _scaling(doc: dict[str, Any], prices: Prices) -> dict[str, Any] | None:
                 text += f": save {_usd(save)}" + (f" ({_usd(week)}/week)" if week is not None else "")
             else:  # the replicas ran busier than the sizing's headroom lets one run: holding it costs more
                 text += f": {_usd(-save)} more, to keep the {prices.headroom:.0%} headroom the sizing holds"
-            numbers.update({"cost_usd": f["cost_usd"], "cost_following_traffic_usd": f["cost_following_traffic_usd"],
-                            "savings_usd": save, "savings_per_week_usd": week})  # fmt: skip
+            numbers.update(
+                {
+                    "cost_usd": f["cost_usd"],
+                    "cost_following_traffic_usd": f["cost_following_traffic_usd"],
+                    "savings_usd": save,
+                    "savings_per_week_usd": week,
+                }
+            )
         text += "."
-    caps = "; ".join(f"{m}: {c['generation_tokens_per_s_per_replica']} tokens/s ({c['basis']})"
-                     for m, c in doc["capacity"].items())  # fmt: skip
-    evidence = (f"time per class per target; hourly generation tokens/s against the throughput one replica "
-                f"sustained ({caps}) with {prices.headroom * 100:.0f} % headroom")  # fmt: skip
+    caps = "; ".join(
+        f"{m}: {c['generation_tokens_per_s_per_replica']} tokens/s ({c['basis']})"
+        for m, c in doc["capacity"].items()
+    )
+    evidence = (
+        f"time per class per target; hourly generation tokens/s against the throughput one replica "
+        f"sustained ({caps}) with {prices.headroom * 100:.0f} % headroom"
+    )
     return _rec("scale_with_traffic", text, numbers, evidence)
 
 
@@ -130,11 +145,19 @@ def _limits(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{e['target']} ({e['model_name'] or 'no model'}) hit {NAMES[cls]} {len(items)} time(s) for "
                 f"{hours:.2f} h ({in_peak} in the busiest hour); the longest: {worst['explanation']}. {ADVICE[cls]}."
             )
-            out.append(_rec(
-                f"limit_{cls}", text,
-                {"target": e["target"], "incidents": len(items), "hours": hours, "in_busiest_hour": in_peak},
-                f"incidents of {cls} from {worst['start_iso']} to {worst['end_iso']} (finding {worst['finding']})",
-            ))  # fmt: skip
+            out.append(
+                _rec(
+                    f"limit_{cls}",
+                    text,
+                    {
+                        "target": e["target"],
+                        "incidents": len(items),
+                        "hours": hours,
+                        "in_busiest_hour": in_peak,
+                    },
+                    f"incidents of {cls} from {worst['start_iso']} to {worst['end_iso']} (finding {worst['finding']})",
+                )
+            )
     return out
 
 
@@ -142,9 +165,17 @@ def _economics(doc: dict[str, Any], prices: Prices) -> dict[str, Any] | None:
     f = doc["fleet"]
     if f["cost_usd"] is None:
         return None
-    numbers = {k: f[k] for k in ("cost_usd", "cost_if_idle_unpaid_usd", "cost_per_1m_generation_tokens_usd",
-                                 "cost_per_1m_generation_tokens_if_idle_unpaid_usd", "api_cost_usd",
-                                 "break_even_traffic_multiple")}  # fmt: skip
+    numbers = {
+        k: f[k]
+        for k in (
+            "cost_usd",
+            "cost_if_idle_unpaid_usd",
+            "cost_per_1m_generation_tokens_usd",
+            "cost_per_1m_generation_tokens_if_idle_unpaid_usd",
+            "api_cost_usd",
+            "break_even_traffic_multiple",
+        )
+    }
     per_1m = f["cost_per_1m_generation_tokens_usd"]
     text = (
         f"Reserved, the fleet cost {_usd(f['cost_usd'])} for {f['generation_tokens']:,} generation tokens"
@@ -163,10 +194,15 @@ def _economics(doc: dict[str, Any], prices: Prices) -> dict[str, Any] | None:
                 room = sum(cap) / len(cap) * (1 - prices.headroom) * f["hours"]["total"] * 3600
                 room_multiple = round(room / f["generation_tokens"], 1)
                 numbers["capacity_traffic_multiple"] = room_multiple
-                text += (f", and the fleet's sustained capacity allows {room_multiple:.1f}×"
-                         + (" — the API is cheaper for this traffic shape." if room_multiple < multiple else "."))  # fmt: skip
+                text += f", and the fleet's sustained capacity allows {room_multiple:.1f}×" + (
+                    " — the API is cheaper for this traffic shape." if room_multiple < multiple else "."
+                )
             else:
                 text += "."
-    return _rec("economics", text, numbers,
-                f"reservation-based: {f['gpu_hours']:.1f} GPU-hours × {_usd(prices.gpu_hour_usd or 0)}/GPU-hour, "
-                "idle hours included")  # fmt: skip
+    return _rec(
+        "economics",
+        text,
+        numbers,
+        f"reservation-based: {f['gpu_hours']:.1f} GPU-hours × {_usd(prices.gpu_hour_usd or 0)}/GPU-hour, "
+        "idle hours included",
+    )

@@ -103,11 +103,20 @@ def incidents(segments: list[Segment], target: str, model: str) -> list[dict[str
     out = []
     for s in segments:
         if s.cls in (*LIMITS, "down"):
-            out.append({
-                "target": target, "model_name": model, "class": s.cls, "start": s.start, "end": s.end,
-                "start_iso": _iso(s.start), "end_iso": _iso(s.end), "minutes": round((s.end - s.start) / 60, 1),
-                "finding": s.finding or s.cls, "explanation": explain(s),
-            })  # fmt: skip
+            out.append(
+                {
+                    "target": target,
+                    "model_name": model,
+                    "class": s.cls,
+                    "start": s.start,
+                    "end": s.end,
+                    "start_iso": _iso(s.start),
+                    "end_iso": _iso(s.end),
+                    "minutes": round((s.end - s.start) / 60, 1),
+                    "finding": s.finding or s.cls,
+                    "explanation": explain(s),
+                }
+            )
     return out
 
 
@@ -115,11 +124,15 @@ def explain(s: Segment) -> str:
     """One line naming the numbers behind a segment's finding."""
     p = s.peak
     if s.cls == "kv_cache":
-        return (f"KV cache full: usage peaked at {pct(p.get('kv', 0))} with {p.get('waiting', 0):.0f} "
-                f"waiting and {p.get('preemptions_per_s', 0):.2f} preemptions/s")  # fmt: skip
+        return (
+            f"KV cache full: usage peaked at {pct(p.get('kv', 0))} with {p.get('waiting', 0):.0f} "
+            f"waiting and {p.get('preemptions_per_s', 0):.2f} preemptions/s"
+        )
     if s.cls == "batch_cap":
-        return (f"batch cap: {p.get('running', 0):.0f} running (cap {p.get('cap', 0):.0f}) with "
-                f"{p.get('waiting', 0):.0f} waiting while KV peaked at {pct(p.get('kv', 0))}")  # fmt: skip
+        return (
+            f"batch cap: {p.get('running', 0):.0f} running (cap {p.get('cap', 0):.0f}) with "
+            f"{p.get('waiting', 0):.0f} waiting while KV peaked at {pct(p.get('kv', 0))}"
+        )
     if s.cls == "compute":
         return f"compute: inter-token latency well above its light-load baseline with {p.get('running', 0):.0f} running"
     return "target down: scrapes failed"
@@ -177,16 +190,19 @@ def summarize(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> d
 def _closeness(h: Hour, wall: dict[int, float] | None) -> dict[str, Any]:
     """How near the busiest hour came to each limit (1.0 = at the pack's threshold)."""
     return {
-        "start": h.start, "start_iso": _iso(h.start),
+        "start": h.start,
+        "start_iso": _iso(h.start),
         "generation_tokens_per_s": round(hour_tps(h, wall.get(h.start) if wall else None), 3),
-        "kv_usage_max": round(h.kv_max, 4), "kv_cache_closeness": round(h.kv_max / KV_LIMIT, 3),
-        "running_max": h.running_max, "cap": h.cap or None,
+        "kv_usage_max": round(h.kv_max, 4),
+        "kv_cache_closeness": round(h.kv_max / KV_LIMIT, 3),
+        "running_max": h.running_max,
+        "cap": h.cap or None,
         "batch_cap_closeness": round(h.util_max, 3) if h.cap else None,
         "itl_ratio_max": round(h.itl_ratio_max, 3) or None,
         "compute_closeness": round(h.itl_ratio_max / ITL_LIMIT, 3) if h.itl_ratio_max else None,
         "waiting_max": h.waiting_max,
         "limit_minutes": {c: round(h.seconds.get(c, 0.0) / 60, 1) for c in LIMITS},
-    }  # fmt: skip
+    }
 
 
 def traffic_shape(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> dict[str, Any]:
@@ -209,7 +225,13 @@ def traffic_shape(hours: dict[int, Hour], wall: dict[int, float] | None = None) 
     return {
         "hour_of_day": [mean(by_hod[i]) if i in by_hod else None for i in range(24)],
         "day_of_week": {DAYS[i]: mean(by_dow[i]) if i in by_dow else None for i in range(7)},
-        "heatmap": [{"day": DAYS[d], "hour": hr, "generation_tokens_per_s": mean(v)} for (d, hr), v in sorted(cells.items())],
-        "median_hour_generation_tokens_per_s": round(quantile(0.5, [v for vs in by_hod.values() for v in vs]), 3)
-        if by_hod else None,
-    }  # fmt: skip
+        "heatmap": [
+            {"day": DAYS[d], "hour": hr, "generation_tokens_per_s": mean(v)}
+            for (d, hr), v in sorted(cells.items())
+        ],
+        "median_hour_generation_tokens_per_s": round(
+            quantile(0.5, [v for vs in by_hod.values() for v in vs]), 3
+        )
+        if by_hod
+        else None,
+    }

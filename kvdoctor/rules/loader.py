@@ -192,8 +192,18 @@ def _load_rule(path: Path, group: str, node: yaml.Node, errors: list[str]) -> Ru
             errors.append(f"{where}: template in {k!r}: {exc}")
     if len(errors) > before:
         return None
-    return Rule(name, kind, str(expr), ast, str(path), line, durations.get("for", 0.0),
-                durations.get("keep_firing_for", 0.0), labels, annotations)  # fmt: skip
+    return Rule(
+        name,
+        kind,
+        str(expr),
+        ast,
+        str(path),
+        line,
+        durations.get("for", 0.0),
+        durations.get("keep_firing_for", 0.0),
+        labels,
+        annotations,
+    )
 
 
 def _string_map(

@@ -119,9 +119,14 @@ class PromClient:
         h = self.http
         try:
             resp = self.session.post(
-                self.base + path, data=form, auth=self._auth, verify=h.verify, cert=h.client_cert,
-                timeout=(h.connect_timeout, h.read_timeout), allow_redirects=True,
-            )  # fmt: skip
+                self.base + path,
+                data=form,
+                auth=self._auth,
+                verify=h.verify,
+                cert=h.client_cert,
+                timeout=(h.connect_timeout, h.read_timeout),
+                allow_redirects=True,
+            )
         except requests.exceptions.SSLError as exc:
             raise SourceError(f"{self.base}: TLS error: {_short(str(exc))}") from None
         except requests.exceptions.Timeout:

@@ -38,17 +38,30 @@ class DiagnosisCollector:
     def collect(self) -> Iterator[Metric]:
         """Build every family from the current snapshot."""
         snap = self.state.snapshot()
-        one_hot = GaugeMetricFamily("kvdoctor_bottleneck", "Current bottleneck per target and model (one-hot).",
-                                    labels=["target", "model_name", "bottleneck"])  # fmt: skip
+        one_hot = GaugeMetricFamily(
+            "kvdoctor_bottleneck",
+            "Current bottleneck per target and model (one-hot).",
+            labels=["target", "model_name", "bottleneck"],
+        )
         code = GaugeMetricFamily("kvdoctor_bottleneck_code", CODE_HELP, labels=["target", "model_name"])
-        since = GaugeMetricFamily("kvdoctor_bottleneck_since_timestamp_seconds", "When the current bottleneck started.",
-                                  labels=["target", "model_name"])  # fmt: skip
-        finding = GaugeMetricFamily("kvdoctor_finding", "Findings that hold now (1).",
-                                    labels=["target", "model_name", "finding", "severity"])  # fmt: skip
+        since = GaugeMetricFamily(
+            "kvdoctor_bottleneck_since_timestamp_seconds",
+            "When the current bottleneck started.",
+            labels=["target", "model_name"],
+        )
+        finding = GaugeMetricFamily(
+            "kvdoctor_finding",
+            "Findings that hold now (1).",
+            labels=["target", "model_name", "finding", "severity"],
+        )
         fams = {k: GaugeMetricFamily(n, h, labels=["target", "model_name"]) for k, (n, h) in gauges().items()}
-        error = GaugeMetricFamily("kvdoctor_prediction_error_ratio", "After a restart with a new configuration: "
-                                  "|predicted - measured| / measured, per quantity, of the what-if prediction for "
-                                  "that change.", labels=["target", "model_name", "quantity"])  # fmt: skip
+        error = GaugeMetricFamily(
+            "kvdoctor_prediction_error_ratio",
+            "After a restart with a new configuration: "
+            "|predicted - measured| / measured, per quantity, of the what-if prediction for "
+            "that change.",
+            labels=["target", "model_name", "quantity"],
+        )
         for d in snap["diagnoses"]:
             for f in d.findings:
                 for k, v in f.evidence.items():
@@ -80,24 +93,41 @@ class DiagnosisCollector:
         dur = GaugeMetricFamily(
             "kvdoctor_target_scrape_duration_seconds", "Duration of the last scrape.", labels=["target"]
         )
-        last = GaugeMetricFamily("kvdoctor_target_last_success_timestamp_seconds", "Unix time of the last successful scrape.",
-                                 labels=["target"])  # fmt: skip
+        last = GaugeMetricFamily(
+            "kvdoctor_target_last_success_timestamp_seconds",
+            "Unix time of the last successful scrape.",
+            labels=["target"],
+        )
         errs = CounterMetricFamily(
             "kvdoctor_target_scrape_errors", "Failed scrapes of the target.", labels=["target"]
         )
-        info = GaugeMetricFamily("kvdoctor_target_info", "Target facts: its URL (no credentials) and configured labels.",
-                                 labels=["target", "url"])  # fmt: skip
-        samples = GaugeMetricFamily("kvdoctor_target_scrape_samples",
-                                    "Samples in the last scrape (0 when it failed or was refused).", labels=["target"])  # fmt: skip
-        refused = CounterMetricFamily("kvdoctor_target_scrape_limit_exceeded",
-                                      "Scrapes refused whole for going over a limit (sample_limit, label_limit, "
-                                      "label_value_length_limit).", labels=["target", "limit"])  # fmt: skip
-        invalid = CounterMetricFamily("kvdoctor_target_invalid_values",
-                                      "Values of the target left out of every computation but PromQL (NaN, ±Inf, "
-                                      "negative, absurd), per metric.", labels=["target", "metric"])  # fmt: skip
-        steps = CounterMetricFamily("kvdoctor_target_step_failures",
-                                    "Per-target steps of a cycle that failed alone (classify, advise, history, "
-                                    "whatif).", labels=["target", "step"])  # fmt: skip
+        info = GaugeMetricFamily(
+            "kvdoctor_target_info",
+            "Target facts: its URL (no credentials) and configured labels.",
+            labels=["target", "url"],
+        )
+        samples = GaugeMetricFamily(
+            "kvdoctor_target_scrape_samples",
+            "Samples in the last scrape (0 when it failed or was refused).",
+            labels=["target"],
+        )
+        refused = CounterMetricFamily(
+            "kvdoctor_target_scrape_limit_exceeded",
+            "Scrapes refused whole for going over a limit (sample_limit, label_limit, "
+            "label_value_length_limit).",
+            labels=["target", "limit"],
+        )
+        invalid = CounterMetricFamily(
+            "kvdoctor_target_invalid_values",
+            "Values of the target left out of every computation but PromQL (NaN, ±Inf, "
+            "negative, absurd), per metric.",
+            labels=["target", "metric"],
+        )
+        steps = CounterMetricFamily(
+            "kvdoctor_target_step_failures",
+            "Per-target steps of a cycle that failed alone (classify, advise, history, whatif).",
+            labels=["target", "step"],
+        )
         for name, t in sorted(snap["targets"].items()):
             for metric, n in sorted(t.invalid_values_total.items()):
                 invalid.add_metric([name, metric], float(n))
@@ -171,8 +201,11 @@ class DiagnosisCollector:
 
 def storage_families(snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
     """Failed writes per file kvdoctor keeps (state, outbox), and outbox items put aside as unreadable."""
-    fails = CounterMetricFamily("kvdoctor_state_write_failures", "Writes of kvdoctor's own files that the disk "
-                                "refused (retried with backoff; the daemon goes on).", labels=["file"])  # fmt: skip
+    fails = CounterMetricFamily(
+        "kvdoctor_state_write_failures",
+        "Writes of kvdoctor's own files that the disk refused (retried with backoff; the daemon goes on).",
+        labels=["file"],
+    )
     quarantined = CounterMetricFamily(
         "kvdoctor_outbox_quarantined", "Outbox items put aside because no sink can read or render them."
     )

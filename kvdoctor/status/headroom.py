@@ -20,16 +20,32 @@ LABELS = ["target", "model_name"]
 
 def families(snap: dict[str, Any]) -> list[Metric]:
     """Headroom, replicas needed and their timestamps from the diagnoses' evidence; the fleet's; the counters."""
-    ratio = GaugeMetricFamily("kvdoctor_slo_headroom_ratio", "The load multiple of today's traffic at which the "
-                              "SLO breaks (what-if simulation of today's configuration).", labels=[*LABELS, "slo"])  # fmt: skip
-    needed = GaugeMetricFamily("kvdoctor_replicas_needed", "Replicas of today's configuration that hold every "
-                               "configured SLO at today's traffic.", labels=LABELS)  # fmt: skip
-    when = GaugeMetricFamily("kvdoctor_slo_headroom_timestamp_seconds", "When the headroom and replicas needed "
-                             "were computed; absent series mean no trusted result.", labels=LABELS)  # fmt: skip
-    fleet_ratio = GaugeMetricFamily("kvdoctor_fleet_slo_headroom_ratio", "The smallest SLO headroom among the "
-                                    "model's targets.", labels=["model_name", "slo"])  # fmt: skip
-    fleet_needed = GaugeMetricFamily("kvdoctor_fleet_replicas_needed", "Replicas needed summed over the model's "
-                                     "targets (only when every one with SLOs has a result).", labels=["model_name"])  # fmt: skip
+    ratio = GaugeMetricFamily(
+        "kvdoctor_slo_headroom_ratio",
+        "The load multiple of today's traffic at which the "
+        "SLO breaks (what-if simulation of today's configuration).",
+        labels=[*LABELS, "slo"],
+    )
+    needed = GaugeMetricFamily(
+        "kvdoctor_replicas_needed",
+        "Replicas of today's configuration that hold every configured SLO at today's traffic.",
+        labels=LABELS,
+    )
+    when = GaugeMetricFamily(
+        "kvdoctor_slo_headroom_timestamp_seconds",
+        "When the headroom and replicas needed were computed; absent series mean no trusted result.",
+        labels=LABELS,
+    )
+    fleet_ratio = GaugeMetricFamily(
+        "kvdoctor_fleet_slo_headroom_ratio",
+        "The smallest SLO headroom among the model's targets.",
+        labels=["model_name", "slo"],
+    )
+    fleet_needed = GaugeMetricFamily(
+        "kvdoctor_fleet_replicas_needed",
+        "Replicas needed summed over the model's targets (only when every one with SLOs has a result).",
+        labels=["model_name"],
+    )
     per_model: dict[str, list[dict[str, float]]] = defaultdict(list)
     complete: dict[str, bool] = defaultdict(lambda: True)
     for d in snap["diagnoses"]:
@@ -56,11 +72,17 @@ def families(snap: dict[str, Any]) -> list[Metric]:
         for k in sorted(slos):
             fleet_ratio.add_metric([model, k[len(EVIDENCE) :]], min(e[k] for e in evs if k in e))
     stats = snap.get("headroom_stats", {})
-    dropped = CounterMetricFamily("kvdoctor_headroom_requests_dropped", "Headroom requests dropped, oldest "
-                                  "first, because the worker's queue was full.")  # fmt: skip
+    dropped = CounterMetricFamily(
+        "kvdoctor_headroom_requests_dropped",
+        "Headroom requests dropped, oldest first, because the worker's queue was full.",
+    )
     dropped.add_metric([], float(stats.get("dropped", 0)))
-    runs = CounterMetricFamily("kvdoctor_headroom_computations", "Headroom results: simulated, or shared with a "
-                               "target of the same model, configuration, traffic and SLOs.", labels=["outcome"])  # fmt: skip
+    runs = CounterMetricFamily(
+        "kvdoctor_headroom_computations",
+        "Headroom results: simulated, or shared with a "
+        "target of the same model, configuration, traffic and SLOs.",
+        labels=["outcome"],
+    )
     for outcome in ("computed", "shared"):
         runs.add_metric([outcome], float(stats.get(outcome, 0)))
     queued = GaugeMetricFamily("kvdoctor_headroom_queue_length", "Headroom requests waiting for the worker.")

@@ -49,10 +49,18 @@ def catalogue(groups: list[RuleGroup]) -> list[FindingInfo]:
         anchor = urlsplit(a.get("runbook_url", "")).fragment or name
         out.append(
             FindingInfo(
-                name, anchor, labels.get("severity", "warning"), a.get("summary", name), a.get("description", ""),
-                a.get("advice", ""), evidence_for(name), labels.get("bottleneck", ""), tuple(rs), own.get(name),
+                name,
+                anchor,
+                labels.get("severity", "warning"),
+                a.get("summary", name),
+                a.get("description", ""),
+                a.get("advice", ""),
+                evidence_for(name),
+                labels.get("bottleneck", ""),
+                tuple(rs),
+                own.get(name),
             )
-        )  # fmt: skip
+        )
     for name, k in own.items():
         if name not in rules:
             out.append(FindingInfo(name, name, k.severity, "", k.meaning, k.advice, k.evidence, kvdoctor=k))

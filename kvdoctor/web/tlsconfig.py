@@ -23,9 +23,21 @@ CLIENT_AUTH = {
 }
 # Python's ssl verifies every client certificate it asks for, so "ask but do not verify" cannot be offered.
 UNVERIFIED_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
-TLS_KEYS = ("cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type", "client_ca_file",
-            "cipher_suites", "curve_preferences", "min_version", "max_version", "prefer_server_cipher_suites",
-            "client_allowed_sans")  # fmt: skip
+TLS_KEYS = (
+    "cert",
+    "key",
+    "client_ca",
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "cipher_suites",
+    "curve_preferences",
+    "min_version",
+    "max_version",
+    "prefer_server_cipher_suites",
+    "client_allowed_sans",
+)
 TLS = tuple[
     ssl.SSLContext, list[str], tuple[str, ...]
 ]  # context, client_allowed_sans, files it was read from
@@ -47,14 +59,25 @@ def parse_tls(raw: Any, base: Path, err: Callable[[str, str], None]) -> TLS | No
     for k in raw:
         if k not in TLS_KEYS:
             bad(str(k), "unknown key")
-    for k in ("cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type", "client_ca_file",
-              "min_version", "max_version"):  # fmt: skip
+    for k in (
+        "cert",
+        "key",
+        "client_ca",
+        "cert_file",
+        "key_file",
+        "client_auth_type",
+        "client_ca_file",
+        "min_version",
+        "max_version",
+    ):
         if raw.get(k) is not None and not isinstance(raw[k], str):
             bad(k, "must be a string")
     if errors:
         return None
-    if not any(raw.get(k) for k in ("cert", "key", "client_ca", "cert_file", "key_file", "client_ca_file",
-                                    "client_auth_type")):  # fmt: skip
+    if not any(
+        raw.get(k)
+        for k in ("cert", "key", "client_ca", "cert_file", "key_file", "client_ca_file", "client_auth_type")
+    ):
         return None  # exporter-toolkit: no TLS settings means plain HTTP
     for k in ("cipher_suites", "curve_preferences"):
         if raw.get(k):
@@ -70,8 +93,11 @@ def parse_tls(raw: Any, base: Path, err: Callable[[str, str], None]) -> TLS | No
     auth = raw.get("client_auth_type") or ""
     has_ca = bool(raw.get("client_ca_file") or raw.get("client_ca"))
     if auth in UNVERIFIED_AUTH:
-        bad("client_auth_type", f"{auth} is not supported by kvdoctor (Python's ssl verifies every client "
-                                "certificate it asks for); use VerifyClientCertIfGiven or RequireAndVerifyClientCert")  # fmt: skip
+        bad(
+            "client_auth_type",
+            f"{auth} is not supported by kvdoctor (Python's ssl verifies every client "
+            "certificate it asks for); use VerifyClientCertIfGiven or RequireAndVerifyClientCert",
+        )
     elif auth not in CLIENT_AUTH:
         bad(
             "client_auth_type",
@@ -122,8 +148,9 @@ def parse_tls(raw: Any, base: Path, err: Callable[[str, str], None]) -> TLS | No
     return None if errors else (ctx, allowed, tuple(files.values()))
 
 
-def _load_chain(ctx: ssl.SSLContext, cert_file: str | None, cert: str | None, key_file: str | None,
-                key: str | None) -> None:  # fmt: skip
+def _load_chain(
+    ctx: ssl.SSLContext, cert_file: str | None, cert: str | None, key_file: str | None, key: str | None
+) -> None:
     # ssl only loads certificates from files, so inline PEM goes through a private temporary directory.
     with tempfile.TemporaryDirectory() as tmp:
         if not cert_file:

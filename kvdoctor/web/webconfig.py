@@ -168,8 +168,11 @@ def _headers(raw: dict[str, Any], err: Callable[[str, str], None]) -> dict[str, 
     if "http2" in http and not isinstance(http["http2"], bool):
         err("http_server_config.http2", "must be true or false")
     elif http.get("http2"):  # refused, not silently ignored: an operator asking for HTTP/2 would not get it
-        err("http_server_config.http2", "HTTP/2 is not supported: kvdoctor serves HTTP/1.1 (keep-alive); "
-            "remove the key or set it to false")  # fmt: skip
+        err(
+            "http_server_config.http2",
+            "HTTP/2 is not supported: kvdoctor serves HTTP/1.1 (keep-alive); "
+            "remove the key or set it to false",
+        )
     headers = http.get("headers") or {}
     if not isinstance(headers, dict):
         err("http_server_config.headers", "must be a mapping of header name to value")

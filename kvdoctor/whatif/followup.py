@@ -18,8 +18,12 @@ SETTLE_S = 30.0  # steady traffic after the restart before the new configuration
 SAME_LOAD = 1.5  # before and after loads further apart than this are not compared
 RAMP_S = 10.0  # skipped after the restart while the queue refills
 SHOWN = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "generation_tokens_per_s")
-LABELS = {"ttft_p50_s": "TTFT p50", "ttft_p95_s": "TTFT p95", "itl_p50_s": "ITL p50",
-          "generation_tokens_per_s": "throughput"}  # fmt: skip
+LABELS = {
+    "ttft_p50_s": "TTFT p50",
+    "ttft_p95_s": "TTFT p95",
+    "itl_p50_s": "ITL p50",
+    "generation_tokens_per_s": "throughput",
+}
 
 
 @dataclass

@@ -65,8 +65,11 @@ class Headroom:
         need = (
             f"more than {MAX_REPLICAS} replicas" if n is None else f"`{n}` replica(s)"
         ) + " hold every SLO"
-        return Advice("", f"Headroom: {'; '.join(parts)}; {need} now ({self.replicas_now} run).",
-                      source="what-if simulation of the recent window")  # fmt: skip
+        return Advice(
+            "",
+            f"Headroom: {'; '.join(parts)}; {need} now ({self.replicas_now} run).",
+            source="what-if simulation of the recent window",
+        )
 
 
 class HeadroomWorker:
@@ -114,8 +117,12 @@ class HeadroomWorker:
     def stats(self) -> dict[str, int]:
         """Counters for kvdoctor's own /metrics."""
         with self._lock:
-            return {"dropped": self.dropped_total, "computed": self.computed_total, "shared": self.shared_total,
-                    "queued": len(self._queue)}  # fmt: skip
+            return {
+                "dropped": self.dropped_total,
+                "computed": self.computed_total,
+                "shared": self.shared_total,
+                "queued": len(self._queue),
+            }
 
     def _want(self, target: str, model: str, slos: dict[str, float], seqs: int | None, t: float) -> None:
         with self._lock:
@@ -203,5 +210,15 @@ def _fingerprint(
     """What decides the answer: model, engine settings, the traffic (to 2 significant figures) and the SLOs."""
     w = infer_workload(window)
     e, _ = infer_engine(window, seqs)
-    return (model, e, w.kind, _sig2(w.rate_per_s), w.population, _sig2(w.prompt.mean), _sig2(w.output.mean),
-            _sig2(w.prefix_hit_ratio), max(1, window[-1].engines), tuple(sorted(slos.items())))  # fmt: skip
+    return (
+        model,
+        e,
+        w.kind,
+        _sig2(w.rate_per_s),
+        w.population,
+        _sig2(w.prompt.mean),
+        _sig2(w.output.mean),
+        _sig2(w.prefix_hit_ratio),
+        max(1, window[-1].engines),
+        tuple(sorted(slos.items())),
+    )

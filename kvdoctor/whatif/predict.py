@@ -84,8 +84,10 @@ def _r(v: float) -> float | None:
 
 
 def _engine(e: Engine) -> str:
-    return (f"max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_num_batched_tokens}, "
-            f"{e.num_gpu_blocks} blocks of {e.block_size} tokens, max_model_len {e.max_model_len}")  # fmt: skip
+    return (
+        f"max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_num_batched_tokens}, "
+        f"{e.num_gpu_blocks} blocks of {e.block_size} tokens, max_model_len {e.max_model_len}"
+    )
 
 
 @dataclass
@@ -164,8 +166,15 @@ def predict(
     gpu: GpuSpec | None = None,
 ) -> Prediction:
     """Learn workload and engine from the window, step times from the history; simulate before and after."""
-    basis = learn(history, window, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                  seed=seed, model=model, gpu=gpu)  # fmt: skip
+    basis = learn(
+        history,
+        window,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        seed=seed,
+        model=model,
+        gpu=gpu,
+    )
     workload, engine, step, replicas = basis.workload, basis.engine, basis.step, basis.replicas
     duration, buckets, sigma, measured = basis.duration_s, basis.buckets, basis.sigma, basis.measured
     after, w_after, r_after, change_notes = knobs.apply(

@@ -114,14 +114,24 @@ def check(d: Diagnosis, effects: dict[str, tuple[Relief, Effect]]) -> Finding | 
         f"{checked}_relief_gain": round(lat, 3),
     }
     return Finding(
-        "relief_check", "info", summary,
+        "relief_check",
+        "info",
+        summary,
         f"The rule pack names {rule} from its thresholds; the what-if simulation of each relief says "
         f"{checked.replace('_', ' ')} is what limits here: {eff.summary()} for {relief.text}, "
         f"{better.summary()} for {better_relief.text}.",
-        evidence, [Advice(_flag(checked), f"{better_relief.text} first: {better.summary()}", "what-if",
-                          dict(better_relief.change), better)],
+        evidence,
+        [
+            Advice(
+                _flag(checked),
+                f"{better_relief.text} first: {better.summary()}",
+                "what-if",
+                dict(better_relief.change),
+                better,
+            )
+        ],
         bottleneck="",
-    )  # fmt: skip
+    )
 
 
 def lead_with(d: Diagnosis, finding: Finding) -> None:

@@ -193,8 +193,11 @@ def _solve_nonneg(rows: list[Row], prior: list[float], strength: list[float]) ->
     """
     free = list(range(len(prior)))
     while True:
-        sol = _solve([([x[j] for j in free], y, w) for x, y, w in rows], [prior[j] for j in free],
-                     [strength[j] for j in free])  # fmt: skip
+        sol = _solve(
+            [([x[j] for j in free], y, w) for x, y, w in rows],
+            [prior[j] for j in free],
+            [strength[j] for j in free],
+        )
         worst = min(range(len(free)), key=lambda i: sol[i])
         if sol[worst] >= 0 or len(free) == 1:
             out = [0.0] * len(prior)

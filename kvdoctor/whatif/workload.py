@@ -104,8 +104,10 @@ def infer_workload(snaps: list[Snap]) -> Workload:
     held = sum(1 for x in inside if abs(x - med) <= 0.1 * med) / len(inside) if med > 0 else 0.0
     if queued >= PERSISTENT_QUEUE and held >= HELD:
         n = max(1, round(med))
-        why = (f"closed loop: running + waiting held at {n} in {held:.0%} of scrapes while requests waited in "
-               f"{queued:.0%} of them, so clients wait for answers; more capacity raises their rate")  # fmt: skip
+        why = (
+            f"closed loop: running + waiting held at {n} in {held:.0%} of scrapes while requests waited in "
+            f"{queued:.0%} of them, so clients wait for answers; more capacity raises their rate"
+        )
         return Workload("closed", done / dt, n, 0.0, prompt, output, hit, why)
     top = max(inside)
     at_top = sum(1 for x in inside if x >= top) / len(inside)
@@ -114,8 +116,10 @@ def infer_workload(snaps: list[Snap]) -> Workload:
         n = round(top)
         e2e = mean_of(a, b, "vllm:e2e_request_latency_seconds")
         think = max(0.0, n / (done / dt) - e2e) if math.isfinite(e2e) else 0.0
-        why = (f"closed loop: running + waiting never above {n} and at it in {at_top:.0%} of scrapes, so {n} "
-               f"clients wait for answers (≈{think:.2g} s between an answer and the next request)")  # fmt: skip
+        why = (
+            f"closed loop: running + waiting never above {n} and at it in {at_top:.0%} of scrapes, so {n} "
+            f"clients wait for answers (≈{think:.2g} s between an answer and the next request)"
+        )
         return Workload("closed", done / dt, n, think, prompt, output, hit, why)
     k = max(
         1, len(inside) // 6
@@ -142,8 +146,10 @@ def bound_duration(
     for w, replicas in workloads:
         per_engine = w.rate_per_s / max(1, replicas)
         if w.kind == "closed" and w.population / max(1, replicas) > MAX_POPULATION:
-            raise WindowError(f"a closed loop of {w.population} clients is more than the what-if simulates "
-                              f"({MAX_POPULATION} per engine): are running/waiting exported right?")  # fmt: skip
+            raise WindowError(
+                f"a closed loop of {w.population} clients is more than the what-if simulates "
+                f"({MAX_POPULATION} per engine): are running/waiting exported right?"
+            )
         if w.kind == "open":
             rate = max(rate, per_engine)
     if rate * (warmup_s + duration_s) <= MAX_SIM_REQUESTS:
@@ -154,8 +160,10 @@ def bound_duration(
             f"{rate:.3g} requests/s per engine would need more than {MAX_SIM_REQUESTS} simulated requests for "
             f"{MIN_BOUNDED_S:g} s after the warm-up; is the request counter right?"
         )
-    return bounded, (f"{rate:.3g} requests/s per engine: simulated {bounded:.0f} s instead of {duration_s:.0f} s "
-                     f"to stay within {MAX_SIM_REQUESTS} simulated requests")  # fmt: skip
+    return bounded, (
+        f"{rate:.3g} requests/s per engine: simulated {bounded:.0f} s instead of {duration_s:.0f} s "
+        f"to stay within {MAX_SIM_REQUESTS} simulated requests"
+    )
 
 
 def infer_engine(
