@@ -61,6 +61,7 @@ def _signals(*items: Signal) -> dict[str, Signal]:
     return {s.key: s for s in items}
 
 
+# A data table, one Signal a line as the registry reads best (fmt: skip keeps ruff from splitting it).
 SIGNALS: dict[str, Signal] = _signals(
     Signal("kv_usage", "KV cache usage", "pct", "kvdoctor:kv_usage:ratio", short="KV usage",
            metric="kvdoctor_kv_cache_usage_ratio", help="KV-cache usage 0-1 (rule kvdoctor:kv_usage:ratio from vllm:kv_cache_usage_perc).",
@@ -170,6 +171,7 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("prediction_error_ttft_p95_s", "TTFT p95 prediction error", "pct", short="TTFT p95 error"),
 )  # fmt: skip
 
+# A data table too: one FindingKind an entry, its prose as written (fmt: skip).
 FINDINGS: dict[str, FindingKind] = {
     f.name: f
     for f in (

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from kvdoctor.whatif.blocks import FreedBlocks
 
 # vLLM's own histogram buckets (vllm/v1/metrics/loggers.py), used when a recording does not carry them.
+# Data tables, kept as vLLM writes them (fmt: skip) rather than one number a line.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -74,8 +75,17 @@ class StepModel:
 
     def scaled(self, factor: float) -> StepModel:
         """The same shape with every coefficient multiplied by factor."""
-        return StepModel(self.c0 * factor, self.c_decode * factor, self.c_prefill * factor, self.c_kv * factor,
-                         self.c_attn * factor, self.source, self.residual_ratio, self.points, self.notes)  # fmt: skip
+        return StepModel(
+            self.c0 * factor,
+            self.c_decode * factor,
+            self.c_prefill * factor,
+            self.c_kv * factor,
+            self.c_attn * factor,
+            self.source,
+            self.residual_ratio,
+            self.points,
+            self.notes,
+        )
 
 
 @dataclass(frozen=True)
@@ -106,8 +116,16 @@ class Workload:
 
     def scaled(self, factor: float) -> Workload:
         """The same traffic grown by factor (more clients, or a higher rate)."""
-        return Workload(self.kind, self.rate_per_s * factor, max(1, round(self.population * factor)),
-                        self.think_s, self.prompt, self.output, self.prefix_hit_ratio, self.why)  # fmt: skip
+        return Workload(
+            self.kind,
+            self.rate_per_s * factor,
+            max(1, round(self.population * factor)),
+            self.think_s,
+            self.prompt,
+            self.output,
+            self.prefix_hit_ratio,
+            self.why,
+        )
 
 
 @dataclass
