@@ -128,5 +128,4 @@ def refused_url() -> str:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    time.sleep(0.01)
     return f"http://127.0.0.1:{port}/metrics"

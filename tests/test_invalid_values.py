@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from kvdoctor.web import WebServer
 from tests.faults import FaultServer
 from tests.notify_support.alertmanager import running_alertmanager
 from tests.support.daemon import watched
+from tests.support.wait import until
 from tests.test_web_page import CHROMIUM, Cards, chromium
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
@@ -59,17 +59,6 @@ def strict_json(text: str) -> object:
         raise AssertionError(f"{constant} in JSON")
 
     return json.loads(text, parse_constant=refuse)
-
-
-def until(pred, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    """Poll pred() until it is truthy (returned) or the deadline passes (AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout}s")
 
 
 def kv_alert_for(target: str):  # type: ignore[no-untyped-def]

@@ -3,7 +3,6 @@ changes, a 410 Gone and a dropped watch; and the daemon diagnoses the pods it fo
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from kvdoctor.daemon.kubesd import KubeDiscovery
 from kvdoctor.daemon.runner import Daemon
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.rules.loader import default_rule_files, load_files
+from tests.support import wait
 from tests.support.clock import ManualClock
 from tests.support.kubeapi import KubeAPI, make_pod, self_signed
 
@@ -28,13 +28,7 @@ STACK = {
 
 def until(what: Callable[[], object], timeout: float = 10.0) -> object:
     """Poll until what() is truthy (the watch runs on its own thread); fail with its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value or time.monotonic() > deadline:
-            assert value, f"condition never held; last value {value!r}"
-            return value
-        time.sleep(0.02)
+    return wait.until(what, timeout=timeout, step=0.02)
 
 
 @pytest.fixture

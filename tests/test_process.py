@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import requests
 
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.rules.loader import default_rule_files
+from tests.support.wait import until
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "kvdoctor" / "demo"
@@ -28,17 +28,13 @@ def free_port() -> int:
 
 
 def wait_for(url: str, timeout: float = 20.0) -> requests.Response:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            r = requests.get(url, timeout=1)
-            if r.status_code == 200:
-                return r
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{url} never answered 200")
-        time.sleep(0.2)
+    def ok() -> requests.Response | None:
+        r = requests.get(url, timeout=1)
+        return r if r.status_code == 200 else None
+
+    return until(
+        ok, timeout=timeout, step=0.2, what=f"{url} to answer 200", ignore=(requests.RequestException,)
+    )
 
 
 def metric(text: str, name: str) -> float:
@@ -67,13 +63,11 @@ def test_sighup_reload_keeps_last_good_and_sigterm_drains(tmp_path):
         )
         rules.write_text("groups: [{name: g, rules: [{record: x, expr: 'sum(rate(y[5m])'}]}]\n")
         os.kill(proc.pid, signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while (
-            metric(requests.get(f"{base}/metrics", timeout=5).text, "kvdoctor_config_last_reload_successful")
-            != 0
-        ):
-            assert time.monotonic() < deadline, "SIGHUP did not reload"
-            time.sleep(0.2)
+        until(
+            lambda: metric(requests.get(f"{base}/metrics", timeout=5).text, "kvdoctor_config_last_reload_successful")
+            == 0,
+            timeout=10, step=0.2, what="SIGHUP to reload (and fail)",
+        )  # fmt: skip
         assert requests.get(f"{base}/-/healthy", timeout=5).status_code == 200  # still serving the old pack
         rules.write_text(default_rule_files()[0].read_text())
         assert requests.post(f"{base}/-/reload", timeout=10).status_code == 200

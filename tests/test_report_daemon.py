@@ -6,7 +6,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,9 @@ from kvdoctor.daemon.runner import Daemon
 from kvdoctor.ingest.fetch import HttpOptions
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.rules.loader import default_rule_files, load_files
+from tests.support.clock import ManualClock
 from tests.support.daemon import watched
+from tests.support.wait import until
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
 
@@ -28,10 +30,10 @@ def kv_server(shared_032: Path) -> Iterator[ReplayServer]:
     server.stop()
 
 
-def _daemon(url: str, state: Path) -> Daemon:
+def _daemon(url: str, state: Path, clock: Callable[[], float] = time.time) -> Daemon:
     cfg = Config(targets=[TargetSpec(url=url, name="gpu-1", http=FAST)], interval_s=1.0, state_file=str(state),
                  listen="127.0.0.1:0")  # fmt: skip
-    return Daemon(cfg, load_files(default_rule_files()))
+    return Daemon(cfg, load_files(default_rule_files()), clock=clock)
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -46,12 +48,22 @@ def _seconds(d: Daemon, cls: str) -> float:
     return sum(h.seconds.get(cls, 0.0) for kh in d.history.keys.values() for h in kh.hours.values())
 
 
-def test_history_survives_a_restart_and_is_served(kv_server: ReplayServer, tmp_path: Path) -> None:
+def test_history_survives_a_restart_and_is_served(
+    kv_server: ReplayServer, shared_032: Path, tmp_path: Path
+) -> None:
     state = tmp_path / "state.json"
-    d = watched(_daemon(kv_server.url, state), "gpu-1", kv_server)
-    for _ in range(3):
-        d.cycle()
-        time.sleep(1.0)  # the replay serves a new scrape each second; rates need two
+    # the first daemon and its server share a hand-moved clock (from now: `watched` fills the window in wall time)
+    clock = ManualClock(time.time())
+    clocked = ReplayServer(
+        Playlist([shared_032 / "kv_bound.jsonl.gz"], start_offset_s=40, loop=True), clock=clock
+    ).start()
+    try:
+        d = watched(_daemon(clocked.url, state, clock), "gpu-1", clocked)
+        for _ in range(3):
+            d.cycle()
+            clock.advance(1.0)  # the replay serves a new scrape each second; rates need two
+    finally:
+        clocked.stop()
     assert _seconds(d, "kv_cache") >= 1.0
     saved = json.loads(state.read_text())["report_history"]
     assert [k["target"] for k in saved["keys"]] == ["gpu-1"]
@@ -59,9 +71,8 @@ def test_history_survives_a_restart_and_is_served(kv_server: ReplayServer, tmp_p
     assert _seconds(d2, "kv_cache") == _seconds(d, "kv_cache")  # restored, not started over
     d2.start()
     try:
-        deadline = time.monotonic() + 10
-        while _seconds(d2, "kv_cache") < _seconds(d, "kv_cache") + 3 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        until(lambda: _seconds(d2, "kv_cache") >= _seconds(d, "kv_cache") + 3, timeout=20, step=0.2,
+              what="three more kv_cache seconds in the restored history")  # fmt: skip
         base = d2.web.url
         status, ctype, page = _get(base + "report")
         assert status == 200 and ctype.startswith("text/html")

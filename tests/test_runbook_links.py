@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +23,7 @@ from tests.faults import GOOD, refused_url
 from tests.notify_support.alertmanager import running_alertmanager
 from tests.notify_support.fake_slack import FakeSlack
 from tests.notify_support.http_recorder import Recorder
+from tests.support.wait import until
 from tests.test_runbook import Ids
 from tests.test_web_page import CHROMIUM, chromium
 
@@ -58,13 +58,7 @@ class PartialVllm:
 
 
 def wait_for(what: str, pred: Any, timeout: float = 40.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = pred()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return until(pred, timeout=timeout, step=0.2, what=what)
 
 
 def findings_of(daemon: Daemon) -> dict[str, set[str]]:

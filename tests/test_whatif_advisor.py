@@ -17,6 +17,7 @@ from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web import WebServer
 from kvdoctor.whatif.advisor import Advisor
+from tests.support.wait import until
 from tests.test_web_page import CHROMIUM, chromium
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
@@ -62,13 +63,12 @@ def test_background_mode_never_makes_an_evaluation_wait(shared_032):
     cycles = list(replay(pipeline, [shared_032 / "batch_cap.jsonl.gz"], 15.0))
     first = [a for d in cycles[-1].diagnoses for a in d.advice if a.change]
     assert first  # the advice is there at once; its effect arrives when the worker is done
-    deadline = time.time() + 20
-    while time.time() < deadline:
+
+    def effects() -> list[object]:
         diags = advisor.annotate(pipeline.evaluate(cycles[-1].t).diagnoses, cycles[-1].t)
-        if any(a.effect for d in diags for a in d.advice):
-            break
-        time.sleep(0.2)
-    assert any(a.effect for d in diags for a in d.advice)
+        return [a.effect for d in diags for a in d.advice if a.effect]
+
+    until(effects, timeout=20, step=0.2, what="the background worker's predicted effect")
 
 
 def test_restart_with_a_changed_flag_is_compared_with_its_prediction():

@@ -26,6 +26,7 @@ from kvdoctor.whatif.advisor import Advisor
 from kvdoctor.whatif.headroom import HeadroomWorker
 from kvdoctor.whatif.sources import recording_snaps
 from tests.support.clock import ManualClock
+from tests.support.wait import until
 
 BATCHCAP = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif/batchcap_before.jsonl.gz"
 
@@ -110,11 +111,13 @@ def test_a_full_queue_drops_the_oldest_request_and_counts_it():
     wants = {n: ({"ttft_p95": 2.0}, None) for n in "abcde"}
     diag = {n: Diagnosis(n, "m", 0.0, "healthy", 0.0) for n in "abcde"}
     worker.annotate([diag["a"]], 0.0, wants)
-    deadline = time.monotonic() + 10.0
-    while (
-        worker.stats()["queued"] and time.monotonic() < deadline
-    ):  # the worker took "a" and waits in history
-        time.sleep(0.01)
+    # the worker took "a" and waits in history
+    until(
+        lambda: not worker.stats()["queued"],
+        timeout=10.0,
+        step=0.01,
+        what="the worker to take the first request",
+    )
     worker.annotate([diag[n] for n in "bcde"], 0.0, wants)
     stats = worker.stats()
     release.set()

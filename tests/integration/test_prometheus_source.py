@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -28,6 +29,7 @@ from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.sources.prometheus import QUERIES
 from tests.support.prometheus import PrometheusError, binaries, free_port
+from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
 
@@ -57,17 +59,20 @@ def _start_prometheus(work: Path, instances: list[str], prom_bin: str) -> tuple[
     with (work / "prometheus.log").open("ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/-/ready", timeout=2) as resp:
-                if resp.status == 200 and _scraped_all(url, len(instances)):
-                    # both sources start from the same history: Prometheus applies new targets up to 5 s late
-                    return proc, url
-        except OSError:
-            time.sleep(0.2)
-    proc.terminate()
-    raise PrometheusError(f"prometheus did not become ready: {(work / 'prometheus.log').read_text()[-2000:]}")
+
+    def ready() -> bool:
+        with urllib.request.urlopen(url + "/-/ready", timeout=2) as resp:
+            # both sources start from the same history: Prometheus applies new targets up to 5 s late
+            return resp.status == 200 and _scraped_all(url, len(instances))
+
+    try:
+        until(ready, timeout=30, step=0.2, ignore=(OSError,))
+    except AssertionError:
+        proc.terminate()
+        raise PrometheusError(
+            f"prometheus did not become ready: {(work / 'prometheus.log').read_text()[-2000:]}"
+        ) from None
+    return proc, url
 
 
 @pytest.fixture
@@ -106,6 +111,7 @@ def test_prometheus_source_matches_scrape_source(fleet: tuple[dict[str, str], st
     scrape = Daemon(Config(targets=specs, interval_s=1.0), groups)
     prom = Daemon(Config(source="prometheus", prometheus=PrometheusSource(url), interval_s=1.0), groups)
     start = time.monotonic()
+    pace = threading.Event()
     agree = total = 0
     while True:
         tick = time.monotonic()
@@ -118,7 +124,8 @@ def test_prometheus_source_matches_scrape_source(fleet: tuple[dict[str, str], st
         assert tick - start < RUN_S + 10, (
             f"still disagreeing after {RUN_S + 10:.0f}s:\nscrape {a}\nprometheus {b}"
         )
-        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        # one cycle a second as the daemon would: the replayed servers and Prometheus move on in real time
+        pace.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
     # the same answer at the end, and nearly always on the way (scrape instants differ by up to a second)
     assert agree >= 0.9 * total, f"agreed on {agree} of {total} cycles"
     for instance, name in instances.items():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 import requests
 
 from tests.notify_support.http_recorder import Recorder
+from tests.support.wait import until
 
 AM = shutil.which("prometheus-alertmanager")
 
@@ -44,12 +44,8 @@ def running_alertmanager(workdir: Path, config: Path | None = None) -> Iterator[
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                if requests.get(f"{url}/-/ready", timeout=0.5).ok:
-                    break
-            except requests.ConnectionError:
-                time.sleep(0.1)
+        until(lambda: requests.get(f"{url}/-/ready", timeout=0.5).ok, timeout=15, step=0.1,
+              what=f"alertmanager ready at {url}", ignore=(requests.ConnectionError,))  # fmt: skip
         yield url, rx
     finally:
         proc.terminate()

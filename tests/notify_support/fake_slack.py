@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
+
+from tests.support.wait import until
 
 CHANNEL_ID = "C0FAKE0001"
 
@@ -161,9 +162,8 @@ class FakeSlack:
 
 def wait_for(pred: Any, timeout: float = 5.0, step: float = 0.02) -> bool:
     """Poll pred() until true or timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return bool(pred())
+    try:
+        until(pred, timeout=timeout, step=step)
+    except AssertionError:
+        return False
+    return True

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support.wait import until
 
 
 class Recorder:
@@ -43,13 +44,9 @@ class Recorder:
 
     def wait(self, pred: Any, timeout: float = 30.0) -> Any:
         """Poll until pred(bodies) returns something truthy; returns it (AssertionError on timeout)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = pred(self.bodies())
-            if found:
-                return found
-            time.sleep(0.1)
-        raise AssertionError(f"nothing matched within {timeout}s; got {self.posts}")
+        return until(
+            lambda: pred(self.bodies()), timeout=timeout, step=0.1, what=f"a matching POST (got {self.posts})"
+        )
 
     def close(self) -> None:
         """Stop serving."""

@@ -14,6 +14,8 @@ from typing import Any
 
 import requests
 
+from tests.support.wait import until
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,16 +44,14 @@ class Serve:
         return requests.get(self.base + path, timeout=kw.pop("timeout", 5), **kw)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             assert self.proc.poll() is None, self.output()
-            try:
-                if self.get("/-/ready", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        raise AssertionError("kvdoctor never became ready:\n" + self.output())
+            return self.get("/-/ready", timeout=1).status_code == 200
+
+        try:
+            until(ready, timeout=timeout, step=0.2, ignore=(requests.RequestException,))
+        except AssertionError as exc:
+            raise AssertionError("kvdoctor never became ready:\n" + self.output()) from exc
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

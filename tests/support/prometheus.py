@@ -6,12 +6,13 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tests.support.wait import until
 
 # No scrape jobs; global defaults, so evaluation_interval (the default subquery step) is 1m.
 CONFIG = "scrape_configs: []\n"
@@ -81,18 +82,16 @@ class PrometheusServer:
         raise PrometheusError(f"prometheus did not become ready: {self.log()}")
 
     def _wait_ready(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def state() -> str:
             if self.proc is None or self.proc.poll() is not None:
-                return False
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        return False
+                return "exited"
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as resp:
+                return "ready" if resp.status == 200 else ""
+
+        try:
+            return until(state, timeout=timeout, step=0.1, ignore=(urllib.error.URLError, OSError)) == "ready"
+        except AssertionError:
+            return False
 
     def log(self) -> str:
         """The tail of Prometheus' log."""
