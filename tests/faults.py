@@ -101,6 +101,7 @@ class SlowClient:
         )
         self.every = every
         self.closed_after: float | None = None  # seconds until the server closed the connection
+        self.sent = 0  # bytes of the request head sent so far
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drip, daemon=True)
         self._thread.start()
@@ -111,6 +112,7 @@ class SlowClient:
         for i in range(len(data)):
             try:
                 self.sock.sendall(data[i : i + 1])
+                self.sent += 1
             except OSError:
                 self.closed_after = time.monotonic() - start
                 return

@@ -16,6 +16,7 @@ import pytest
 from kvdoctor.replayserver import Playlist, ReplayServer
 from tests.faults import FaultServer, refused_url
 from tests.support.daemon import Serve, gaps
+from tests.support.wait import until
 
 DEMO = Path(__file__).resolve().parents[1] / "kvdoctor" / "demo"
 
@@ -35,11 +36,12 @@ def serve(tmp_path: Path) -> Iterator[list[Serve]]:
         s.stop()
 
 
-def _cadence(s: Serve, target: str, seconds: float) -> list[float]:
-    """Seconds between the evaluations that diagnosed target over the next `seconds`."""
+def _cadence(s: Serve, target: str, cycles: int) -> list[float]:
+    """Seconds between the next `cycles` + 1 evaluations that diagnosed target."""
     since = time.time()
-    time.sleep(seconds)
-    return gaps([t for t in s.history(target) if t >= since])
+    points = until(lambda: (p := [t for t in s.history(target) if t >= since])[cycles:] and p,
+                   timeout=20 * cycles, step=0.2, what=f"{cycles + 1} evaluations of {target}")  # fmt: skip
+    return gaps(points)
 
 
 @pytest.mark.slow
@@ -49,19 +51,24 @@ def test_a_million_series_target_beside_a_healthy_one(good, serve, tmp_path):
         s = Serve(tmp_path, f"interval: 2s\ntargets:\n  - {{url: '{good.url}', name: good}}\n")
         serve.append(s)
         s.wait_ready()
-        time.sleep(6)
+        until(
+            lambda: len(s.history("good")) >= 3, timeout=30, step=0.2, what="three cycles before the baseline"
+        )
         baseline = s.rss_mb()
         s.write(f"interval: 2s\ntargets:\n  - {{url: '{good.url}', name: good}}\n  - {{url: '{million.url}', name: million}}\n")  # fmt: skip
         assert s.reload().status_code == 200
         before = set(s.history("good"))
-        peak = 0.0
-        for _ in range(24):  # 12 s: six cycles with the fault on
-            peak = max(peak, s.rss_mb())
-            time.sleep(0.5)
-        during = gaps(sorted(t for t in s.history("good") if t not in before))
+        peak = [0.0]
+
+        def six_cycles() -> list[float]:  # with the fault on, sampling the RSS on the way
+            peak[0] = max(peak[0], s.rss_mb())
+            new = sorted(t for t in s.history("good") if t not in before)
+            return new if len(new) >= 6 else []
+
+        during = gaps(until(six_cycles, timeout=60, step=0.5, what="six cycles with the fault on"))
         # diagnosed every cycle: a slot or two late at worst on a busy machine, never the seconds a fault holds
         assert len(during) >= 4 and statistics.median(during) < 2.8 and max(during) < 6, during
-        assert peak < baseline + 100, (baseline, peak)
+        assert peak[0] < baseline + 100, (baseline, peak)
         targets = {t["name"]: t for t in s.get("/api/v1/targets").json()["data"]}
         assert (
             targets["million"]["up"] is False and "sample_limit exceeded" in targets["million"]["last_error"]
@@ -72,8 +79,7 @@ def test_a_million_series_target_beside_a_healthy_one(good, serve, tmp_path):
         assert 'kvdoctor_target_scrape_limit_exceeded_total{limit="sample_limit",target="million"}' in metrics
         s.write(f"interval: 2s\ntargets:\n  - {{url: '{good.url}', name: good}}\n")  # the fault ends
         assert s.reload().status_code == 200
-        time.sleep(4)
-        assert s.rss_mb() < baseline + 100
+        until(lambda: s.rss_mb() < baseline + 100, timeout=20, step=0.5, what="RSS back near the baseline")
     finally:
         million.stop()
 
@@ -87,7 +93,7 @@ def test_hanging_and_dripping_targets_do_not_slow_a_healthy_one(good, serve, tmp
         s = Serve(tmp_path, f"interval: 2s\ntargets:\n{targets}")  # default 10 s timeouts
         serve.append(s)
         s.wait_ready()
-        cadence = _cadence(s, "good", 12)
+        cadence = _cadence(s, "good", 6)  # 12 s at the 2 s interval
         # before: a cycle every ~12 s (the hanging target's 10 s timeout); a busy machine may delay one slot
         assert len(cadence) >= 4 and 1.5 < statistics.median(cadence) < 2.8 and max(cadence) < 6, cadence
         targets = {t["name"]: t for t in s.get("/api/v1/targets").json()["data"]}
@@ -112,12 +118,13 @@ def test_reload_applies_the_interval_or_refuses_what_needs_a_restart(good, serve
     serve.append(s)
     s.wait_ready()
     name = good.url.split("/")[2]
-    slow = _cadence(s, name, 8)
+    slow = _cadence(s, name, 4)  # 8 s at 2 s
     assert 1.5 < statistics.median(slow) < 2.8, slow
     s.write(f"interval: 1s\ntargets: ['{good.url}']\n")
     r = s.reload()
     assert r.status_code == 200 and "interval 2s -> 1s" in r.text
-    time.sleep(1.5)
+    # the new interval applies from the next slot: measure from the first 1 s gap on
+    until(lambda: (g := gaps(s.history(name))) and g[-1] < 1.5, timeout=20, step=0.2, what="a 1 s gap")
     fast = _cadence(s, name, 6)
     assert 0.7 < statistics.median(fast) < 1.5, fast
     assert "kvdoctor_cycle_interval_seconds 1.0" in s.get("/metrics").text

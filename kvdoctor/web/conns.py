@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import NamedTuple
+
+
+class Timeouts(NamedTuple):
+    """Seconds a connection gets for its TLS handshake, its request headers and its request body."""
+
+    handshake: float = 5.0
+    header: float = 5.0
+    body: float = 5.0
 
 
 class Conn:

@@ -28,7 +28,7 @@ from prometheus_client.registry import CollectorRegistry
 from kvdoctor import __version__
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web.app import App, Reload, Report, Rules
-from kvdoctor.web.conns import Conn, Connections
+from kvdoctor.web.conns import Conn, Connections, Timeouts
 from kvdoctor.web.request import MAX_HEADER_BYTES, Head, Refused, keep_alive, read_head, status_line
 from kvdoctor.web.responses import Response, api_error, text
 from kvdoctor.web.webconfig import WebConfig, WebConfigWatcher
@@ -38,9 +38,8 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 1024
 MAX_PER_CLIENT = 32
 MAX_BODY = 64 * 1024
-HANDSHAKE_TIMEOUT_S = 5.0
-HEADER_TIMEOUT_S = 5.0
-BODY_TIMEOUT_S = 5.0
+TIMEOUTS = Timeouts()
+HANDSHAKE_TIMEOUT_S, HEADER_TIMEOUT_S, BODY_TIMEOUT_S = TIMEOUTS
 WRITE_TIMEOUT_S = 10.0
 KEEPALIVE_IDLE_S = 60.0  # above the usual 15 s–1 m scrape intervals, so each scrape finds its connection open
 MAX_REQUESTS_PER_CONN = 1000
@@ -80,9 +79,10 @@ class WebServer:
         idle_timeout: float = KEEPALIVE_IDLE_S,
         max_requests: int = MAX_REQUESTS_PER_CONN,
         health_only: bool = False,
+        timeouts: Timeouts = TIMEOUTS,  # tests inject short ones instead of waiting out the defaults
     ) -> None:
         self.app = App(state, registry, reload, extra_status, rules, report)
-        self.idle_timeout, self.max_requests = idle_timeout, max_requests
+        self.idle_timeout, self.max_requests, self.timeouts = idle_timeout, max_requests, timeouts
         # the health listener: plain HTTP without auth (no web_config), /-/healthy and /-/ready only
         self.health_only = health_only
         self.listen = parse_listen(listen)
@@ -192,7 +192,7 @@ class WebServer:
     async def _serve(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.config()
         if cfg is not None and cfg.ssl_context is not None:
-            await writer.start_tls(cfg.ssl_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+            await writer.start_tls(cfg.ssl_context, ssl_handshake_timeout=self.timeouts.handshake)
             if not cfg.peer_allowed(writer.get_extra_info("peercert")):
                 log.info("client %s refused: certificate SAN not in client_allowed_sans", conn.client)
                 return
@@ -216,9 +216,9 @@ class WebServer:
         head = Head("GET", "/", "HTTP/1.1", http.client.HTTPMessage())
         try:
             try:
-                head = await asyncio.wait_for(read_head(reader, first), HEADER_TIMEOUT_S)
+                head = await asyncio.wait_for(read_head(reader, first), self.timeouts.header)
             except TimeoutError:
-                raise Refused(408, f"request headers not received within {HEADER_TIMEOUT_S:g}s") from None
+                raise Refused(408, f"request headers not received within {self.timeouts.header:g}s") from None
             resp = await self._respond(conn, reader, head.method, head.target, head.headers, cfg)
             # a 401 leaves any request body unread on the socket: close rather than parse it as a request
             keep = more and keep_alive(head) and resp.status != 401
@@ -248,7 +248,7 @@ class WebServer:
             if int(length) > MAX_BODY:
                 raise Refused(413, "request body too large")
             try:
-                await asyncio.wait_for(reader.readexactly(int(length)), BODY_TIMEOUT_S)
+                await asyncio.wait_for(reader.readexactly(int(length)), self.timeouts.body)
             except (asyncio.IncompleteReadError, TimeoutError):
                 raise Refused(
                     400, f"request body shorter than its Content-Length of {length} bytes"
