@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -39,11 +40,8 @@ def test_faulty_targets_go_down_without_disturbing_a_good_one(kv_server):
         targets += [TargetSpec(url=f.url, name=m, http=FAST) for m, f in faults.items()]
         targets.append(TargetSpec(url=refused_url(), name="refused", http=FAST))
         d = watched(_daemon(targets), "good", kv_server)
-        start = time.monotonic()
         for _ in range(3):
             diagnoses = {x.target: x for x in d.cycle()}
-        # a hanging or dripping target costs its own 1.5 s timeout per cycle, not 30 s
-        assert time.monotonic() - start < 3 * 8.0
         assert diagnoses["good"].bottleneck == "kv_cache"
         stats = d.state.snapshot()["targets"]
         for name in [*MODES, "refused"]:
@@ -53,7 +51,10 @@ def test_faulty_targets_go_down_without_disturbing_a_good_one(kv_server):
         assert "50" in stats["huge"].last_error or "limit" in stats["huge"].last_error
         assert "content type" in stats["html"].last_error
         assert "UTF-8" in stats["garbage"].last_error
-        assert "truncated" in stats["truncate"].last_error and "timed out" in stats["drip"].last_error
+        assert "truncated" in stats["truncate"].last_error
+        # a hanging or dripping target is ended by its own timeouts (1 s read, 1.5 s in all), not the server's 30 s
+        for name in ("hang", "drip"):
+            assert re.search(r"timed out after 1(\.5)?s", stats[name].last_error), stats[name].last_error
         assert stats["good"].up and stats["good"].errors_total == 0
     finally:
         for f in faults.values():
