@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.cli import main
+from kvdoctor.ingest.parse import parse
+from kvdoctor.ingest.recording import read_recording
+from kvdoctor.verdicts import Advice, Diagnosis
 from kvdoctor.whatif import knobs
+from kvdoctor.whatif.advisor import Advisor
 from kvdoctor.whatif.plan import Planner
 from kvdoctor.whatif.predict import learn, simulate
 from kvdoctor.whatif.saturation import detect
@@ -111,3 +115,20 @@ def test_plan_treats_an_overloaded_candidate_as_breaking_even_a_generous_slo():
     # today's cap breaks the objective where the arrivals pass the capacity, not beyond ×8
     capacity = over.predicted["capacity_requests_per_s"]
     assert planner.headroom("ttft_p95_s") == pytest.approx(capacity / basis.workload.rate_per_s, rel=0.15)
+
+
+def test_advice_past_saturation_says_overloaded_instead_of_a_ttft():
+    advisor = Advisor()
+    frames = [f for f in read_recording(OPEN) if f.text is not None]
+    for f in frames:
+        advisor.observe("vllm-0", f.t, parse(f.text).samples)
+    t = frames[-1].t
+    change: dict[str, float | str] = {"max_num_seqs": 4, "load": 3.0}
+    d = Diagnosis("vllm-0", "tiny", t, "healthy", t, advice=[Advice("--max-num-seqs", "cap", change=change)])
+    eff = advisor.annotate([d], t)[0].advice[0].effect
+    assert eff is not None
+    assert eff.after["ttft_p95_s"] is None and eff.after["queue_time_p95_s"] is None
+    assert eff.now["ttft_p95_s"] is not None  # today's side is not overloaded: its TTFT holds
+    text = eff.summary()
+    assert "after overloaded: arrivals" in text and "capacity" in text and "TTFT +" in text
+    assert "TTFT p95" not in text and eff.text == text
