@@ -132,3 +132,13 @@ def test_advice_past_saturation_says_overloaded_instead_of_a_ttft():
     text = eff.summary()
     assert "after overloaded: arrivals" in text and "capacity" in text and "TTFT +" in text
     assert "TTFT p95" not in text and eff.text == text
+
+
+def test_plan_text_says_overloaded_for_todays_flags_at_three_times_the_arrivals(capsys):
+    argv = ["plan", str(OPEN), "--max-num-seqs", "4", "--slo", "ttft_p95=2s", "--load", "3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    today = out[out.index("today's configuration at load ×3:") + 1]
+    assert "overloaded (capacity" in today and "breaks" in today and "ttft_p95" not in today
+    pick = next(x for x in out if x.startswith("plan: "))
+    assert "margins ttft_p95 +" in pick  # the pick holds the objective: it is not an overloaded candidate
