@@ -33,6 +33,8 @@ class Effect:
     bottleneck_after: str
     t: float = 0.0  # when it was predicted
     text: str = ""  # summary(), kept for the sinks that see the effect as a dict
+    # past saturation: the capacity and how fast the queue grows, said instead of a TTFT with no steady value
+    overload: str = ""
 
     def summary(self) -> str:
         """`TTFT p95 7.3 s → ≈0.9 s, ITL p50 5 → ≈18 ms, throughput +170 % (then batch_cap)`."""
@@ -46,7 +48,8 @@ class Effect:
                 parts.append(f"{label} {a * k:.2g} → ≈{b * k:.2g} {unit}")
             else:
                 parts.append(f"{label} {(b - a) / a:+.0%}")
-        return ", ".join(parts) + f" (then {self.bottleneck_after})"
+        overload = f"; {self.overload}" if self.overload else ""
+        return ", ".join(parts) + f" (then {self.bottleneck_after}){overload}"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,11 @@ PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BATCHCAP = PAIRS / "batchcap_before.jsonl.gz"  # max_num_seqs 4, 24 closed-loop clients: 20 wait
 Q_KEYS = {"ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s", "queue_time_p95_s", "generation_tokens_per_s",
           "requests_per_s", "running", "waiting", "kv_usage_max", "preemptions_per_s", "bottleneck"}  # fmt: skip
+SATURATION_KEYS = {"overloaded", "arrivals_requests_per_s", "capacity_requests_per_s",
+                   "capacity_generation_tokens_per_s", "capacity_requests_per_s_per_replica",
+                   "capacity_generation_tokens_per_s_per_replica", "queue_growth_requests_per_s",
+                   "ttft_growth_s_per_minute", "ttft_reaches_s", "ttft_reaches_after_s",
+                   "duration_dependent"}  # fmt: skip
 SHAPE = {"changes", "replicas", "predicted", "margins", "meets_slos", "cost_per_hour_usd",
          "cost_per_1m_generation_tokens_usd"}  # fmt: skip
 
@@ -47,8 +52,10 @@ def test_a_batch_capped_server_gets_more_sequences_or_replicas_and_the_json_has_
     doc = plan_2s
     assert {"slos", "load", "current", "chosen", "candidates", "simulations", "feasible"} <= set(doc)
     assert doc["slos"] == {"ttft_p95_s": 2.0, "itl_p50_s": 0.05} and doc["load"] == 1.0
-    assert set(doc["current"]) >= {"headroom", "predicted"} and set(doc["current"]["predicted"]) == Q_KEYS
-    assert set(doc["chosen"]) == SHAPE and set(doc["chosen"]["predicted"]) == Q_KEYS
+    assert set(doc["current"]) >= {"headroom", "predicted"} and set(doc["chosen"]) == SHAPE
+    for side in ("current", "chosen"):
+        assert set(doc[side]["predicted"]) == Q_KEYS | SATURATION_KEYS
+        assert doc[side]["predicted"]["overloaded"] is False  # a closed loop: its queue is bounded
     assert all(set(c) == SHAPE for c in doc["candidates"])
     # today's 20 waiting requests miss 2 s; the plan lifts the batch cap or splits the load
     assert doc["current"]["predicted"]["ttft_p95_s"] > 2.0 and doc["current"]["headroom"]["ttft_p95_s"] < 1.0

@@ -17,6 +17,11 @@ PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BEFORE = PAIRS / "batchcap_before.jsonl.gz"
 Q_KEYS = {"ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s", "queue_time_p95_s", "generation_tokens_per_s",
           "requests_per_s", "running", "waiting", "kv_usage_max", "preemptions_per_s", "bottleneck"}  # fmt: skip
+SATURATION_KEYS = {"overloaded", "arrivals_requests_per_s", "capacity_requests_per_s",
+                   "capacity_generation_tokens_per_s", "capacity_requests_per_s_per_replica",
+                   "capacity_generation_tokens_per_s_per_replica", "queue_growth_requests_per_s",
+                   "ttft_growth_s_per_minute", "ttft_reaches_s", "ttft_reaches_after_s",
+                   "duration_dependent"}  # fmt: skip
 
 
 def test_json_has_the_documented_shape_and_the_change_shows(capsys):
@@ -30,8 +35,10 @@ def test_json_has_the_documented_shape_and_the_change_shows(capsys):
         "step_model",
         "assumptions",
     }
-    for q in ("measured", "predicted_unchanged", "predicted"):
-        assert set(doc[q]) == Q_KEYS
+    assert set(doc["measured"]) == Q_KEYS
+    for q in ("predicted_unchanged", "predicted"):
+        assert set(doc[q]) == Q_KEYS | SATURATION_KEYS
+        assert doc[q]["overloaded"] is False  # a closed loop's queue is bounded by its clients
     assert doc["workload"]["kind"] == "closed"
     assert doc["predicted"]["running"] > 2 * doc["predicted_unchanged"]["running"]
     assert doc["predicted"]["ttft_p50_s"] < doc["predicted_unchanged"]["ttft_p50_s"]

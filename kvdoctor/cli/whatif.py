@@ -33,6 +33,7 @@ from kvdoctor.whatif.sources import (
 from kvdoctor.whatif.window import Snap, snapshot
 from kvdoctor.whatif.workload import WindowError
 
+SIDES = ("predicted_unchanged", "predicted")
 ROWS = (
     ("TTFT p50", "ttft_p50_s", "s"),
     ("TTFT p95", "ttft_p95_s", "s"),
@@ -252,6 +253,10 @@ def _cell(v: Any, kind: str) -> str:
     return str(v)
 
 
+def _grows(side: dict[str, Any], key: str) -> str:
+    return " (grows)" if key in (side.get("duration_dependent") or ()) else ""
+
+
 def render(pred: Prediction) -> str:
     """The side-by-side table, the workload and step model it rests on, and the assumptions."""
     d = pred.to_dict()
@@ -259,8 +264,11 @@ def render(pred: Prediction) -> str:
     change = ", ".join(f"{k}={v}" for k, v in pred.changes.items())
     lines = [f"{'':22s}{cols[0]:>16s}{cols[1]:>22s}{cols[2]:>18s}    ({change})"]
     for label, key, kind in ROWS:
-        m, u, p = (_cell(d[c][key], kind) for c in ("measured", "predicted_unchanged", "predicted"))
+        m, u, p = (_cell(d[c][key], kind) + _grows(d[c], key) for c in ("measured", *SIDES))
         lines.append(f"{label:22s}{m:>16s}{u:>22s}{p:>18s}")
+    for side, o in (("unchanged", pred.overload_now), ("after", pred.overload_after)):
+        if o is not None:  # past saturation the queue has no steady length: say how fast it grows instead
+            lines.append(f"{side} {o.line()}; (grows): a value that depends on how long was simulated")
     s = pred.step
     lines += [
         "",

@@ -20,6 +20,7 @@ from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import relief
 from kvdoctor.whatif.followup import FollowUp, follow_up
 from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.saturation import DURATION_DEPENDENT, Overload
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Quantities, Snap, restarts, snapshot
 from kvdoctor.whatif.workload import WindowError
@@ -33,9 +34,11 @@ STEADY_S = 60.0  # a prediction from a shorter steady stretch is redone RETRY_S 
 Key = tuple[str, tuple[tuple[str, float | str], ...]]
 
 
-def _q(q: Quantities) -> dict[str, float | None]:
+def _q(q: Quantities, overload: Overload | None = None) -> dict[str, float | None]:
     d = q.to_dict()
-    return {k: v for k, v in d.items() if k in EFFECT_KEYS and not isinstance(v, str)}
+    # past saturation these have no steady value to show: their size is the length simulated
+    grows = DURATION_DEPENDENT if overload else ()
+    return {k: None if k in grows else v for k, v in d.items() if k in EFFECT_KEYS and not isinstance(v, str)}
 
 
 class Advisor:
@@ -226,7 +229,10 @@ class Advisor:
                 raise WindowError("the load has not held long enough")
             young = hi - lo < STEADY_S
             p = predict(history, [s for s in history if lo <= s.t <= hi], dict(change))
-            eff = Effect(dict(change), _q(p.unchanged), _q(p.predicted), p.predicted.bottleneck, t)
+            now, after = _q(p.unchanged, p.overload_now), _q(p.predicted, p.overload_after)
+            sides = (("now", p.overload_now), ("after", p.overload_after))
+            said = [f"{side} {o.line()}" for side, o in sides if o]
+            eff = Effect(dict(change), now, after, p.predicted.bottleneck, t, overload="; ".join(said))
             eff = replace(eff, text=eff.summary())
         except (WindowError, ValueError, ZeroDivisionError):
             eff = None  # not enough traffic yet: asked again after refresh_s

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvdoctor import fmt
 from kvdoctor.verdicts import Finding
 from kvdoctor.whatif.compare import COMPARED, errors
 from kvdoctor.whatif.model import Workload
 from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.saturation import DURATION_DEPENDENT
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Quantities, Snap, measure
 from kvdoctor.whatif.workload import WindowError, infer_workload, plateau
@@ -110,6 +111,9 @@ def follow_up(target: str, history: list[Snap], restart_t: float) -> FollowUp | 
         measured = measure(after)
     except (WindowError, ValueError, ZeroDivisionError):
         return None
-    return FollowUp(
-        target, change, restart_t, p.predicted, measured, errors(p.predicted, measured, COMPARED), hi
-    )
+    predicted = p.predicted
+    if p.overload_after is not None:  # past saturation its TTFT only said how long was simulated: not held
+        predicted = replace(predicted)
+        for k in DURATION_DEPENDENT:
+            setattr(predicted, k, math.nan)
+    return FollowUp(target, change, restart_t, predicted, measured, errors(predicted, measured, COMPARED), hi)

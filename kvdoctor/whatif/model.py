@@ -147,6 +147,8 @@ class SimResult:
     kv_samples: list[float] = field(default_factory=list)  # usage at every 1 s "scrape"
     steps: int = 0
     running_max: int = 0
+    waiting_start: int = 0  # queue length after the first measured step: with waiting_end, whether it grows
+    waiting_end: int = 0
 
 
 class Request:

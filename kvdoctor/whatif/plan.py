@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor.whatif import knobs
-from kvdoctor.whatif.model import Engine, SimResult
+from kvdoctor.whatif.model import Engine, SimResult, Workload
 from kvdoctor.whatif.predict import Basis, quantities, simulate, verdict
-from kvdoctor.whatif.slo import extra_value, holds, margin
+from kvdoctor.whatif.saturation import as_dict, detect
+from kvdoctor.whatif.slo import extra_value, holds, margin, number
 
 MAX_REPLICAS = 64
 MAX_LOAD = 8.0  # headroom is reported as "at least this" beyond it
@@ -106,7 +107,7 @@ class Planner:
         self.skipped = 0  # combinations left out because a change in them bought nothing on its own
         self._cache: dict[tuple[Any, ...], Candidate] = {}
         self._inert: set[tuple[str, float | str]] = set()
-        now = self._candidate({}, basis.engine, basis.replicas, basis.now)
+        now = self._candidate({}, basis.engine, basis.workload, basis.replicas, basis.now)
         self._cache[self._key({}, basis.replicas, 1.0)] = now  # the window's own simulation: today's at ×1
 
     @staticmethod
@@ -125,20 +126,22 @@ class Planner:
         )
         res = simulate(engine, b.step, workload, n, b.duration_s, b.seed)
         self.simulations += 1
-        self._cache[key] = cand = self._candidate(changes, engine, n, res)
+        self._cache[key] = cand = self._candidate(changes, engine, workload, n, res)
         return cand
 
-    def _candidate(self, changes: Changes, engine: Engine, n: int, res: SimResult) -> Candidate:
+    def _candidate(self, changes: Changes, engine: Engine, w: Workload, n: int, res: SimResult) -> Candidate:
         b = self.basis
         q = quantities(res, n, b.buckets, b.sigma)
         q.bottleneck = verdict(q, engine, b.step.duration(1, 0, 0.0), n)
-        predicted = q.to_dict()
+        overload = detect(res, w, n)
+        predicted = {**q.to_dict(), **as_dict(overload)}
         for k in self.slos:
             if k not in predicted:
                 predicted[k] = _r(extra_value(k, res, b.buckets, b.sigma))
-        values = {k: predicted[k] for k in self.slos}
-        margins = {k: margin(v if isinstance(v, float) else None, self.slos[k]) for k, v in values.items()}
-        meets = all(holds(v if isinstance(v, float) else None, self.slos[k]) for k, v in values.items())
+        # a queue that grows while the overload lasts breaks every latency objective: no value of it holds
+        values = {k: None if overload or not isinstance(v := predicted[k], float) else v for k in self.slos}
+        margins = {k: margin(v, self.slos[k]) for k, v in values.items()}
+        meets = all(holds(v, self.slos[k]) for k, v in values.items())
         cand = Candidate(dict(changes), n, predicted, margins, meets)
         if self.gpu_hour_usd is not None:
             cand.cost_per_hour_usd = self.gpu_hour_usd * self.gpus * n
@@ -149,10 +152,11 @@ class Planner:
 
     def headroom(self, key: str) -> float:
         """The load multiple at which today's configuration breaks this SLO (bisected; MAX_LOAD when beyond)."""
-        r, objective = self.basis.replicas, self.slos[key]
+        r = self.basis.replicas
 
         def breaks(m: float) -> bool:
-            return not holds(_num(self.evaluate({}, r, m).predicted[key]), objective)
+            left = self.evaluate({}, r, m).margins[key]  # None: no value, or overloaded
+            return left is None or left < 0
 
         if breaks(1.0):
             lo, hi = MIN_LOAD, 1.0
@@ -178,8 +182,8 @@ class Planner:
             ["auto"] if (self.basis.info.get("cache_dtype") or "auto").startswith("fp8") else ["auto", "fp8"]
         )
         util: list[float | None] = [None]
-        current_util = _num(self.basis.info.get("gpu_memory_utilization"))
-        sized = _num(self.basis.info.get("kv_cache_memory_bytes")) is not None  # what the knob scales from
+        current_util = number(self.basis.info.get("gpu_memory_utilization"))
+        sized = number(self.basis.info.get("kv_cache_memory_bytes")) is not None  # what the knob scales from
         if (
             gpu
             and self.gpu_memory_bytes
@@ -261,17 +265,6 @@ class Planner:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if at(mid).meets else (mid + 1, hi)
         return at(hi)
-
-
-def _num(v: object) -> float | None:
-    if isinstance(v, int | float):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return None
-    return None
 
 
 def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:

@@ -20,6 +20,7 @@ from kvdoctor.whatif.model import (
     Workload,
 )
 from kvdoctor.whatif.prior import physical_prior
+from kvdoctor.whatif.saturation import Overload, as_dict, detect
 from kvdoctor.whatif.sim import Simulator
 from kvdoctor.whatif.stepfit import fit_step_model
 from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
@@ -43,14 +44,16 @@ class Prediction:
     engine_after: Engine
     changes: dict[str, float | str] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
+    overload_now: Overload | None = None  # set when that side's open-loop arrivals outpace its capacity
+    overload_after: Overload | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The `--json` shape."""
         w, s = self.workload, self.step
         return {
             "measured": self.measured.to_dict(),
-            "predicted_unchanged": self.unchanged.to_dict(),
-            "predicted": self.predicted.to_dict(),
+            "predicted_unchanged": {**self.unchanged.to_dict(), **as_dict(self.overload_now)},
+            "predicted": {**self.predicted.to_dict(), **as_dict(self.overload_after)},
             "workload": {
                 "kind": w.kind,
                 "requests_per_s": _r(w.rate_per_s),
@@ -203,7 +206,10 @@ def predict(
     if bound_note and bound_note not in assumptions:
         assumptions.append(bound_note)
     assumptions.append(f"step-to-step jitter ±{sigma:.0%} (lognormal), fitted to the window's ITL histogram")
-    return Prediction(measured, unchanged, predicted, workload, step, engine, after, changes, assumptions)
+    over = detect(now, workload, replicas), detect(res_after, w_after, r_after)  # capacity past saturation
+    return Prediction(
+        measured, unchanged, predicted, workload, step, engine, after, changes, assumptions, *over
+    )
 
 
 def _kv_bytes_per_token(info: dict[str, str]) -> float:

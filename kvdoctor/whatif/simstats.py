@@ -37,6 +37,9 @@ class Recorder:
         if not self.warmup_s <= now <= self.end_s:
             return False
         res = self.result
+        if not res.steps:
+            res.waiting_start = waiting
+        res.waiting_end = waiting
         res.steps += 1
         in_span = min(duration, now - self.warmup_s)
         res.running_area += running * in_span

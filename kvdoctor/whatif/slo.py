@@ -68,3 +68,15 @@ def margin(value: float | None, objective: float) -> float | None:
 def holds(value: float | None, objective: float) -> bool:
     """The objective holds: a finite value at or under it (no observation is no evidence it holds)."""
     return value is not None and math.isfinite(value) and value <= objective
+
+
+def number(v: object) -> float | None:
+    """A number from a prediction's value or an info label's text; None when it is neither."""
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
