@@ -26,9 +26,10 @@ END = T0 + (STEPS - 1) * STEP
 HEALTHY = 2  # kvdoctor_bottleneck_code of `healthy`
 TOKENS_PER_STEP = 6000.0
 # "full" is scraped and diagnosed all range; "half" is scraped the first hour only, and kvdoctor exported its
-# verdict for the first half hour of that (say kvdoctor was restarted and came back after "half" was gone).
-UP_STEPS = {"full:8000": STEPS, "half.example:8000": STEPS // 2}
-VERDICT_STEPS = {"full:8000": STEPS, "half.example:8000": STEPS // 4}
+# verdict for the first half hour of that (say kvdoctor was restarted and came back after "half" was gone);
+# "gone" too is scraped the first hour only, but its verdict series runs on (a kvdoctor whose target list is stale).
+UP_STEPS = {"full:8000": STEPS, "half.example:8000": STEPS // 2, "gone:8000": STEPS // 2}
+VERDICT_STEPS = {"full:8000": STEPS, "half.example:8000": STEPS // 4, "gone:8000": STEPS}
 
 
 def _openmetrics() -> str:
@@ -75,6 +76,8 @@ def test_a_target_whose_up_spans_half_the_range_is_charged_half(prometheus: str,
     full, half = by["full:8000"], by["half.example:8000"]
     assert full["hours"]["total"] == pytest.approx(2.0)
     assert half["hours"]["total"] == pytest.approx(1.0)
+    gone = by["gone:8000"]["hours"]  # healthy while scraped, not charged the hour after
+    assert gone["total"] == pytest.approx(1.0) and gone["healthy"] == pytest.approx(1.0)
     assert half["gpu_hours"] == pytest.approx(2.0) and full["gpu_hours"] == pytest.approx(4.0)
     assert half["cost_usd"] == pytest.approx(5.0) and full["cost_usd"] == pytest.approx(10.0)
     # its tokens: one counter increase per scraped step after the first sample
