@@ -35,8 +35,10 @@ VERDICT_STEPS = {"full:8000": STEPS, "half.example:8000": STEPS // 4, "gone:8000
 def _openmetrics() -> str:
     lines = ["# TYPE kvdoctor_bottleneck_code gauge"]
     for target, n in VERDICT_STEPS.items():
-        lines += [f'kvdoctor_bottleneck_code{{target="{target}",model_name="m"}} {HEALTHY} {T0 + i * STEP:.0f}'
-                  for i in range(n)]  # fmt: skip
+        lines += [
+            f'kvdoctor_bottleneck_code{{target="{target}",model_name="m"}} {HEALTHY} {T0 + i * STEP:.0f}'
+            for i in range(n)
+        ]
     lines.append("# TYPE up gauge")
     for target, n in UP_STEPS.items():
         lines += [f'up{{instance="{target}",job="vllm"}} 1 {T0 + i * STEP:.0f}' for i in range(n)]
@@ -65,8 +67,25 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _report(url: str, tmp_path: Path) -> dict[str, dict]:
     out = tmp_path / "r.json"
-    args = ["report", "--prometheus-url", url, "--start", str(T0), "--end", str(END), "--step", "60s",
-            "--gpu-hour-cost", "2.5", "--gpus-per-target", "2", "--format", "json", "-o", str(out)]  # fmt: skip
+    args = [
+        "report",
+        "--prometheus-url",
+        url,
+        "--start",
+        str(T0),
+        "--end",
+        str(END),
+        "--step",
+        "60s",
+        "--gpu-hour-cost",
+        "2.5",
+        "--gpus-per-target",
+        "2",
+        "--format",
+        "json",
+        "-o",
+        str(out),
+    ]
     assert main(args) == 0
     return {e["target"]: e for e in json.loads(out.read_text())["targets"]}
 

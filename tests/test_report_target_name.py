@@ -65,8 +65,17 @@ def test_file_names_pick_the_recordings_and_the_rest_keep_their_own(
     # c's sidecar says "sidecar:1", the flag overrides it; a and b are named one by one
     Path(parts["c"]).with_name("other.target").write_text("sidecar:1\n")
     try:
-        doc = _report(parts["a"], parts["b"], parts["c"], "--target-name", f"{parts['a']}=vllm-0:8000",
-                      "--target-name", f"{parts['b']}=vllm-0:8000", "--target-name", f"{parts['c']}=vllm-1:8000")  # fmt: skip
+        doc = _report(
+            parts["a"],
+            parts["b"],
+            parts["c"],
+            "--target-name",
+            f"{parts['a']}=vllm-0:8000",
+            "--target-name",
+            f"{parts['b']}=vllm-0:8000",
+            "--target-name",
+            f"{parts['c']}=vllm-1:8000",
+        )
         assert {e["target"] for e in doc["targets"]} == {"vllm-0:8000", "vllm-1:8000"}
         doc = _report(parts["a"], parts["c"], "--target-name", f"{parts['a']}=vllm-0:8000")
         assert {e["target"] for e in doc["targets"]} == {"vllm-0:8000", "sidecar:1"}
