@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,14 @@ from kvdoctor.store import Store
 UNBOUNDED_S = 10 * 365 * 86400.0
 
 
-def recording_instance(path: str | Path) -> str:
-    """The instance label a recording's series get: its sidecar NAME.target's line, else its file name.
+def recording_instance(path: str | Path, names: Mapping[str, str] | None = None) -> str:
+    """The instance label a recording's series get: its name in `names`, else its sidecar's line, else its file name.
 
+    `names` (by path as given) is what `report --target-name` says.
     A sidecar lets recordings of one target split over several files replay (and report) as that one target.
     """
+    if names and str(path) in names:
+        return names[str(path)]
     p = Path(path)
     name = p.name
     for ext in (".gz", ".jsonl", ".json"):

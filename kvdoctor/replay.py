@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from kvdoctor.ingest.recording import Frame, load_frames
@@ -16,11 +16,14 @@ def replay(
     interval_s: float = 15.0,
     scrape_every_s: float = 0.0,
     on_cycle: Callable[[Cycle], None] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> Iterator[Cycle]:
-    """Feed frames in time order and evaluate every interval_s; scrape_every_s > 0 drops frames to that cadence."""
+    """Feed frames in time order and evaluate every interval_s; scrape_every_s > 0 drops frames to that cadence.
+
+    `names` gives recordings (by path as given) their target's name, before their sidecars and file names."""
     frames: list[tuple[float, str, Frame]] = []
     for path in recordings:
-        name = recording_instance(path)
+        name = recording_instance(path, names)
         if name not in pipeline.targets:
             pipeline.add_target(name)
         last = -1e18

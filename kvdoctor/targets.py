@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from kvdoctor.capacity.budget import Deployment, estimate
@@ -60,15 +60,19 @@ def _located(spec: TargetSpec, key: str, message: str) -> str:
 
 
 def pipeline_for(
-    cfg: Config, groups: list[RuleGroup], recordings: list[str] | None = None, advisor: Advisor | None = None
+    cfg: Config,
+    groups: list[RuleGroup],
+    recordings: list[str] | None = None,
+    advisor: Advisor | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> Pipeline:
     """A pipeline with the config's targets declared; recordings map onto targets by name (or the only one)."""
     pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor)
     pipeline.runbook_url = cfg.runbook_page()
     pipeline.idle_after_s = cfg.idle_after_s
     specs = {t.name: t for t in cfg.targets}
-    names = [recording_instance(r) for r in recordings] if recordings is not None else list(specs)
-    for name in names:
+    declared = [recording_instance(r, names) for r in recordings] if recordings is not None else list(specs)
+    for name in declared:
         spec = specs.get(name) or (next(iter(specs.values())) if len(specs) == 1 and recordings else None)
         pipeline.add_target(name, target_facts(spec) if spec is not None else None)
     return pipeline

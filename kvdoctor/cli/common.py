@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from kvdoctor.config import Config, ConfigError, load_config
@@ -72,12 +73,15 @@ def load_rules(cfg: Config, override: list[str] | None) -> list[RuleGroup] | Non
 
 
 def build_pipeline(
-    cfg: Config, rules: list[str] | None, recordings: list[str] | None = None
+    cfg: Config,
+    rules: list[str] | None,
+    recordings: list[str] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> Pipeline | None:
     """A pipeline with the config's targets declared, or None after printing every rule error."""
     groups = load_rules(cfg, rules)
     # replay and check predict the advice's effects inline, on the recording's clock
-    return None if groups is None else pipeline_for(cfg, groups, recordings, advisor=Advisor())
+    return None if groups is None else pipeline_for(cfg, groups, recordings, advisor=Advisor(), names=names)
 
 
 def existing(paths: list[str]) -> list[str]:

@@ -48,6 +48,14 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--format", choices=("html", "md", "json"), help="default: from -o's suffix, else md")
     p.add_argument("--target", action="append", metavar="NAME", help="report only these targets (repeatable)")
+    p.add_argument(
+        "--target-name",
+        action="append",
+        default=[],
+        metavar="[FILE=]NAME",
+        help="recordings: the target they were recorded from, for all of them or (FILE=NAME, repeatable) one; "
+        "over a NAME.target sidecar, so files of one target are charged as that one target",
+    )
     p.add_argument("--gpu-hour-cost", metavar="USD", help="price of one GPU-hour in US dollars, e.g. 2.49")
     p.add_argument(
         "--gpus-per-target", type=int, default=1, metavar="N", help="GPUs behind each target (default 1)"
@@ -110,7 +118,35 @@ def prices(args: argparse.Namespace) -> Prices:
     )
 
 
-def _history(args: argparse.Namespace, step: float | None) -> History | None:
+def target_names(given: list[str], recordings: list[str]) -> dict[str, str]:
+    """Recording path -> target name from the --target-name flags; raises ValueError naming the flag."""
+    if given and not recordings:
+        raise ValueError("--target-name names the target of recordings given on the command line")
+    names: dict[str, str] = {}
+    every: str | None = None
+    for flag in given:
+        path, sep, name = flag.rpartition("=")
+        if sep and path not in recordings:
+            raise ValueError(f"--target-name {flag!r}: {path!r} is not one of the recordings given")
+        if not name.strip() or any(c.isspace() for c in name):
+            raise ValueError(
+                f"--target-name {flag!r}: expected a target name without spaces, e.g. vllm-0:8000"
+            )
+        if not sep:
+            if every is not None:
+                raise ValueError(
+                    f"--target-name {flag!r}: a name for all recordings was given already ({every})"
+                )
+            every = name
+        elif names.setdefault(path, name) != name:
+            raise ValueError(f"--target-name {flag!r}: {path} was named {names[path]} already")
+    if every is not None:
+        for r in recordings:
+            names.setdefault(r, every)
+    return names
+
+
+def _history(args: argparse.Namespace, step: float | None, names: dict[str, str]) -> History | None:
     if args.recordings and args.prometheus_url:
         raise ValueError("give recordings or --prometheus-url, not both")
     if args.recordings:
@@ -118,10 +154,10 @@ def _history(args: argparse.Namespace, step: float | None) -> History | None:
         if missing:
             raise ValueError(f"{missing[0]}: no such file")
         cfg = load_config_or_exit(args.config)
-        pipeline = build_pipeline(cfg, args.rules, recordings=args.recordings) if cfg else None
+        pipeline = build_pipeline(cfg, args.rules, recordings=args.recordings, names=names) if cfg else None
         if pipeline is None:
             return None
-        return from_recordings(pipeline, args.recordings, step or 15.0)
+        return from_recordings(pipeline, args.recordings, step or 15.0, names=names)
     source = prometheus_source(args)
     if source is None:
         raise ValueError("give RECORDING… or --prometheus-url URL")
@@ -157,14 +193,15 @@ def run(args: argparse.Namespace) -> int:
         slos = parse_slos(args.slo) if args.slo else {}
         if slos and not args.recordings:
             raise ValueError("--slo: the planned cost is computed from recordings, not --prometheus-url")
-        history = _history(args, step)
+        names = target_names(args.target_name, args.recordings)
+        history = _history(args, step, names)
         if history is None:
             return 2
         doc = build_report(history, p, args.target)
         if slos:
             by_target: dict[str, list[Path]] = {}
             for r in args.recordings:
-                by_target.setdefault(recording_instance(r), []).append(Path(r))
+                by_target.setdefault(recording_instance(r, names), []).append(Path(r))
             planned(doc, by_target, slos, p)
         doc = scrub(doc)  # a value no JSON holds is left out, not a crash
     except (ValueError, OSError) as exc:  # InputError is a ValueError; a TransportError goes to cli.main (3)

@@ -9,7 +9,7 @@ Prometheus source reads the same raw samples through range selectors, so both gi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from kvdoctor.pipeline import Cycle, Pipeline
@@ -138,12 +138,13 @@ def from_recordings(
     recordings: Iterable[str | Path],
     step_s: float = 60.0,
     on_cycle: Callable[[Cycle], None] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> History:
-    """Replay the recordings, one evaluation every step_s, into a History."""
+    """Replay the recordings, one evaluation every step_s, into a History (`names`: target names by path)."""
     paths = list(recordings)
     grid: Grid | None = None
     fed_ms = -(2**62)
-    for cycle in replay(pipeline, paths, interval_s=step_s, on_cycle=on_cycle):
+    for cycle in replay(pipeline, paths, interval_s=step_s, on_cycle=on_cycle, names=names):
         grid = grid or Grid(f"{len(paths)} recording(s)", cycle.t, step_s)
         steps = {(d.target, d.model_name): step_from_diagnosis(d, cycle.t, step_s) for d in cycle.diagnoses}
         grid.point(cycle.t, steps)

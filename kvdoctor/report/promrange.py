@@ -4,7 +4,8 @@ Classes and gauges come from the `kvdoctor_*` series a scraped kvdoctor exposes 
 `--export-openmetrics`); tokens and requests from the vLLM counters, with the same increase logic as recordings
 (every scrape's increase counts, a restart loses nothing).
 Each gauge is read only where its sample is fresh (newer than one step), so a series that stopped is not carried
-on by Prometheus' 5-minute lookback.
+on by Prometheus' 5-minute lookback. Where Prometheus holds a target's `up`, the target is charged the steps its
+`up` is fresh, as `unknown` where no verdict was exported then, and not the steps it was not scraped in.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ GAUGE_KEYS = {
 }
 GAUGES = {what: SIGNALS[key].metric for what, key in GAUGE_KEYS.items()}
 Progress = Callable[[int, int], None]
+_RE2_SPECIAL = set("\\.+*?()|[]{}^$")
 
 
 def fresh(expr: str, step: float) -> str:
@@ -118,7 +120,47 @@ def from_prometheus(
                 "`kvdoctor serve` (or hold a backfilled `kvdoctor replay --export-openmetrics`)"
             )
         grid.source += " (classified from the rule pack's series)"
+    _charge_up(client, grid, pieces, step)
     return grid.history()
+
+
+def _re2_escaped(text: str) -> str:
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in text)
+
+
+def up_expr(instances: list[str], step: float) -> str:
+    """The query for the steps where any `up` series of one of the instances is fresh, one series per instance."""
+    pattern = "|".join(_re2_escaped(i) for i in sorted(instances))
+    quoted = '"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'  # a PromQL string literal
+    return f"group by (instance) ({fresh('up{instance=~' + quoted + '}', step)})"
+
+
+def _charge_up(client: RangeClient, grid: Grid, pieces: list[tuple[float, float]], step: float) -> None:
+    """Keep a target's steps only where its `up` is fresh and add `unknown` ones where `up` is but no verdict.
+
+    A target without any `up` in the range (a backfilled replay export holds none) keeps its steps as they are.
+    """
+    models: dict[str, set[str]] = defaultdict(set)
+    for by_key in grid.steps.values():
+        for target, model in by_key:
+            models[target].add(model)
+    if not models:
+        return
+    up: dict[str, set[int]] = defaultdict(set)
+    for a, b in pieces:
+        for labels, points in client.query_range(up_expr(list(models), step), a, b, step):
+            up[labels.get("instance", "")].update(grid.index(t) for t, _ in points)
+    for target, indices in up.items():
+        if target not in models:
+            continue
+        for i in set(grid.steps) - indices:
+            grid.steps[i] = {k: s for k, s in grid.steps[i].items() if k[0] != target}
+        for i in indices:
+            by_key = grid.steps.setdefault(i, {})
+            for model in models[target]:
+                if (target, model) not in by_key:
+                    by_key[(target, model)] = Step(grid.start_ms / 1000 + i * step, step, "unknown")
+        grid.last_ms = max(grid.last_ms, grid.start_ms + max(indices) * grid.step_ms)
 
 
 def _counters(client: RangeClient, grid: Grid, a: float, b: float, step: float) -> None:
