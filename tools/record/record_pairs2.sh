@@ -10,7 +10,7 @@ R=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$O"
 export VLLM_CPU_OMP_THREADS_BIND=0
 want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
-pair() { echo "$(date -u +%T) $3: recording"; "$R/record_pair.sh" "$@"; echo "$(date -u +%T) $3: done"; }
+pair() { echo "$(date -u +%T) $4: recording"; "$R/record_pair.sh" "$@"; echo "$(date -u +%T) $4: done"; }
 F="--dtype float32"
 light() { echo "--phase concurrency=2,rate=0,duration=30,drain=3,prompt_min=50,prompt_max=100,out_min=32,out_max=64,seed=$1"; }
 
