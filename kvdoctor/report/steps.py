@@ -49,7 +49,7 @@ def step_from_diagnosis(d: Diagnosis, t: float, dt: float) -> Step:
     """A step from one diagnosis: its class (down when the target is down), explaining finding and gauges."""
     ev = merged_evidence(d)
     names = [f.name for f in d.findings]
-    cls, finding = d.verdict, ""
+    cls, finding = str(d.verdict), ""
     if cls == "unknown" and "target_down" in names:
         cls, finding = "down", "target_down"
     elif cls in LIMITS:

@@ -77,9 +77,9 @@ class DiagnosisCollector:
             for f in d.findings:
                 evidence.update({k: v for k, v in f.evidence.items() if k not in evidence})
             for key, fam in fams.items():
-                v = evidence.get(key)
-                if isinstance(v, int | float):
-                    fam.add_metric([d.target, d.model_name], float(v))
+                value = evidence.get(key)
+                if isinstance(value, int | float):
+                    fam.add_metric([d.target, d.model_name], float(value))
         yield from (one_hot, code, since, finding, error, *fams.values())
         yield from self._targets(snap)
         yield from self._self(snap)
