@@ -44,25 +44,24 @@ class Problems:
 
     The one located-validation helper the loaders share: `at(path, message)` gives `file:line: key.path: message`
     (the line of the deepest key of path the document has), an environment variable gives `environment: VAR: …`.
+    With no document (a section validated on its own) a problem is `key.path: message` or `VAR: message`.
     """
 
-    doc: Located
+    doc: Located | None
     lines: list[str] = field(default_factory=list)
 
     def at(self, where: Where, message: str) -> None:
         """Record message about the value at where (a key path, or the name of the environment variable that set it)."""
-        if isinstance(where, str):
-            self.lines.append(f"environment: {where}: {message}")
+        what = where if isinstance(where, str) else dotted(where)
+        if self.doc is None:
+            self.lines.append(f"{what}: {message}")
+        elif isinstance(where, str):
+            self.lines.append(f"environment: {what}: {message}")
         else:
-            self.lines.append(f"{self.doc.where(*where)}: {dotted(where)}: {message}")
+            self.lines.append(f"{self.doc.where(*where)}: {what}: {message}")
 
     def __bool__(self) -> bool:
         return bool(self.lines)
-
-
-def nowhere(file: str = "<no config file>") -> Located:
-    """A document with no lines: problems in values that came from no file name only the file (or its absence)."""
-    return Located({}, {}, file)
 
 
 def locate(text: str, file: str) -> Located:

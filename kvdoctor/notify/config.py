@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from kvdoctor.config.yamlpos import KeyPath, Located, Problems, Where, nowhere
+from kvdoctor.config.yamlpos import KeyPath, Located, Problems, Where
 from kvdoctor.notify.matchers import LABELS, Matcher, parse_duration, parse_matchers, parse_time
 from kvdoctor.notify.redact import register_secret
 
@@ -251,9 +251,9 @@ _TOP = {
 def parse_notify_config(
     section: dict[str, Any] | None, env: Mapping[str, str], doc: Located | None = None
 ) -> tuple[NotifyConfig, list[str]]:
-    """Parse `notify:` and the environment; returns the config and every error found, each placed at the file:line
-    of doc (the config it came from: `Config.doc`) or at the environment variable that set it (never raises)."""
-    problems = Problems(doc or nowhere())
+    """Parse `notify:` and the environment; returns the config and every error found (never raises), each placed at
+    the file:line of doc (the config it came from: `Config.doc`) or at the environment variable that set it."""
+    problems = Problems(doc)
     n = _section(section, ("notify",), problems, _TOP)
     out: dict[str, Any] = {"slack": _slack(n.get("slack"), env, problems)}
     out["alertmanager"] = _alertmanager(n.get("alertmanager"), problems)

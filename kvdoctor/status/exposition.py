@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
@@ -83,7 +84,7 @@ class DiagnosisCollector:
         yield from (one_hot, code, since, finding, error, *fams.values())
         yield from self._targets(snap)
         yield from self._self(snap)
-        yield from storage_families(snap)
+        yield from storage_families(snap.storage)
         yield from headroom_families(snap)
 
     def _targets(self, snap: Snapshot) -> Iterator[Metric]:
@@ -199,7 +200,7 @@ class DiagnosisCollector:
         yield from (ev, evd, cycle, interval, fails, reload_ok, reload_ts, reloads, build, sched)
 
 
-def storage_families(snap: Snapshot) -> Iterator[Metric]:
+def storage_families(storage: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:
     """Failed writes per file kvdoctor keeps (state, outbox), and outbox items put aside as unreadable."""
     fails = CounterMetricFamily(
         "kvdoctor_state_write_failures",
@@ -209,9 +210,9 @@ def storage_families(snap: Snapshot) -> Iterator[Metric]:
     quarantined = CounterMetricFamily(
         "kvdoctor_outbox_quarantined", "Outbox items put aside because no sink can read or render them."
     )
-    for name, health in sorted(snap.storage.items()):
+    for name, health in sorted(storage.items()):
         fails.add_metric([name], float(health.get("write_failures_total", 0)))
-    quarantined.add_metric([], float(snap.storage.get("outbox", {}).get("quarantined_total", 0)))
+    quarantined.add_metric([], float(storage.get("outbox", {}).get("quarantined_total", 0)))
     yield from (fails, quarantined)
 
 
