@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
-# What kvdoctor can conclude about a (target, model), in the order of kvdoctor_bottleneck_code.
-VERDICTS = ("unknown", "idle", "healthy", "batch_cap", "compute", "kv_cache")
+
+class Verdict(StrEnum):
+    """What kvdoctor can conclude about a (target, model), in the order of kvdoctor_bottleneck_code."""
+
+    UNKNOWN = "unknown"
+    IDLE = "idle"
+    HEALTHY = "healthy"
+    BATCH_CAP = "batch_cap"
+    COMPUTE = "compute"
+    KV_CACHE = "kv_cache"
+
+
+VERDICTS = tuple(v.value for v in Verdict)
 # Limits a server can hit; the other verdicts are states, not limits.
-LIMITS = ("kv_cache", "batch_cap", "compute")
+LIMITS = (Verdict.KV_CACHE.value, Verdict.BATCH_CAP.value, Verdict.COMPUTE.value)
 SEVERITIES = ("critical", "warning", "info")
 # Where kvdoctor serves its runbook; the pack's runbook_url annotations are this path + #<finding>.
 RUNBOOK_PATH = "/runbook"
@@ -85,11 +97,15 @@ class Diagnosis:
     target: str
     model_name: str
     t: float
-    verdict: str  # one of VERDICTS: a limit (LIMITS) or a state (healthy, idle, unknown)
+    verdict: Verdict  # a limit (LIMITS) or a state (healthy, idle, unknown); a str is taken and checked
     since: float
     findings: list[Finding] = field(default_factory=list)
     evidence: dict[str, float | str] = field(default_factory=dict)
     advice: list[Advice] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # a verdict outside the vocabulary is a bug: fail where the diagnosis is made, not in a sink
+        self.verdict = Verdict(self.verdict)
 
     @property
     def bottleneck(self) -> str:

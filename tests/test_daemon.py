@@ -43,7 +43,7 @@ def test_faulty_targets_go_down_without_disturbing_a_good_one(kv_server):
         for _ in range(3):
             diagnoses = {x.target: x for x in d.cycle()}
         assert diagnoses["good"].bottleneck == "kv_cache"
-        stats = d.state.snapshot()["targets"]
+        stats = d.state.snapshot().targets
         for name in [*MODES, "refused"]:
             assert diagnoses[name].bottleneck == "unknown", name
             assert [f.name for f in diagnoses[name].findings][:1] == ["target_down"], name
@@ -67,7 +67,7 @@ def test_nan_and_duplicate_series_do_not_break_the_scrape():
         d = _daemon([TargetSpec(url=s.url, name=m, http=FAST) for m, s in servers.items()])
         for _ in range(2):
             diagnoses = {x.target: x for x in d.cycle()}
-        assert all(s.up for s in d.state.snapshot()["targets"].values())
+        assert all(s.up for s in d.state.snapshot().targets.values())
         assert all(x.bottleneck not in ("kv_cache", "batch_cap", "compute") for x in diagnoses.values())
     finally:
         for s in servers.values():
@@ -124,10 +124,10 @@ def test_reload_with_a_broken_rule_file_keeps_the_last_good(kv_server, tmp_path)
     rules.write_text("groups:\n  - name: x\n    rules:\n      - record: bad\n        expr: sum(rate(x[5m])\n")
     ok, message = d.reload()
     assert not ok and f"{rules}:4" in message and "unclosed left parenthesis" in message
-    assert d.state.snapshot()["reload_ok"] is False
+    assert d.state.snapshot().reload_ok is False
     assert d.cycle()[0].bottleneck == "kv_cache"  # the old pack still runs
     rules.write_text((default_rule_files()[0]).read_text())
-    assert d.reload()[0] and d.state.snapshot()["reload_ok"] is True
+    assert d.reload()[0] and d.state.snapshot().reload_ok is True
 
 
 def test_a_timeout_cut_to_the_interval_names_all_targets_or_says_more_exist(caplog):

@@ -205,8 +205,8 @@ def test_a_read_only_state_directory_is_named_and_kvdoctor_runs_on(
         str(tmpfs) in r.getMessage() and "Read-only file system" in r.getMessage() for r in caplog.records
     )
     d.cycle()
-    assert d.state.snapshot()["storage"]["state"]["write_failures_total"] == 1
-    assert "Read-only file system" in d.state.snapshot()["storage"]["state"]["error"]
+    assert d.state.snapshot().storage["state"]["write_failures_total"] == 1
+    assert "Read-only file system" in d.state.snapshot().storage["state"]["error"]
 
 
 def test_notifier_start_up_on_a_full_disk_names_the_outbox_and_delivers_from_memory(

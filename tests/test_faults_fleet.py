@@ -51,12 +51,12 @@ def test_two_hundred_targets_a_tenth_slow_or_dead_every_cycle_within_the_interva
         pause = threading.Event()
         while time.monotonic() < deadline:
             snap = d.state.snapshot()
-            if snap["evaluation_ts"] is not None:
-                cycles[snap["evaluation_ts"]] = snap["cycle_duration_s"]
+            if snap.evaluation_ts is not None:
+                cycles[snap.evaluation_ts] = snap.cycle_duration_s
             pause.wait(0.25)  # sample each cycle's duration as the daemon publishes it, for the whole run
-        diagnoses = {x.target: x for x in d.state.snapshot()["diagnoses"]}
-        stats = d.state.snapshot()["targets"]
-        events = d.state.snapshot()["scheduler_events"]
+        diagnoses = {x.target: x for x in d.state.snapshot().diagnoses}
+        stats = d.state.snapshot().targets
+        events = d.state.snapshot().scheduler_events
         d.shutdown()
     finally:
         for s in servers.values():
@@ -84,12 +84,12 @@ def test_a_cycle_near_the_interval_is_exported_and_warned_about_once(caplog):
 
     def overran() -> bool:
         warned = any("close to falling behind" in r.getMessage() for r in caplog.records)
-        return warned and d.state.snapshot()["scheduler_events"].get("missed", 0) > 1
+        return warned and d.state.snapshot().scheduler_events.get("missed", 0) > 1
 
     try:  # a few cycles: the first overrun warns, the ones after it must not warn again
         until(overran, timeout=20, step=0.05, what="an overrun warning and missed slots")
         snap = d.state.snapshot()
-        until(lambda: d.state.snapshot()["evaluation_ts"] != snap["evaluation_ts"], timeout=20, step=0.05,
+        until(lambda: d.state.snapshot().evaluation_ts != snap.evaluation_ts, timeout=20, step=0.05,
               what="one more cycle after the warning")  # fmt: skip
     finally:
         d.shutdown()

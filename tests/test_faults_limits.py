@@ -110,7 +110,7 @@ def test_a_target_over_a_limit_is_down_naming_it_and_nothing_of_it_is_ingested(g
         )
         for _ in range(3):
             diagnoses = {x.target: x for x in d.cycle()}
-        stats = d.state.snapshot()["targets"]
+        stats = d.state.snapshot().targets
         assert diagnoses["good"].bottleneck == "kv_cache" and stats["good"].up
         assert 300 < (stats["good"].samples or 0) < 1000
         assert stats["million"].up is False and "sample_limit exceeded" in stats["million"].last_error

@@ -126,6 +126,6 @@ def test_a_poison_row_is_quarantined_after_some_attempts_and_blocks_nothing(payl
     assert (
         row[0] == "quarantined" and row[1] == QUARANTINE_AFTER and row[2]
     )  # kept, with why, for a post-mortem
-    families = {f.name: f for f in storage_families({"storage": {"outbox": stats}})}
+    families = {f.name: f for f in storage_families({"outbox": stats})}
     assert families["kvdoctor_outbox_quarantined"].samples[0].value == 1.0
     n.close()

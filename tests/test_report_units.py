@@ -12,9 +12,10 @@ from kvdoctor.cli import main
 from kvdoctor.cli.report import parse_time
 from kvdoctor.report.build import build_report
 from kvdoctor.report.economics import Prices, parse_usd, replicas_for
-from kvdoctor.report.history import History, Step
+from kvdoctor.report.history import History
 from kvdoctor.report.markdown import render_markdown
 from kvdoctor.report.promrange import MAX_POINTS, chunks, progress_bar
+from kvdoctor.report.steps import Step
 
 T0 = 1796000400.0  # Monday 2026-11-30 01:00 UTC
 

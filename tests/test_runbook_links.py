@@ -63,7 +63,7 @@ def wait_for(what: str, pred: Any, timeout: float = 40.0) -> Any:
 
 def findings_of(daemon: Daemon) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
-    for d in daemon.state.snapshot()["diagnoses"]:
+    for d in daemon.state.snapshot().diagnoses:
         out.setdefault(d.target, set()).update(f.name for f in d.findings)
     return out
 

@@ -35,11 +35,11 @@ def test_daemon_publishes_diagnoses_targets_and_source_metrics(fake, tmp_path):
     diagnoses = {x.target: x.bottleneck for x in d.cycle()}
     assert diagnoses == {"10.0.0.0:8000": "kv_cache", "10.0.0.1:8000": "unknown", "10.0.0.2:8000": "healthy"}
     snap = d.state.snapshot()
-    assert snap["ready"] and {t: s.up for t, s in snap["targets"].items()} == {
+    assert snap.ready and {t: s.up for t, s in snap.targets.items()} == {
         "10.0.0.0:8000": True, "10.0.0.1:8000": False, "10.0.0.2:8000": True,
     }  # fmt: skip
-    assert snap["targets"]["10.0.0.0:8000"].labels == {"job": "vllm", "team": "a"}
-    assert "up == 0" in snap["targets"]["10.0.0.1:8000"].last_error
+    assert snap.targets["10.0.0.0:8000"].labels == {"job": "vllm", "team": "a"}
+    assert "up == 0" in snap.targets["10.0.0.1:8000"].last_error
     text = generate_latest(d.registry).decode()
     n = d.source.status()["last_cycle_queries"]
     assert f"kvdoctor_source_cycle_queries {float(n)}" in text and "kvdoctor_source_up 1.0" in text
@@ -71,7 +71,7 @@ def test_prometheus_down_fails_the_cycle_keeps_the_last_diagnoses_and_recovers(f
     assert len(errors) == 1 and "HTTP 502" in errors[0].getMessage() and "tok-xyz" not in caplog.text
     status = d.source.status()
     assert status["ok"] is False and status["failures_total"] == 2
-    assert [x.target for x in d.state.snapshot()["diagnoses"]] == [x.target for x in first]
+    assert [x.target for x in d.state.snapshot().diagnoses] == [x.target for x in first]
     text = generate_latest(d.registry).decode()
     assert "kvdoctor_source_up 0.0" in text and "kvdoctor_source_cycle_failures_total 2.0" in text
     state["down"] = False

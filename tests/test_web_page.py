@@ -74,7 +74,7 @@ def page() -> Iterator[tuple[str, DaemonState]]:
 
 def expected_numbers(state: DaemonState) -> dict[str, list[str]]:
     """The evidence as the page must show it, computed from the diagnoses themselves."""
-    ev = {d.target: d.evidence for d in state.snapshot()["diagnoses"]}
+    ev = {d.target: d.evidence for d in state.snapshot().diagnoses}
     kv, cap = ev["kv_bound"], ev["batch_cap"]
     return {
         "kv_bound": [

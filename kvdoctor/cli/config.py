@@ -15,7 +15,6 @@ from kvdoctor.config.filesd import read_file_sd
 from kvdoctor.daemon.kubesd import kubeconfig_problem
 from kvdoctor.errors import EXIT_INPUT
 from kvdoctor.notify import parse_notify_config
-from kvdoctor.notify.located import located_errors
 from kvdoctor.rules.loader import RuleLoadError, load_files, rule_files
 from kvdoctor.targets import target_facts
 from kvdoctor.web import WebConfigError, load_web_config
@@ -41,8 +40,8 @@ def config_errors(path: str) -> list[str]:
     """Every error of the config at path and of the files it names, each prefixed with where it is."""
     cfg, errors = check_config(path)
     if cfg.notify is not None or any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
-        _, notify = parse_notify_config(cfg.notify, os.environ)
-        errors += located_errors(cfg, notify)
+        _, notify = parse_notify_config(cfg.notify, os.environ, cfg.doc)
+        errors += notify
     return _in_file_order(errors + _file_errors(cfg), str(cfg.path))
 
 

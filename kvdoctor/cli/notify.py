@@ -14,7 +14,6 @@ from kvdoctor.config import Config
 from kvdoctor.errors import EXIT_OK, EXIT_TRANSPORT
 from kvdoctor.notify import Notifier
 from kvdoctor.notify.config import NotifyConfig, parse_notify_config
-from kvdoctor.notify.located import located_errors
 
 NO_SINKS = (
     "no notification sinks configured: set notify.slack (token + channel, or webhook_url), "
@@ -40,8 +39,8 @@ def add_parser(sub: Any) -> None:
 
 def notify_config(cfg: Config, env: Mapping[str, str], prog: str) -> NotifyConfig | None:
     """The notify config from cfg and env, or None after printing every error with its file:line."""
-    ncfg, errors = parse_notify_config(cfg.notify, env)
-    for e in located_errors(cfg, errors):
+    ncfg, errors = parse_notify_config(cfg.notify, env, cfg.doc)
+    for e in errors:
         print(f"{prog}: {e}", file=sys.stderr)
     return None if errors else ncfg
 

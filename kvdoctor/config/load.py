@@ -101,7 +101,7 @@ def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tupl
     if env.get("KVDOCTOR_PROMETHEUS_URL"):
         data["prometheus"] = {**(data.get("prometheus") or {}), "url": env["KVDOCTOR_PROMETHEUS_URL"]}
         data.setdefault("source", "prometheus")
-    cfg = Config(path=path)
+    cfg = Config(path=path, doc=doc)
     for key in data:
         if key not in TOP_KEYS:
             errors.append(f"{doc.where(key)}: unknown key {key!r}")

@@ -13,6 +13,7 @@ from kvdoctor.verdicts import RUNBOOK_PATH
 
 if TYPE_CHECKING:  # podsd builds TargetSpecs from this module, so only the type is imported
     from kvdoctor.config.podsd import KubernetesSD
+    from kvdoctor.config.yamlpos import Located
 
 DEFAULT_LISTEN = "127.0.0.1:9860"
 
@@ -104,6 +105,7 @@ class Config:
     runbook_url: str | None = None  # the runbook page links point to; default: <external URL>/runbook
     notify: dict[str, Any] | None = None
     path: str | None = None
+    doc: Located | None = field(default=None, repr=False, compare=False)  # where each key was written
 
     def runbook_page(self, bound: str | None = None, tls: bool = False) -> str:
         """The runbook page findings link to: runbook_url, else <external URL>/runbook.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -23,6 +23,45 @@ class Located:
             if line:
                 return f"{self.file}:{line}"
         return self.file
+
+
+KeyPath = tuple[str | int, ...]
+# Where a value came from: its key path in the document, or (a str) the environment variable that set it.
+Where = KeyPath | str
+
+
+def dotted(path: KeyPath) -> str:
+    """The key path as a user writes it: `notify.silences[0].ends`."""
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out
+
+
+@dataclass
+class Problems:
+    """Every problem found while validating one document, each placed where the user wrote the value.
+
+    The one located-validation helper the loaders share: `at(path, message)` gives `file:line: key.path: message`
+    (the line of the deepest key of path the document has), an environment variable gives `environment: VAR: …`.
+    With no document (a section validated on its own) a problem is `key.path: message` or `VAR: message`.
+    """
+
+    doc: Located | None
+    lines: list[str] = field(default_factory=list)
+
+    def at(self, where: Where, message: str) -> None:
+        """Record message about the value at where (a key path, or the name of the environment variable that set it)."""
+        what = where if isinstance(where, str) else dotted(where)
+        if self.doc is None:
+            self.lines.append(f"{what}: {message}")
+        elif isinstance(where, str):
+            self.lines.append(f"environment: {what}: {message}")
+        else:
+            self.lines.append(f"{self.doc.where(*where)}: {what}: {message}")
+
+    def __bool__(self) -> bool:
+        return bool(self.lines)
 
 
 def locate(text: str, file: str) -> Located:

@@ -11,7 +11,6 @@ from pathlib import Path
 from kvdoctor.config import Config, ConfigError
 from kvdoctor.diagnosis.target import Target
 from kvdoctor.notify import Notifier, parse_notify_config
-from kvdoctor.notify.located import located_errors
 
 log = logging.getLogger("kvdoctor")
 
@@ -23,9 +22,9 @@ def build_notifier(
     carry the `job` Prometheus scrapes a target in (from `targets`, the pipeline's), else the config's `job`."""
     if not cfg.notify and not any(k.startswith("KVDOCTOR_SLACK") for k in os.environ):
         return None
-    ncfg, errors = parse_notify_config(cfg.notify, os.environ)
+    ncfg, errors = parse_notify_config(cfg.notify, os.environ, cfg.doc)
     if errors:
-        raise ConfigError(located_errors(cfg, errors))
+        raise ConfigError(errors)
     # links a message carries default to this daemon: its status page, and the page as the generator URL
     am = replace(
         ncfg.alertmanager, generator_url=ncfg.alertmanager.generator_url or base_url + "/", job=cfg.job

@@ -11,7 +11,6 @@ from kvdoctor.config import Config, ConfigError, TargetSpec, load_config
 from kvdoctor.config.targets import parse_target
 from kvdoctor.config.yamlpos import Located
 from kvdoctor.notify import parse_notify_config
-from kvdoctor.notify.located import located_errors
 from kvdoctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_files
 
 # Config fields a running daemon cannot change, with the reason given to the operator.
@@ -117,9 +116,9 @@ def refuse_unless_applicable(old: Config, new: Config) -> None:
     if refused:
         raise ConfigError(["nothing applied, the running config stays in force:", *refused])
     if new.notify != old.notify:
-        _, errors = parse_notify_config(new.notify, os.environ)
+        _, errors = parse_notify_config(new.notify, os.environ, new.doc)
         if errors:
-            raise ConfigError(located_errors(new, errors))
+            raise ConfigError(errors)
 
 
 def changes(old: Config, new: Config) -> list[str]:

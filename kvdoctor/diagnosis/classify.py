@@ -14,7 +14,7 @@ from kvdoctor.diagnosis.evidence import Key, split_engines
 from kvdoctor.diagnosis.target import Target
 from kvdoctor.rules.evaluate import Alert
 from kvdoctor.signals import FINDINGS, evidence_for
-from kvdoctor.verdicts import LIMITS, Advice, Diagnosis, Finding
+from kvdoctor.verdicts import LIMITS, Advice, Diagnosis, Finding, Verdict
 
 PRIORITY = ("kv_cache", "batch_cap", "compute")  # when several limits hold, the first explains the others
 OVERSIZED = 4.0  # --max-model-len at least this many times the observed p99 request length
@@ -76,7 +76,7 @@ class Classifier:
                 d = self._one(t, key, target, signals.get(key, {}), firing.get(key, []))
             except Exception as exc:  # one target's values must not cost the others their diagnosis
                 self._fail(key[0], "classify", exc)
-                d = self._last.get(key) or Diagnosis(key[0], key[1], t, "unknown", t)
+                d = self._last.get(key) or Diagnosis(key[0], key[1], t, Verdict.UNKNOWN, t)
             # kept as classified: the sinks add to a diagnosis' lists (follow-ups, effects) after this
             self._last[key] = d = replace(d, findings=list(d.findings), advice=list(d.advice))
             out.append(replace(d, findings=list(d.findings), advice=list(d.advice)))
@@ -137,7 +137,7 @@ class Classifier:
         since = prev[1] if prev and prev[0] == verdict else t
         self.since[key] = (verdict, since)
         advice = next((f.advice for f in findings if f.bottleneck == verdict), [])
-        return Diagnosis(key[0], key[1], t, verdict, since, findings, _round(evidence), advice)
+        return Diagnosis(key[0], key[1], t, Verdict(verdict), since, findings, _round(evidence), advice)
 
     def _finding(self, a: Alert, ev: dict[str, float], target: Target, per_engine: Engines) -> Finding:
         name = a.labels["finding"]

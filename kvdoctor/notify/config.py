@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from kvdoctor.config.yamlpos import KeyPath, Located, Problems, Where
 from kvdoctor.notify.matchers import LABELS, Matcher, parse_duration, parse_matchers, parse_time
 from kvdoctor.notify.redact import register_secret
 
@@ -110,116 +111,119 @@ class NotifyConfig:
     retry_max: float = 300.0
 
 
-def _url(v: Any, path: str, errors: list[str], secret: bool = False) -> str | None:
+def _url(v: Any, where: Where, problems: Problems, secret: bool = False) -> str | None:
     ok = isinstance(v, str) and urlsplit(v).scheme in ("http", "https") and bool(urlsplit(v).netloc)
     if not ok:
-        errors.append(f"{path}: must be an http(s) URL" + ("" if secret else f", got {v!r}"))
+        problems.at(where, "must be an http(s) URL" + ("" if secret else f", got {v!r}"))
         return None
     return str(v)
 
 
-def _str(v: Any, path: str, errors: list[str]) -> str | None:
+def _str(v: Any, where: Where, problems: Problems) -> str | None:
     if not isinstance(v, str):
-        errors.append(f"{path}: must be a string")
+        problems.at(where, "must be a string")
         return None
     return v
 
 
-def _num(v: Any, path: str, errors: list[str], lo: float = 0.0) -> float | None:
+def _num(v: Any, path: KeyPath, problems: Problems, lo: float = 0.0) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float) or v < lo:
-        errors.append(f"{path}: must be a number ≥ {lo:g}")
+        problems.at(path, f"must be a number ≥ {lo:g}")
         return None
     return float(v)
 
 
-def _section(v: Any, path: str, errors: list[str], allowed: set[str]) -> dict[str, Any]:
+def _section(v: Any, path: KeyPath, problems: Problems, allowed: set[str]) -> dict[str, Any]:
     if v is None:
         return {}
     if not isinstance(v, dict):
-        errors.append(f"{path}: must be a mapping")
+        problems.at(path, "must be a mapping")
         return {}
-    errors.extend(f"{path}.{k}: unknown key" for k in v if k not in allowed)
+    for k in v:
+        if k not in allowed:
+            problems.at((*path, str(k)), "unknown key")
     return {k: x for k, x in v.items() if k in allowed}
 
 
-def _slack(raw: Any, env: Mapping[str, str], errors: list[str]) -> SlackConfig:
-    s = _section(raw, "notify.slack", errors, {*ENV_KEYS.values(), "timeout", "retries"})
-    src = {k: f"notify.slack.{k}" for k in s}
+def _slack(raw: Any, env: Mapping[str, str], problems: Problems) -> SlackConfig:
+    p: KeyPath = ("notify", "slack")
+    s = _section(raw, p, problems, {*ENV_KEYS.values(), "timeout", "retries"})
+    src: dict[str, Where] = {k: (*p, k) for k in s}
     for var, key in ENV_KEYS.items():
         if env.get(var):
             s[key], src[key] = env[var], var
     out: dict[str, Any] = {}
-    if "webhook_url" in s and (u := _url(s["webhook_url"], src["webhook_url"], errors, secret=True)):
+    if "webhook_url" in s and (u := _url(s["webhook_url"], src["webhook_url"], problems, secret=True)):
         out["webhook_url"] = Secret(u)
-    if "token" in s and (t := _str(s["token"], src["token"], errors)):
+    if "token" in s and (t := _str(s["token"], src["token"], problems)):
         out["token"] = Secret(t)
-    if "channel" in s and (c := _str(s["channel"], src["channel"], errors)) is not None:
+    if "channel" in s and (c := _str(s["channel"], src["channel"], problems)) is not None:
         out["channel"] = c
-    if "base_url" in s and (b := _url(s["base_url"], src["base_url"], errors)):
+    if "base_url" in s and (b := _url(s["base_url"], src["base_url"], problems)):
         out["base_url"] = b if b.endswith("/") else b + "/"
-    if "timeout" in s and (d := parse_duration(s["timeout"], "notify.slack.timeout", errors)) is not None:
+    if "timeout" in s and (d := parse_duration(s["timeout"], (*p, "timeout"), problems)) is not None:
         out["timeout"] = d
-    if "retries" in s and (r := _num(s["retries"], "notify.slack.retries", errors)) is not None:
+    if "retries" in s and (r := _num(s["retries"], (*p, "retries"), problems)) is not None:
         out["retries"] = int(r)
     for secret in (out.get("webhook_url"), out.get("token")):
         register_secret(secret.reveal() if secret else None)
     if out.get("token") and out.get("webhook_url"):
-        errors.append("notify.slack: set either webhook_url or token (+ channel), not both")
+        problems.at(p, "set either webhook_url or token (+ channel), not both")
     if out.get("token") and not out.get("channel"):
-        errors.append("notify.slack.channel: required with a bot token (or set KVDOCTOR_SLACK_CHANNEL)")
+        problems.at((*p, "channel"), "required with a bot token (or set KVDOCTOR_SLACK_CHANNEL)")
     return SlackConfig(**out)
 
 
-def _alertmanager(raw: Any, errors: list[str]) -> AlertmanagerConfig:
-    p = "notify.alertmanager"
+def _alertmanager(raw: Any, problems: Problems) -> AlertmanagerConfig:
+    p: KeyPath = ("notify", "alertmanager")
     allowed = {"url", "urls", "generator_url", "timeout", "ends_at_after", "resend_resolved_for"}
-    a = _section(raw, p, errors, allowed)
+    a = _section(raw, p, problems, allowed)
     urls: list[str] = []
-    if "url" in a and (u := _url(a["url"], f"{p}.url", errors)):
+    if "url" in a and (u := _url(a["url"], (*p, "url"), problems)):
         urls.append(u)
     if "urls" in a:
         if not isinstance(a["urls"], list):
-            errors.append(f"{p}.urls: must be a list of URLs")
+            problems.at((*p, "urls"), "must be a list of URLs")
         else:
-            urls += [u for i, x in enumerate(a["urls"]) if (u := _url(x, f"{p}.urls[{i}]", errors))]
+            urls += [u for i, x in enumerate(a["urls"]) if (u := _url(x, (*p, "urls", i), problems))]
     out: dict[str, Any] = {"urls": tuple(u.rstrip("/") for u in urls)}
-    if "generator_url" in a and (g := _url(a["generator_url"], f"{p}.generator_url", errors)):
+    if "generator_url" in a and (g := _url(a["generator_url"], (*p, "generator_url"), problems)):
         out["generator_url"] = g
     for k in ("timeout", "ends_at_after", "resend_resolved_for"):
-        if k in a and (d := parse_duration(a[k], f"{p}.{k}", errors)) is not None:
+        if k in a and (d := parse_duration(a[k], (*p, k), problems)) is not None:
             out[k] = d
     return AlertmanagerConfig(**out)
 
 
-def _silences(raw: Any, errors: list[str]) -> tuple[Silence, ...]:
+def _silences(raw: Any, problems: Problems) -> tuple[Silence, ...]:
     if not isinstance(raw, list):
-        errors.append("notify.silences: must be a list")
+        problems.at(("notify", "silences"), "must be a list")
         return ()
     out = []
     for i, item in enumerate(raw):
-        p = f"notify.silences[{i}]"
-        s = _section(item, p, errors, {"matchers", "starts", "ends", "comment"})
+        p: KeyPath = ("notify", "silences", i)
+        s = _section(item, p, problems, {"matchers", "starts", "ends", "comment"})
         if "matchers" not in s:
-            errors.append(f"{p}.matchers: required")
-        matchers = parse_matchers(s.get("matchers", []), f"{p}.matchers", errors)
-        starts = parse_time(s["starts"], f"{p}.starts", errors) if "starts" in s else None
-        ends = parse_time(s["ends"], f"{p}.ends", errors) if "ends" in s else None
+            problems.at((*p, "matchers"), "required")
+        matchers = parse_matchers(s.get("matchers", []), (*p, "matchers"), problems)
+        starts = parse_time(s["starts"], (*p, "starts"), problems) if "starts" in s else None
+        ends = parse_time(s["ends"], (*p, "ends"), problems) if "ends" in s else None
         if starts is not None and ends is not None and ends <= starts:
-            errors.append(f"{p}.ends: must be after starts")
+            problems.at((*p, "ends"), "must be after starts")
         out.append(Silence(matchers, starts, ends, str(s.get("comment", ""))))
     return tuple(out)
 
 
-def _routes(raw: Any, errors: list[str]) -> tuple[Route, ...]:
+def _routes(raw: Any, problems: Problems) -> tuple[Route, ...]:
     if not isinstance(raw, list):
-        errors.append("notify.routes: must be a list")
+        problems.at(("notify", "routes"), "must be a list")
         return ()
     out = []
     for i, item in enumerate(raw):
-        p = f"notify.routes[{i}]"
-        r = _section(item, p, errors, {"matchers", "channel"})
-        channel = _str(r.get("channel"), f"{p}.channel", errors)
-        matchers = parse_matchers(r.get("matchers", []), f"{p}.matchers", errors)
+        p: KeyPath = ("notify", "routes", i)
+        r = _section(item, p, problems, {"matchers", "channel"})
+        channel = _str(r.get("channel"), (*p, "channel"), problems)
+        matchers = parse_matchers(r.get("matchers", []), (*p, "matchers"), problems)
         if channel:
             out.append(Route(matchers, channel))
     return tuple(out)
@@ -244,49 +248,55 @@ _TOP = {
 }
 
 
-def parse_notify_config(section: dict | None, env: Mapping[str, str]) -> tuple[NotifyConfig, list[str]]:
-    """Parse `notify:` and the environment; returns the config and every error found (never raises)."""
-    errors: list[str] = []
-    n = _section(section, "notify", errors, _TOP)
-    out: dict[str, Any] = {"slack": _slack(n.get("slack"), env, errors)}
-    out["alertmanager"] = _alertmanager(n.get("alertmanager"), errors)
+def parse_notify_config(
+    section: dict[str, Any] | None, env: Mapping[str, str], doc: Located | None = None
+) -> tuple[NotifyConfig, list[str]]:
+    """Parse `notify:` and the environment; returns the config and every error found (never raises), each placed at
+    the file:line of doc (the config it came from: `Config.doc`) or at the environment variable that set it."""
+    problems = Problems(doc)
+    n = _section(section, ("notify",), problems, _TOP)
+    out: dict[str, Any] = {"slack": _slack(n.get("slack"), env, problems)}
+    out["alertmanager"] = _alertmanager(n.get("alertmanager"), problems)
     if "enabled" in n:
         if isinstance(n["enabled"], bool):
             out["enabled"] = n["enabled"]
         else:
-            errors.append("notify.enabled: must be true or false")
+            problems.at(("notify", "enabled"), "must be true or false")
     for key, attr in (
         ("for", "for_"),
         ("resolve_after", "resolve_after"),
         ("repeat_interval", "repeat_interval"),
         ("update_interval", "update_interval"),
     ):
-        if key in n and (d := parse_duration(n[key], f"notify.{key}", errors)) is not None:
+        if key in n and (d := parse_duration(n[key], ("notify", key), problems)) is not None:
             out[attr] = d
     if "for_overrides" in n:
         fo = n["for_overrides"]
         if not isinstance(fo, dict):
-            errors.append("notify.for_overrides: must be a mapping of finding name to duration")
+            problems.at(("notify", "for_overrides"), "must be a mapping of finding name to duration")
         else:
-            ds = {str(k): parse_duration(v, f"notify.for_overrides.{k}", errors) for k, v in fo.items()}
+            ds = {
+                str(k): parse_duration(v, ("notify", "for_overrides", str(k)), problems)
+                for k, v in fo.items()
+            }
             out["for_overrides"] = {k: d for k, d in ds.items() if d is not None}
     if "group_by" in n:
         g = n["group_by"]
         if not isinstance(g, list) or not all(isinstance(x, str) and x in LABELS for x in g):
-            errors.append(f"notify.group_by: must be a list of labels from {', '.join(LABELS)}")
+            problems.at(("notify", "group_by"), f"must be a list of labels from {', '.join(LABELS)}")
         else:
             out["group_by"] = tuple(g)
     if "silences" in n:
-        out["silences"] = _silences(n["silences"], errors)
+        out["silences"] = _silences(n["silences"], problems)
     if "routes" in n:
-        out["routes"] = _routes(n["routes"], errors)
+        out["routes"] = _routes(n["routes"], problems)
     for key in ("status_page_url", "grafana_url"):
-        if key in n and (u := _url(n[key], f"notify.{key}", errors)):
+        if key in n and (u := _url(n[key], ("notify", key), problems)):
             out[key] = u.rstrip("/")
-    if "outbox_path" in n and (o := _str(n["outbox_path"], "notify.outbox_path", errors)):
+    if "outbox_path" in n and (o := _str(n["outbox_path"], ("notify", "outbox_path"), problems)):
         out["outbox_path"] = o
-    r = _section(n.get("retry"), "notify.retry", errors, {"initial", "max"})
+    r = _section(n.get("retry"), ("notify", "retry"), problems, {"initial", "max"})
     for key, attr in (("initial", "retry_initial"), ("max", "retry_max")):
-        if key in r and (d := parse_duration(r[key], f"notify.retry.{key}", errors)) is not None:
+        if key in r and (d := parse_duration(r[key], ("notify", "retry", key), problems)) is not None:
             out[attr] = d
-    return NotifyConfig(**out), errors
+    return NotifyConfig(**out), problems.lines

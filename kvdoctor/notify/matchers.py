@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from kvdoctor.config.durations import EXAMPLES, duration_seconds
+from kvdoctor.config.yamlpos import KeyPath, Problems
 
 LABELS = ("target", "model_name", "finding", "severity", "bottleneck")
 _MATCHER = re.compile(r'^\s*([a-z_]+)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|(\S*))\s*$')
@@ -30,23 +31,23 @@ class Matcher:
         return (got == self.value) if self.op == "=" else (got != self.value)
 
 
-def parse_duration(v: Any, path: str, errors: list[str]) -> float | None:
+def parse_duration(v: Any, path: KeyPath, problems: Problems) -> float | None:
     """Seconds from a number or a duration (kvdoctor.config.durations: '90s', '1h30m', '500ms'); records an error."""
     try:
         out = duration_seconds(v)
     except ValueError:
-        errors.append(f"{path}: must be a duration {EXAMPLES}")
+        problems.at(path, f"must be a duration {EXAMPLES}")
         return None
     if out < 0:
-        errors.append(f"{path}: must not be negative")
+        problems.at(path, "must not be negative")
         return None
     return out
 
 
-def parse_time(v: Any, path: str, errors: list[str]) -> float | None:
+def parse_time(v: Any, path: KeyPath, problems: Problems) -> float | None:
     """Unix seconds from a number, an RFC 3339 string or a YAML timestamp; records an error."""
     if isinstance(v, bool):
-        errors.append(f"{path}: must be an RFC 3339 time or unix seconds")
+        problems.at(path, "must be an RFC 3339 time or unix seconds")
         return None
     if isinstance(v, int | float):
         return float(v)
@@ -61,47 +62,47 @@ def parse_time(v: Any, path: str, errors: list[str]) -> float | None:
             pass
         else:
             return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
-    errors.append(f"{path}: must be an RFC 3339 time or unix seconds")
+    problems.at(path, "must be an RFC 3339 time or unix seconds")
     return None
 
 
-def _check(label: str, op: str, value: str, path: str, errors: list[str]) -> Matcher | None:
+def _check(label: str, op: str, value: str, path: KeyPath, problems: Problems) -> Matcher | None:
     if label not in LABELS:
-        errors.append(f"{path}: unknown label {label!r} (expected one of {', '.join(LABELS)})")
+        problems.at(path, f"unknown label {label!r} (expected one of {', '.join(LABELS)})")
         return None
     if op in ("=~", "!~"):
         try:
             re.compile(value)
         except re.error as e:
-            errors.append(f"{path}: invalid regex: {e}")
+            problems.at(path, f"invalid regex: {e}")
             return None
     return Matcher(label, op, value)
 
 
-def parse_matchers(v: Any, path: str, errors: list[str]) -> tuple[Matcher, ...]:
+def parse_matchers(v: Any, path: KeyPath, problems: Problems) -> tuple[Matcher, ...]:
     """Matchers from a list of strings ('target=~"vllm-.*"') or a mapping {label: value} (exact match)."""
     out: list[Matcher] = []
     if isinstance(v, dict):
         for label, value in v.items():
             if not isinstance(value, str | int | float) or isinstance(value, bool):
-                errors.append(f"{path}.{label}: must be a string")
+                problems.at((*path, str(label)), "must be a string")
                 continue
-            m = _check(str(label), "=", str(value), f"{path}.{label}", errors)
+            m = _check(str(label), "=", str(value), (*path, str(label)), problems)
             if m:
                 out.append(m)
         return tuple(out)
     if not isinstance(v, list):
-        errors.append(f"{path}: must be a list of matchers like 'severity=\"critical\"' or a mapping")
+        problems.at(path, "must be a list of matchers like 'severity=\"critical\"' or a mapping")
         return ()
     for i, item in enumerate(v):
-        p = f"{path}[{i}]"
+        p = (*path, i)
         parsed = _MATCHER.match(item) if isinstance(item, str) else None
         if not parsed:
-            errors.append(f"{p}: must be a matcher like 'target=~\"vllm-.*\"'")
+            problems.at(p, "must be a matcher like 'target=~\"vllm-.*\"'")
             continue
         label, op, quoted, bare = parsed.groups()
         value = bytes(quoted, "utf-8").decode("unicode_escape") if quoted is not None else bare
-        m = _check(label, op, value, p, errors)
+        m = _check(label, op, value, p, problems)
         if m:
             out.append(m)
     return tuple(out)

@@ -18,9 +18,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvdoctor.notify.outboxdb import Mark, Unsaved, is_corrupt, open_outbox, start_over, write
+from kvdoctor.notify.outboxdb import (
+    PENDING,
+    Mark,
+    Unsaved,
+    is_corrupt,
+    open_outbox,
+    start_over,
+    status_counts,
+    write,
+)
 
 log = logging.getLogger("kvdoctor.notify.outbox")
+OPEN_FAILED = (
+    "notification outbox %s cannot be opened (%s): notifications go on from memory and the file is retried"
+)
+WRITE_FAILED = (
+    "cannot write notification outbox %s: %s; keeping owed notifications in memory, retrying with backoff"
+)
 QUARANTINE_AFTER = 5  # attempts before an item whose payload cannot be read or rendered is put aside
 BACKOFF_INITIAL_S, BACKOFF_MAX_S = 1.0, 60.0
 
@@ -55,8 +70,7 @@ class Outbox:
         self._db, self._state, error = open_outbox(self.path)
         if self._db is None:
             self._failed(error)
-            log.warning("notification outbox %s cannot be opened (%s): notifications go on from memory and the "
-                        "file is retried", self.path, error)  # fmt: skip
+            log.warning(OPEN_FAILED, self.path, error)
 
     # -- writes ------------------------------------------------------------------------------------------------
     def _failed(self, error: str) -> None:
@@ -66,8 +80,7 @@ class Outbox:
         delay = min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * 2 ** (self._failures - 1))
         self._retry_at = self.monotonic() + delay
         if error != self.last_write_error:  # said once per cause, not on every cycle
-            log.error("cannot write notification outbox %s: %s; keeping %s in memory, retrying with backoff",
-                      self.path, error, "owed notifications")  # fmt: skip
+            log.error(WRITE_FAILED, self.path, error)
         self.last_write_error = error
 
     def _flush(self) -> bool:
@@ -156,10 +169,7 @@ class Outbox:
             rows: list[Any] = []
             if self._db is not None:
                 try:
-                    rows = self._db.execute(
-                        "SELECT id, key, incident, sink, payload, attempts FROM outbox WHERE status='pending' "
-                        "ORDER BY id LIMIT ?", (limit,),
-                    ).fetchall()  # fmt: skip
+                    rows = self._db.execute(PENDING, (limit,)).fetchall()
                 except sqlite3.Error as exc:
                     self._failed(f"{type(exc).__name__}: {exc}")
             out = []
@@ -213,25 +223,20 @@ class Outbox:
     def stats(self) -> dict[str, Any]:
         """Counts per status, the last (redacted) error and the disk's health, for /api and `notify status`."""
         with self._lock:
-            counts: dict[str, int] = {}
-            err = None
-            if self._db is not None:
-                try:
-                    counts = dict(
-                        self._db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status").fetchall()
-                    )
-                    err = self._db.execute(
-                        "SELECT last_error FROM outbox WHERE last_error != '' ORDER BY id DESC LIMIT 1"
-                    ).fetchone()
-                except sqlite3.Error:
-                    pass
+            counts, last_error = status_counts(self._db) if self._db is not None else ({}, "")
             held = len(self._unsaved.items)
-            return {"pending": counts.get("pending", 0) + held, "done": counts.get("done", 0),
-                    "dead": counts.get("dead", 0), "quarantined": counts.get("quarantined", 0),
-                    "last_error": err[0] if err else "", "unsaved": held,
-                    "write_failures_total": self.write_failures_total, "quarantined_total": self.quarantined_total,
-                    "write_error": self.last_write_error if self.failing_since is not None else "",
-                    "failing_since": self.failing_since}  # fmt: skip
+            return {
+                "pending": counts.get("pending", 0) + held,
+                "done": counts.get("done", 0),
+                "dead": counts.get("dead", 0),
+                "quarantined": counts.get("quarantined", 0),
+                "last_error": last_error,
+                "unsaved": held,
+                "write_failures_total": self.write_failures_total,
+                "quarantined_total": self.quarantined_total,
+                "write_error": self.last_write_error if self.failing_since is not None else "",
+                "failing_since": self.failing_since,
+            }
 
     # -- marks -------------------------------------------------------------------------------------------------
     def done(self, item_id: int) -> None:

@@ -134,3 +134,20 @@ def start_over(path: Path, why: str) -> None:
     aside = set_aside(path)
     kept = f"moved to {aside}" if aside else "left in place (it cannot be renamed)"
     log.warning("notification outbox %s is corrupt: %s; %s, starting fresh", path, why, kept)
+
+
+PENDING = (
+    "SELECT id, key, incident, sink, payload, attempts FROM outbox WHERE status='pending' ORDER BY id LIMIT ?"
+)
+
+
+def status_counts(db: sqlite3.Connection) -> tuple[dict[str, int], str]:
+    """Rows per status and the newest recorded (redacted) error; empty when the file cannot be read."""
+    try:
+        counts = dict(db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status").fetchall())
+        row = db.execute(
+            "SELECT last_error FROM outbox WHERE last_error != '' ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+    except sqlite3.Error:
+        return {}, ""
+    return counts, str(row[0]) if row else ""

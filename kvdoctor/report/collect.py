@@ -14,7 +14,8 @@ from pathlib import Path
 
 from kvdoctor.pipeline import Cycle, Pipeline
 from kvdoctor.replay import replay
-from kvdoctor.report.history import History, Key, Step, step_from_diagnosis
+from kvdoctor.report.history import History, Key
+from kvdoctor.report.steps import Step, step_from_diagnosis
 
 COUNTERS = {
     "requests": "vllm:request_success_total",

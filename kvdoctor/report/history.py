@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from kvdoctor.errors import InputError
+from kvdoctor.report.steps import Step, opt, step_from_diagnosis
 from kvdoctor.verdicts import LIMITS, Diagnosis
 
 CLASSES = ("kv_cache", "batch_cap", "compute", "healthy", "idle", "unknown", "down")
@@ -38,27 +39,6 @@ class RangeClient(Protocol):
     def query_range_samples(self, expr: str, t: float) -> Matrix:
         """The raw samples of a range selector expr at t."""
         ...
-
-
-@dataclass
-class Step:
-    """One evaluation of one (target, model): its class for dt seconds, what was served in it, the gauges."""
-
-    t: float
-    dt: float
-    cls: str
-    finding: str = ""  # the finding that explains a limit (or target_down)
-    requests: float = 0.0
-    prompt_tokens: float = 0.0
-    generation_tokens: float = 0.0
-    kv: float | None = None
-    running: float | None = None
-    waiting: float | None = None
-    cap: float | None = None  # configured --max-num-seqs, else the inferred plateau
-    gen_tps: float | None = None
-    itl_p50: float | None = None
-    itl_baseline: float | None = None
-    preemptions_per_s: float | None = None
 
 
 @dataclass
@@ -157,12 +137,15 @@ class History:
             del kh.hours[min(kh.hours)]
 
     def _segment(self, kh: KeyHistory, s: Step) -> None:
-        peak = {
-            k: v
-            for k, v in (("kv", s.kv), ("running", s.running), ("waiting", s.waiting), ("cap", s.cap),
-                         ("preemptions_per_s", s.preemptions_per_s), ("gen_tps", s.gen_tps))
-            if v is not None and math.isfinite(v)
-        }  # fmt: skip
+        gauges = {
+            "kv": s.kv,
+            "running": s.running,
+            "waiting": s.waiting,
+            "cap": s.cap,
+            "preemptions_per_s": s.preemptions_per_s,
+            "gen_tps": s.gen_tps,
+        }
+        peak = {k: v for k, v in gauges.items() if v is not None and math.isfinite(v)}
         last = kh.segments[-1] if kh.segments else None
         if last is not None and last.cls == s.cls and abs(last.end - s.t) <= max(1.0, 0.5 * s.dt):
             last.end = s.t + s.dt
@@ -198,14 +181,16 @@ class History:
 
     def to_state(self) -> dict[str, Any]:
         """Compact JSON-ready data for the state file (distribution bins sparse, segments as lists)."""
-        return {
-            "source": self.source,
-            "keys": [
-                {"target": k[0], "model_name": k[1], "hours": [_hour_state(h) for h in kh.hours.values()],
-                 "segments": [[s.start, s.end, s.cls, s.finding, s.peak] for s in kh.segments]}
-                for k, kh in self.keys.items()
-            ],
-        }  # fmt: skip
+        keys = [
+            {
+                "target": k[0],
+                "model_name": k[1],
+                "hours": [_hour_state(h) for h in kh.hours.values()],
+                "segments": [[s.start, s.end, s.cls, s.finding, s.peak] for s in kh.segments],
+            }
+            for k, kh in self.keys.items()
+        ]
+        return {"source": self.source, "keys": keys}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> History:
@@ -260,41 +245,8 @@ def _finite_hour(h: Hour) -> None:
 
 
 def _finite_dict(d: object) -> dict[str, float]:
-    return {str(k): float(v) for k, v in dict(d).items() if _opt(v) is not None}  # type: ignore[call-overload]
+    return {str(k): float(v) for k, v in dict(d).items() if opt(v) is not None}  # type: ignore[call-overload]
 
 
 def _num(v: object) -> float:
-    return _opt(v) or 0.0
-
-
-def _opt(v: object) -> float | None:
-    # evidence that is no count, rate or ratio (±Inf, negative) is left out like a missing value
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-        return None
-    return float(v)
-
-
-def merged_evidence(d: Diagnosis) -> dict[str, float | str]:
-    """The diagnosis evidence with its findings' evidence added (what kvdoctor exports as gauges)."""
-    evidence = dict(d.evidence)
-    for f in d.findings:
-        evidence.update({k: v for k, v in f.evidence.items() if k not in evidence})
-    return evidence
-
-
-def step_from_diagnosis(d: Diagnosis, t: float, dt: float) -> Step:
-    """A step from one diagnosis: its class (down when the target is down), explaining finding and gauges."""
-    ev = merged_evidence(d)
-    names = [f.name for f in d.findings]
-    cls, finding = d.verdict, ""
-    if cls == "unknown" and "target_down" in names:
-        cls, finding = "down", "target_down"
-    elif cls in LIMITS:
-        finding = next((f.name for f in d.findings if f.bottleneck == cls), cls)
-    cap = _opt(ev.get("batch_cap_configured")) or _opt(ev.get("batch_cap_inferred"))
-    return Step(
-        t, dt, cls, finding, kv=_opt(ev.get("kv_usage")), running=_opt(ev.get("running")),
-        waiting=_opt(ev.get("waiting")), cap=cap, gen_tps=_opt(ev.get("generation_tokens_per_s")),
-        itl_p50=_opt(ev.get("itl_p50_s")), itl_baseline=_opt(ev.get("itl_baseline_s")),
-        preemptions_per_s=_opt(ev.get("preemptions_per_s")),
-    )  # fmt: skip
+    return opt(v) or 0.0

@@ -12,7 +12,8 @@ from collections import defaultdict
 from kvdoctor.diagnosis.classify import Classifier
 from kvdoctor.diagnosis.evidence import collect
 from kvdoctor.diagnosis.target import Target
-from kvdoctor.report.history import Key, RangeClient, Step, step_from_diagnosis
+from kvdoctor.report.history import Key, RangeClient
+from kvdoctor.report.steps import Step, step_from_diagnosis
 from kvdoctor.rules.evaluate import Alert
 from kvdoctor.signals import recorded
 

@@ -101,7 +101,7 @@ class DaemonSource:
 
     def _publish_targets(self) -> None:
         state, targets = self.daemon.state, self.daemon.pipeline.targets
-        for gone in set(state.snapshot()["targets"]) - set(targets):
+        for gone in set(state.snapshot().targets) - set(targets):
             state.drop_target(gone)
         for target in targets.values():
             state.set_target(target)

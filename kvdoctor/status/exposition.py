@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
@@ -12,7 +13,7 @@ from prometheus_client.registry import CollectorRegistry
 from kvdoctor import __version__
 from kvdoctor.signals import SIGNALS
 from kvdoctor.status.headroom import families as headroom_families
-from kvdoctor.status.state import DaemonState
+from kvdoctor.status.state import DaemonState, Snapshot
 from kvdoctor.verdicts import VERDICTS
 
 
@@ -62,7 +63,7 @@ class DiagnosisCollector:
             "that change.",
             labels=["target", "model_name", "quantity"],
         )
-        for d in snap["diagnoses"]:
+        for d in snap.diagnoses:
             for f in d.findings:
                 for k, v in f.evidence.items():
                     if k.startswith(PREDICTION_ERROR) and isinstance(v, int | float):
@@ -77,16 +78,16 @@ class DiagnosisCollector:
             for f in d.findings:
                 evidence.update({k: v for k, v in f.evidence.items() if k not in evidence})
             for key, fam in fams.items():
-                v = evidence.get(key)
-                if isinstance(v, int | float):
-                    fam.add_metric([d.target, d.model_name], float(v))
+                value = evidence.get(key)
+                if isinstance(value, int | float):
+                    fam.add_metric([d.target, d.model_name], float(value))
         yield from (one_hot, code, since, finding, error, *fams.values())
         yield from self._targets(snap)
         yield from self._self(snap)
-        yield from storage_families(snap)
+        yield from storage_families(snap.storage)
         yield from headroom_families(snap)
 
-    def _targets(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
+    def _targets(self, snap: Snapshot) -> Iterator[Metric]:
         up = GaugeMetricFamily(
             "kvdoctor_target_up", "1 if the last scrape of the vLLM target succeeded.", labels=["target"]
         )
@@ -128,7 +129,7 @@ class DiagnosisCollector:
             "Per-target steps of a cycle that failed alone (classify, advise, history, whatif).",
             labels=["target", "step"],
         )
-        for name, t in sorted(snap["targets"].items()):
+        for name, t in sorted(snap.targets.items()):
             for metric, n in sorted(t.invalid_values_total.items()):
                 invalid.add_metric([name, metric], float(n))
             for step, n in sorted(t.step_failures_total.items()):
@@ -146,45 +147,45 @@ class DiagnosisCollector:
             info.add_metric([name, t.url], 1.0)
         yield from (up, dur, last, errs, info, samples, refused, invalid, steps)
 
-    def _self(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
+    def _self(self, snap: Snapshot) -> Iterator[Metric]:
         ev = GaugeMetricFamily(
             "kvdoctor_evaluation_timestamp_seconds", "Unix time of the last rule evaluation."
         )
-        if snap["evaluation_ts"] is not None:
-            ev.add_metric([], snap["evaluation_ts"])
+        if snap.evaluation_ts is not None:
+            ev.add_metric([], snap.evaluation_ts)
         evd = GaugeMetricFamily(
             "kvdoctor_evaluation_duration_seconds", "Duration of the last evaluation cycle."
         )
-        if snap["evaluation_duration_s"] is not None:
-            evd.add_metric([], snap["evaluation_duration_s"])
+        if snap.evaluation_duration_s is not None:
+            evd.add_metric([], snap.evaluation_duration_s)
         cycle = GaugeMetricFamily(
             "kvdoctor_cycle_duration_seconds",
             "Duration of the last cycle (ingest, rules, classification, sinks); it must stay under the interval.",
         )
-        if snap["cycle_duration_s"] is not None:
-            cycle.add_metric([], snap["cycle_duration_s"])
+        if snap.cycle_duration_s is not None:
+            cycle.add_metric([], snap.cycle_duration_s)
         interval = GaugeMetricFamily("kvdoctor_cycle_interval_seconds", "The interval cycles run at.")
-        if snap["interval_s"] is not None:
-            interval.add_metric([], snap["interval_s"])
+        if snap.interval_s is not None:
+            interval.add_metric([], snap.interval_s)
         fails = CounterMetricFamily(
             "kvdoctor_rule_evaluation_failures", "Rule evaluations that failed, per rule.", labels=["rule"]
         )
-        for rule, n in sorted(snap["rule_failures"].items()):
+        for rule, n in sorted(snap.rule_failures.items()):
             fails.add_metric([rule], float(n))
         reload_ok = GaugeMetricFamily(
             "kvdoctor_config_last_reload_successful", "1 if the last config/rules reload worked."
         )
-        reload_ok.add_metric([], 1.0 if snap["reload_ok"] else 0.0)
+        reload_ok.add_metric([], 1.0 if snap.reload_ok else 0.0)
         reload_ts = GaugeMetricFamily(
             "kvdoctor_config_last_reload_success_timestamp_seconds", "Last successful reload."
         )
-        if snap["reload_success_ts"] is not None:
-            reload_ts.add_metric([], snap["reload_success_ts"])
+        if snap.reload_success_ts is not None:
+            reload_ts.add_metric([], snap.reload_success_ts)
         reloads = CounterMetricFamily(
             "kvdoctor_config_reloads", "Reload attempts (SIGHUP, /-/reload) by outcome.", labels=["outcome"]
         )
         for outcome in ("success", "failure"):
-            reloads.add_metric([outcome], float(snap["reloads_total"].get(outcome, 0)))
+            reloads.add_metric([outcome], float(snap.reloads_total.get(outcome, 0)))
         build = GaugeMetricFamily(
             "kvdoctor_build_info", "kvdoctor build information.", labels=["version", "python_version"]
         )
@@ -195,11 +196,11 @@ class DiagnosisCollector:
             labels=["event"],
         )
         for event in ("error", "missed"):
-            sched.add_metric([event], float(snap["scheduler_events"].get(event, 0)))
+            sched.add_metric([event], float(snap.scheduler_events.get(event, 0)))
         yield from (ev, evd, cycle, interval, fails, reload_ok, reload_ts, reloads, build, sched)
 
 
-def storage_families(snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
+def storage_families(storage: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:
     """Failed writes per file kvdoctor keeps (state, outbox), and outbox items put aside as unreadable."""
     fails = CounterMetricFamily(
         "kvdoctor_state_write_failures",
@@ -209,9 +210,9 @@ def storage_families(snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
     quarantined = CounterMetricFamily(
         "kvdoctor_outbox_quarantined", "Outbox items put aside because no sink can read or render them."
     )
-    for name, health in sorted(snap["storage"].items()):
+    for name, health in sorted(storage.items()):
         fails.add_metric([name], float(health.get("write_failures_total", 0)))
-    quarantined.add_metric([], float(snap["storage"].get("outbox", {}).get("quarantined_total", 0)))
+    quarantined.add_metric([], float(storage.get("outbox", {}).get("quarantined_total", 0)))
     yield from (fails, quarantined)
 
 

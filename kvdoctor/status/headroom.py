@@ -9,16 +9,16 @@ result, since a sum missing a target would tell an autoscaler to scale down.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kvdoctor.status.state import Snapshot
 from kvdoctor.whatif.headroom import EVIDENCE
 
 LABELS = ["target", "model_name"]
 
 
-def families(snap: dict[str, Any]) -> list[Metric]:
+def families(snap: Snapshot) -> list[Metric]:
     """Headroom, replicas needed and their timestamps from the diagnoses' evidence; the fleet's; the counters."""
     ratio = GaugeMetricFamily(
         "kvdoctor_slo_headroom_ratio",
@@ -48,8 +48,8 @@ def families(snap: dict[str, Any]) -> list[Metric]:
     )
     per_model: dict[str, list[dict[str, float]]] = defaultdict(list)
     complete: dict[str, bool] = defaultdict(lambda: True)
-    for d in snap["diagnoses"]:
-        t = snap["targets"].get(d.target)
+    for d in snap.diagnoses:
+        t = snap.targets.get(d.target)
         has_slo = t is not None and bool(t.facts.slo_itl_p95_s or t.facts.slo_ttft_p95_s)
         ev = {k: float(v) for k, v in d.evidence.items() if isinstance(v, int | float)}
         if "slo_headroom_timestamp" not in ev:
@@ -71,7 +71,7 @@ def families(snap: dict[str, Any]) -> list[Metric]:
         slos = {k for e in evs for k in e if k.startswith(EVIDENCE) and k != "slo_headroom_timestamp"}
         for k in sorted(slos):
             fleet_ratio.add_metric([model, k[len(EVIDENCE) :]], min(e[k] for e in evs if k in e))
-    stats = snap.get("headroom_stats", {})
+    stats = snap.headroom_stats
     dropped = CounterMetricFamily(
         "kvdoctor_headroom_requests_dropped",
         "Headroom requests dropped, oldest first, because the worker's queue was full.",

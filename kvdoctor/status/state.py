@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, deque
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvdoctor.diagnosis.target import Target
@@ -14,6 +14,33 @@ from kvdoctor.verdicts import Diagnosis
 
 RELOADS_KEPT = 20  # reload attempts shown in /api/v1/status
 FAILED_CYCLES_UNREADY = 3  # cycles failing in a row before /-/ready says 503
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A consistent copy of what the daemon knows, for its readers: the page, the JSON API and /metrics."""
+
+    diagnoses: list[Diagnosis]
+    targets: dict[str, Target]
+    evaluation_ts: float | None
+    evaluation_duration_s: float | None
+    rule_failures_total: int
+    rule_failures: dict[str, int]  # per rule name
+    failed_cycles: int  # in a row, up to now
+    cycle_error: str  # why the last cycle failed ("" when it worked)
+    reload_ok: bool
+    reload_ts: float | None
+    reload_success_ts: float | None
+    reload_error: str
+    reloads: list[dict[str, Any]]  # the last RELOADS_KEPT attempts: ts, ok, message
+    reloads_total: dict[str, int]  # success / failure
+    cycle_duration_s: float | None
+    interval_s: float | None
+    scheduler_events: dict[str, int]
+    headroom_stats: dict[str, int]
+    ready: bool
+    storage: dict[str, dict[str, Any]]  # the files kvdoctor writes (state, outbox) → their health
+    storage_problem: str
 
 
 class DaemonState:
@@ -98,32 +125,32 @@ class DaemonState:
                 del self._history[key]
             self.diagnoses = [d for d in self.diagnoses if d.target != name]
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         """A consistent copy of everything, for readers."""
         with self._lock:
-            return {
-                "diagnoses": list(self.diagnoses),
-                "targets": {k: replace(v) for k, v in self.targets.items()},
-                "evaluation_ts": self.evaluation_ts,
-                "evaluation_duration_s": self.evaluation_duration_s,
-                "rule_failures_total": self.rule_failures_total,
-                "rule_failures": dict(self.rule_failures),
-                "failed_cycles": self.failed_cycles,
-                "cycle_error": self.cycle_error,
-                "reload_ok": self.reload_ok,
-                "reload_ts": self.reload_ts,
-                "reload_success_ts": self.reload_success_ts,
-                "reload_error": self.reload_error,
-                "reloads": list(self.reloads),
-                "reloads_total": dict(self.reloads_total),
-                "cycle_duration_s": self.cycle_duration_s,
-                "interval_s": self.interval_s,
-                "scheduler_events": dict(self.scheduler_events),
-                "headroom_stats": dict(self.headroom_stats),
-                "ready": self.ready,
-                "storage": {k: dict(v) for k, v in self.storage.items()},
-                "storage_problem": self.storage_problem,
-            }
+            return Snapshot(
+                diagnoses=list(self.diagnoses),
+                targets={k: replace(v) for k, v in self.targets.items()},
+                evaluation_ts=self.evaluation_ts,
+                evaluation_duration_s=self.evaluation_duration_s,
+                rule_failures_total=self.rule_failures_total,
+                rule_failures=dict(self.rule_failures),
+                failed_cycles=self.failed_cycles,
+                cycle_error=self.cycle_error,
+                reload_ok=self.reload_ok,
+                reload_ts=self.reload_ts,
+                reload_success_ts=self.reload_success_ts,
+                reload_error=self.reload_error,
+                reloads=list(self.reloads),
+                reloads_total=dict(self.reloads_total),
+                cycle_duration_s=self.cycle_duration_s,
+                interval_s=self.interval_s,
+                scheduler_events=dict(self.scheduler_events),
+                headroom_stats=dict(self.headroom_stats),
+                ready=self.ready,
+                storage={k: dict(v) for k, v in self.storage.items()},
+                storage_problem=self.storage_problem,
+            )
 
     def history(self, target: str, model_name: str) -> list[dict[str, float]]:
         """Chart points of one (target, model), oldest first."""

@@ -129,12 +129,12 @@ class App:
         return Response(200, encoder(source), content_type)
 
     def _targets(self, query: dict[str, list[str]]) -> Response:
-        targets = self.state.snapshot()["targets"]
+        targets = self.state.snapshot().targets
         return json_response([targets[name].to_dict() for name in sorted(targets)])
 
     def _diagnoses(self, query: dict[str, list[str]]) -> Response:
         want = set(query.get("target", []))
-        diagnoses = sorted(self.state.snapshot()["diagnoses"], key=lambda d: (d.target, d.model_name))
+        diagnoses = sorted(self.state.snapshot().diagnoses, key=lambda d: (d.target, d.model_name))
         return json_response([d.to_dict() for d in diagnoses if not want or d.target in want])
 
     def _signals(self, query: dict[str, list[str]]) -> Response:
@@ -151,7 +151,7 @@ class App:
         if target is not None and model is not None:
             keys = [(target, model)]
         else:
-            diagnoses = self.state.snapshot()["diagnoses"]
+            diagnoses = self.state.snapshot().diagnoses
             keys = sorted({(d.target, d.model_name) for d in diagnoses if target in (None, d.target)})
         series = []
         for t, m in keys:
@@ -163,33 +163,33 @@ class App:
 
     def _status(self, query: dict[str, list[str]]) -> Response:
         snap = self.state.snapshot()
-        targets = snap["targets"].values()
+        targets = snap.targets.values()
         data: dict[str, Any] = {
             "version": __version__,
             "now": time.time(),
             "started": self.state.started_ts,
-            "ready": snap["ready"],
+            "ready": snap.ready,
             "evaluation": {
-                "ts": snap["evaluation_ts"],
-                "duration_s": snap["evaluation_duration_s"],
-                "rule_failures_total": snap["rule_failures_total"],
-                "rule_failures": snap["rule_failures"],
+                "ts": snap.evaluation_ts,
+                "duration_s": snap.evaluation_duration_s,
+                "rule_failures_total": snap.rule_failures_total,
+                "rule_failures": snap.rule_failures,
             },
             "cycles": {
-                "failed_in_a_row": snap["failed_cycles"],
-                "error": snap["cycle_error"],
+                "failed_in_a_row": snap.failed_cycles,
+                "error": snap.cycle_error,
             },
             "reload": {
-                "ok": snap["reload_ok"],
-                "ts": snap["reload_ts"],
-                "last_success_ts": snap["reload_success_ts"],
-                "error": snap["reload_error"],
-                "attempts": snap["reloads"],
+                "ok": snap.reload_ok,
+                "ts": snap.reload_ts,
+                "last_success_ts": snap.reload_success_ts,
+                "error": snap.reload_error,
+                "attempts": snap.reloads,
             },
-            "cycle": {"duration_s": snap["cycle_duration_s"], "interval_s": snap["interval_s"]},
-            "scheduler_events": snap["scheduler_events"],
+            "cycle": {"duration_s": snap.cycle_duration_s, "interval_s": snap.interval_s},
+            "scheduler_events": snap.scheduler_events,
             "targets": {"total": len(targets), "up": sum(1 for t in targets if t.up)},
-            "storage": {**snap["storage"], "problem": snap["storage_problem"]},
+            "storage": {**snap.storage, "problem": snap.storage_problem},
         }
         if self.extra_status is not None:
             try:

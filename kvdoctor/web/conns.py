@@ -16,10 +16,10 @@ class Timeouts(NamedTuple):
 
 
 class Conn:
-    """One connection: whose, since when, and whether it is waiting for a request (then it may be evicted)."""
+    """One connection: whose, its streams, since when, and whether it is waiting for a request (then it may be evicted)."""
 
-    def __init__(self, client: str, writer: asyncio.StreamWriter) -> None:
-        self.client, self.writer = client, writer
+    def __init__(self, client: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.client, self.reader, self.writer = client, reader, writer
         self.since = time.monotonic()
         self.waiting = True
 

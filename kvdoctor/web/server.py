@@ -10,8 +10,6 @@ KEEPALIVE_IDLE_S between requests and MAX_REQUESTS_PER_CONN requests; an idle on
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import gzip
 import http.client
 import logging
 import ssl
@@ -22,14 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
-from prometheus_client.exposition import gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
-from kvdoctor import __version__
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web.app import App, Reload, Report, Rules
 from kvdoctor.web.conns import Conn, Connections, Timeouts
-from kvdoctor.web.request import MAX_HEADER_BYTES, Head, Refused, keep_alive, read_head, status_line
+from kvdoctor.web.framing import frame
+from kvdoctor.web.request import MAX_HEADER_BYTES, Head, Refused, keep_alive, read_head
 from kvdoctor.web.responses import Response, api_error, text
 from kvdoctor.web.webconfig import WebConfig, WebConfigWatcher
 
@@ -45,13 +42,6 @@ KEEPALIVE_IDLE_S = 60.0  # above the usual 15 s–1 m scrape intervals, so each 
 MAX_REQUESTS_PER_CONN = 1000
 HEALTH_PATHS = ("/-/healthy", "/-/ready")
 HANDLER_THREADS = 4
-GZIP_MIN_BYTES = 1024
-DEFAULT_HEADERS = {
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'",
-}
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -140,8 +130,9 @@ class WebServer:
         self._thread = threading.Thread(target=loop.run_forever, name="kvdoctor-web", daemon=True)
         self._thread.start()
         host, port = self.listen
-        bind = asyncio.start_server(self._client, host, port, reuse_address=True, limit=MAX_HEADER_BYTES,
-                                    backlog=512)  # fmt: skip
+        bind = asyncio.start_server(
+            self._client, host, port, reuse_address=True, limit=MAX_HEADER_BYTES, backlog=512
+        )
         try:
             self._server = asyncio.run_coroutine_threadsafe(bind, loop).result(10)
         except BaseException:
@@ -177,19 +168,20 @@ class WebServer:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
-        conn = Conn(str(peer[0]), writer)
+        conn = Conn(str(peer[0]), reader, writer)
         if not self._conns.admit(conn):
             writer.transport.abort()
             return
         try:
-            await self._serve(conn, reader, writer)
+            await self._serve(conn)
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError, OSError) as exc:
             log.debug("connection from %s ended: %s", peer, type(exc).__name__)
         finally:
             self._conns.release(conn)
             writer.close()
 
-    async def _serve(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, conn: Conn) -> None:
+        reader, writer = conn.reader, conn.writer
         cfg = self.config()
         if cfg is not None and cfg.ssl_context is not None:
             await writer.start_tls(cfg.ssl_context, ssl_handshake_timeout=self.timeouts.handshake)
@@ -206,30 +198,29 @@ class WebServer:
                     return
                 if not first:
                     return
-            if not await self._exchange(conn, reader, writer, first, served + 1 < self.max_requests):
+            if not await self._exchange(conn, first, served + 1 < self.max_requests):
                 return
 
-    async def _exchange(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        first: bytes, more: bool) -> bool:  # fmt: skip
+    async def _exchange(self, conn: Conn, first: bytes, more: bool) -> bool:
         """One request and its response; True when the connection stays open for another."""
         cfg = self.config()  # per request: a reloaded web config applies to open connections too
         head = Head("GET", "/", "HTTP/1.1", http.client.HTTPMessage())
         try:
             try:
-                head = await asyncio.wait_for(read_head(reader, first), self.timeouts.header)
+                head = await asyncio.wait_for(read_head(conn.reader, first), self.timeouts.header)
             except TimeoutError:
                 raise Refused(408, f"request headers not received within {self.timeouts.header:g}s") from None
-            resp = await self._respond(conn, reader, head.method, head.target, head.headers, cfg)
+            resp = await self._respond(conn, head, cfg)
             # a 401 leaves any request body unread on the socket: close rather than parse it as a request
             keep = more and keep_alive(head) and resp.status != 401
         except Refused as exc:
             resp, keep = text(exc.status, str(exc)), False
-        await asyncio.wait_for(self._write(writer, resp, head, cfg, keep), WRITE_TIMEOUT_S)
+        await asyncio.wait_for(self._write(conn, resp, head, cfg, keep), WRITE_TIMEOUT_S)
         log.debug("%s %s %s %d", conn.client, head.method, head.target, resp.status)
         return keep
 
-    async def _respond(self, conn: Conn, reader: asyncio.StreamReader, method: str, target: str,
-                       headers: http.client.HTTPMessage, cfg: WebConfig | None) -> Response:  # fmt: skip
+    async def _respond(self, conn: Conn, head: Head, cfg: WebConfig | None) -> Response:
+        method, target, headers = head.method, head.target, head.headers
         loop = asyncio.get_running_loop()
         if (
             cfg is not None
@@ -248,7 +239,7 @@ class WebServer:
             if int(length) > MAX_BODY:
                 raise Refused(413, "request body too large")
             try:
-                await asyncio.wait_for(reader.readexactly(int(length)), self.timeouts.body)
+                await asyncio.wait_for(conn.reader.readexactly(int(length)), self.timeouts.body)
             except (asyncio.IncompleteReadError, TimeoutError):
                 raise Refused(
                     400, f"request body shorter than its Content-Length of {length} bytes"
@@ -267,30 +258,9 @@ class WebServer:
             log.exception("error serving %s %s", method, target)
             return api_error(500, "internal", "internal server error")
 
-    async def _write(self, writer: asyncio.StreamWriter, resp: Response, head: Head, cfg: WebConfig | None,
-                     keep: bool) -> None:  # fmt: skip
-        method, target, headers = head.method, head.target, head.headers
-        body = resp.body
-        out = {**DEFAULT_HEADERS, **(cfg.headers if cfg else {}), **resp.headers}
-        if resp.status != 304:
-            out["Content-Type"] = resp.content_type
-            if len(body) >= GZIP_MIN_BYTES or urlsplit(target).path == "/metrics":
-                out["Vary"] = "Accept-Encoding"
-                if gzip_accepted(headers.get("Accept-Encoding", "")):
-                    body = gzip.compress(body, compresslevel=6)
-                    out["Content-Encoding"] = "gzip"
-        out["Cache-Control"] = resp.cache
-        out["Content-Length"] = str(len(body))
-        out["Server"] = f"kvdoctor/{__version__}"
-        out["Date"] = email.utils.formatdate(usegmt=True)
-        out["Connection"] = "keep-alive" if keep else "close"
-        if keep:
-            out["Keep-Alive"] = f"timeout={self.idle_timeout:g}"
-        lines = status_line(resp.status, head.version) + "".join(f"{k}: {v}\r\n" for k, v in out.items())
-        writer.write((lines + "\r\n").encode("latin-1"))
-        if method != "HEAD" and resp.status != 304:
-            writer.write(body)
-        await writer.drain()
+    async def _write(self, conn: Conn, resp: Response, head: Head, cfg: WebConfig | None, keep: bool) -> None:
+        conn.writer.write(frame(resp, head, cfg.headers if cfg else {}, self.idle_timeout if keep else None))
+        await conn.writer.drain()
 
 
 def health_listener(state: DaemonState, registry: CollectorRegistry, listen: str) -> WebServer:

@@ -19,7 +19,7 @@ from typing import Any
 import bcrypt
 import yaml
 
-from kvdoctor.config.yamlpos import broken_line, locate
+from kvdoctor.config.yamlpos import Problems, broken_line, locate
 from kvdoctor.errors import ValidationError
 from kvdoctor.web.tlsconfig import parse_tls
 
@@ -111,10 +111,10 @@ def load_web_config(path: str) -> WebConfig:
         line, what = broken_line(exc)
         where = f" line {line}:" if line else ""
         raise WebConfigError([f"{path}:{where} invalid YAML: {what}"]) from None
-    errors: list[str] = []
+    problems = Problems(located)
 
     def err(key: str, msg: str) -> None:
-        errors.append(f"{located.where(*key.split('.'))}: {key}: {msg}")
+        problems.at(tuple(key.split(".")), msg)
 
     if raw is None:
         raw = {}
@@ -129,8 +129,8 @@ def load_web_config(path: str) -> WebConfig:
     tls = parse_tls(raw.get("tls_server_config"), Path(path).resolve().parent, err)
     if tls is not None:
         cfg.ssl_context, cfg.allowed_sans, cfg.files = tls
-    if errors:
-        raise WebConfigError(errors)
+    if problems:
+        raise WebConfigError(problems.lines)
     cfg.files = (str(Path(path).resolve()), *cfg.files)
     return cfg
 

@@ -130,8 +130,8 @@ def test_prometheus_source_matches_scrape_source(fleet: tuple[dict[str, str], st
     assert agree >= 0.9 * total, f"agreed on {agree} of {total} cycles"
     for instance, name in instances.items():
         assert b[instance][0] == RECORDINGS[name][1], (name, a, b)
-    models = {(d.target, d.model_name) for d in prom.state.snapshot()["diagnoses"]}
-    assert models == {(d.target, d.model_name) for d in scrape.state.snapshot()["diagnoses"]}
+    models = {(d.target, d.model_name) for d in prom.state.snapshot().diagnoses}
+    assert models == {(d.target, d.model_name) for d in scrape.state.snapshot().diagnoses}
     # the engine's own capacity, read from cache_config_info through Prometheus, is the same number
     live_s = {n: st.live.kv_cache_tokens for n, st in scrape.pipeline.targets.items() if st.live}
     live_p = {n: st.live.kv_cache_tokens for n, st in prom.pipeline.targets.items() if st.live}
@@ -143,5 +143,5 @@ def test_prometheus_source_matches_scrape_source(fleet: tuple[dict[str, str], st
     text = generate_latest(prom.registry).decode()
     assert f"kvdoctor_source_cycle_queries {float(len(QUERIES) + alerts)}" in text
     assert "kvdoctor_source_up 1.0" in text and "kvdoctor_bottleneck_code{" in text
-    stats = prom.state.snapshot()["targets"]
+    stats = prom.state.snapshot().targets
     assert set(stats) == set(instances) and all(s.up for s in stats.values())
