@@ -30,7 +30,12 @@ def test_json_has_the_documented_shape_and_the_change_shows(capsys):
     assert set(doc) == {
         "measured",
         "predicted_unchanged",
+        "predicted_unchanged_p10",
+        "predicted_unchanged_p90",
         "predicted",
+        "predicted_p10",
+        "predicted_p90",
+        "interval",
         "workload",
         "step_model",
         "assumptions",
