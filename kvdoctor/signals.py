@@ -169,6 +169,7 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("prediction_error_generation_tokens_per_s", "Throughput prediction error", "pct",
            short="throughput error"),
     Signal("prediction_error_ttft_p95_s", "TTFT p95 prediction error", "pct", short="TTFT p95 error"),
+    Signal("prediction_inside_share", "Measured inside the 80 % interval", "pct", short="inside interval"),
 )  # fmt: skip
 
 # A data table too: one FindingKind an entry, its prose as written (fmt: skip).
@@ -205,12 +206,14 @@ FINDINGS: dict[str, FindingKind] = {
             advice="Scrape vLLM's own /metrics (not a proxy or a Ray-prefixed export); "
                    "check --disable-log-stats is off and the version is ≥ 0.8"),
         FindingKind("prediction_check", ("prediction_error_ttft_p50_s", "prediction_error_itl_p50_s",
-                                         "prediction_error_generation_tokens_per_s", "prediction_error_ttft_p95_s"),
+                                         "prediction_error_generation_tokens_per_s", "prediction_error_ttft_p95_s",
+                                         "prediction_inside_share"),
                     "Prediction check", severity="info", meaning=(
             "The engine restarted with another configuration (a new num_gpu_blocks in vllm:cache_config_info, or "
             "a new batch-cap plateau) under a comparable load: kvdoctor's what-if prediction for that change, made "
             "from the metrics before the restart, set against what the target measured since (error ratios, also "
-            "as kvdoctor_prediction_error_ratio)."),
+            "as kvdoctor_prediction_error_ratio), and whether each measured value fell inside the prediction's "
+            "80 % interval (p10-p90)."),
             advice="Nothing to change: it tells how far to trust the predicted effects next to the advice on this "
                    "server. Errors well above 0.3 mean the step-time model or the workload inference missed "
                    "something here; `kvdoctor whatif` prints the assumptions it made."),

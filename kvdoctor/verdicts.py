@@ -47,21 +47,37 @@ class Effect:
     text: str = ""  # summary(), kept for the sinks that see the effect as a dict
     # past saturation: the capacity and how fast the queue grows, said instead of a TTFT with no steady value
     overload: str = ""
+    after_p10: dict[str, float | None] = field(default_factory=dict)  # the 80 % interval of `after`
+    after_p90: dict[str, float | None] = field(default_factory=dict)
+    # where the prediction leaves what the server has shown, e.g. "batch 31 never seen (largest 5)"
+    unseen: str = ""
 
     def summary(self) -> str:
-        """`TTFT p95 7.3 s → ≈0.9 s, ITL p50 5 → ≈18 ms, throughput +170 % (then batch_cap)`."""
+        """`TTFT p95 7.3 s → ≈0.9 s (0.7–1.2), ITL p50 5 → ≈18 ms (15–22), throughput +170 % (+120…+230 %)`."""
         parts = []
         for key, label in EFFECT_QUANTITIES:
             a, b = self.now.get(key), self.after.get(key)
             if a is None or b is None or a <= 0:
                 continue
+            lo, hi = self.after_p10.get(key), self.after_p90.get(key)
             if not key.endswith("_per_s"):
-                unit, k = ("ms", 1000.0) if max(a, b) < 1 else ("s", 1.0)
-                parts.append(f"{label} {a * k:.2g} → ≈{b * k:.2g} {unit}")
+                unit, k = ("ms", 1000.0) if max(a, b, hi or 0.0) < 1 else ("s", 1.0)
+                span = f" ({_two(lo * k)}–{_two(hi * k)})" if lo is not None and hi is not None else ""
+                parts.append(f"{label} {_two(a * k)} → ≈{_two(b * k)} {unit}{span}")
             else:
-                parts.append(f"{label} {(b - a) / a:+.0%}")
+                span = (
+                    f" ({(lo - a) / a:+.0%}…{(hi - a) / a:+.0%})" if lo is not None and hi is not None else ""
+                )
+                parts.append(f"{label} {(b - a) / a:+.0%}{span}")
+        ranges = "; ranges are 80 % intervals" if self.after_p10 else ""
+        unseen = f"; {self.unseen}" if self.unseen else ""
         overload = f"; {self.overload}" if self.overload else ""
-        return ", ".join(parts) + f" (then {self.bottleneck_after}){overload}"
+        return ", ".join(parts) + f" (then {self.bottleneck_after}){ranges}{unseen}{overload}"
+
+
+def _two(x: float) -> str:
+    """Two significant figures without an exponent: 0.12, 7.3, 18, 460."""
+    return f"{x:.2g}" if abs(x) < 100 else f"{x:.0f}"
 
 
 @dataclass(frozen=True)

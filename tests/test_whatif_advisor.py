@@ -125,8 +125,9 @@ def test_status_page_shows_predictions_and_the_follow_up(shared_032, tmp_path):
         server.stop()
     assert run.returncode == 0, run.stderr[-2000:]
     text = re.sub(r"\s+", " ", run.stdout)
-    assert "predicted: TTFT p95" in text
+    assert "predicted: TTFT p95" in text and "ranges are 80 % intervals" in text
     assert "after the restart with max_num_seqs 12: TTFT p50 predicted" in text
+    assert re.search(r"TTFT p50 predicted [^;]+ \(80 %: [^)]+\), measured [^;]+, (inside|outside)", text)
 
 
 def test_a_restart_with_the_same_flags_is_not_called_a_change():

@@ -257,15 +257,35 @@ def _grows(side: dict[str, Any], key: str) -> str:
     return " (grows)" if key in (side.get("duration_dependent") or ()) else ""
 
 
+def _range(
+    side: dict[str, Any], low: dict[str, Any] | None, high: dict[str, Any] | None, key: str, kind: str
+) -> str:
+    cell = _cell(side[key], kind) + _grows(side, key)
+    lo, hi = (low or {}).get(key), (high or {}).get(key)
+    if lo is None or hi is None or kind == "":
+        return cell
+    if kind == "s":  # the range in the value's unit, written once
+        v = side[key]
+        k, unit = (1000.0, " ms") if max(v, hi) < 1 else (1.0, " s")
+        return f"{fmt.sig3(v * k)} ({fmt.sig3(lo * k)}–{fmt.sig3(hi * k)}){unit}"
+    return f"{cell} ({_cell(lo, kind)}–{_cell(hi, kind)})"
+
+
 def render(pred: Prediction) -> str:
-    """The side-by-side table, the workload and step model it rests on, and the assumptions."""
+    """The side-by-side table with 80 % intervals, the workload and step model it rests on, and the assumptions."""
     d = pred.to_dict()
     cols = ("measured now", "predicted unchanged", "predicted after")
     change = ", ".join(f"{k}={v}" for k, v in pred.changes.items())
-    lines = [f"{'':22s}{cols[0]:>16s}{cols[1]:>22s}{cols[2]:>18s}    ({change})"]
+    lines = [f"{'':22s}{cols[0]:>16s}{cols[1]:>28s}{cols[2]:>28s}    ({change})"]
     for label, key, kind in ROWS:
-        m, u, p = (_cell(d[c][key], kind) + _grows(d[c], key) for c in ("measured", *SIDES))
-        lines.append(f"{label:22s}{m:>16s}{u:>22s}{p:>18s}")
+        m = _cell(d["measured"][key], kind)
+        u, p = (_range(d[c], d.get(f"{c}_p10"), d.get(f"{c}_p90"), key, kind) for c in SIDES)
+        lines.append(f"{label:22s}{m:>16s}{u:>28s}{p:>28s}")
+    lines.append(f"{'':38s}(in brackets: the 80 % interval, p10–p90)")
+    if d["interval"]["unseen"]:  # the history never showed this regime: the interval is widened, and why
+        lines.append(
+            "after the change, outside what the history showed: " + "; ".join(d["interval"]["unseen"])
+        )
     for side, o in (("unchanged", pred.overload_now), ("after", pred.overload_after)):
         if o is not None:  # past saturation the queue has no steady length: say how fast it grows instead
             lines.append(f"{side} {o.line()}; (grows): a value that depends on how long was simulated")

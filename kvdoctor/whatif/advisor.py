@@ -232,7 +232,15 @@ class Advisor:
             now, after = _q(p.unchanged, p.overload_now), _q(p.predicted, p.overload_after)
             sides = (("now", p.overload_now), ("after", p.overload_after))
             said = [f"{side} {o.line()}" for side, o in sides if o]
-            eff = Effect(dict(change), now, after, p.predicted.bottleneck, t, overload="; ".join(said))
+            band = p.band_after
+            low, high = (
+                (_q(band.low, p.overload_after), _q(band.high, p.overload_after)) if band else ({}, {})
+            )
+            unseen = "; ".join(band.unseen) if band else ""
+            eff = Effect(
+                dict(change), now, after, p.predicted.bottleneck, t, overload="; ".join(said),
+                after_p10=low, after_p90=high, unseen=unseen,
+            )  # fmt: skip
             eff = replace(eff, text=eff.summary())
         except (WindowError, ValueError, ZeroDivisionError):
             eff = None  # not enough traffic yet: asked again after refresh_s

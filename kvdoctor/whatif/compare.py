@@ -15,6 +15,7 @@ from kvdoctor.whatif.window import Quantities, in_window, measure
 # The quantities the accuracy targets are stated on, and the others a follow-up reports.
 HEADLINE = ("ttft_p50_s", "itl_p50_s", "generation_tokens_per_s", "ttft_p95_s")
 COMPARED = (*HEADLINE, "itl_p95_s", "queue_time_p95_s", "requests_per_s", "running", "waiting")
+COVERED = (*HEADLINE, "itl_p95_s")  # the quantities whose 80 % intervals the benchmark scores
 FLAT = 0.05  # a measured change under 5 % has no direction
 
 
@@ -49,6 +50,30 @@ class PairResult:
     unchanged_error: dict[str, float] = field(default_factory=dict)
     changed_error: dict[str, float] = field(default_factory=dict)
     direction_right: dict[str, bool] = field(default_factory=dict)
+    inside_unchanged: dict[str, bool] = field(default_factory=dict)  # measured within the 80 % interval
+    inside_changed: dict[str, bool] = field(default_factory=dict)
+    width_changed: dict[str, float] = field(default_factory=dict)  # (p90 − p10) / predicted
+
+
+def coverage(
+    pred: Prediction, measured_after: Quantities, keys: tuple[str, ...] = COVERED
+) -> tuple[dict[str, bool], dict[str, bool], dict[str, float]]:
+    """Whether the window and the after measurement fell inside each side's interval, and the after widths."""
+    now, after = pred.band_now, pred.band_after
+    if now is None or after is None:
+        return {}, {}, {}
+    inside_now = {k: now.inside(k, getattr(pred.measured, k)) for k in keys}
+    inside_after = {k: after.inside(k, getattr(measured_after, k)) for k in keys}
+    width = {}
+    for k in keys:
+        p, lo, hi = getattr(pred.predicted, k), getattr(after.low, k), getattr(after.high, k)
+        if math.isfinite(p) and p > 0 and math.isfinite(lo) and math.isfinite(hi):
+            width[k] = (hi - lo) / p
+    return (
+        {k: v for k, v in inside_now.items() if v is not None},
+        {k: v for k, v in inside_after.items() if v is not None},
+        width,
+    )
 
 
 def run_pair(directory: Path, pair: dict[str, object], seed: int = 0) -> PairResult:
@@ -64,6 +89,7 @@ def run_pair(directory: Path, pair: dict[str, object], seed: int = 0) -> PairRes
     result = PairResult(str(pair["name"]), change, pred, measured_after)
     result.unchanged_error = errors(pred.unchanged, pred.measured, HEADLINE)
     result.changed_error = errors(pred.predicted, measured_after, HEADLINE)
+    result.inside_unchanged, result.inside_changed, result.width_changed = coverage(pred, measured_after)
     for k in HEADLINE:
         real = direction(getattr(pred.measured, k), getattr(measured_after, k))
         guess = direction(getattr(pred.unchanged, k), getattr(pred.predicted, k))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from kvdoctor import fmt
 from kvdoctor.verdicts import Finding
 from kvdoctor.whatif.compare import COMPARED, errors
+from kvdoctor.whatif.intervals import Band
 from kvdoctor.whatif.model import Workload
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.saturation import DURATION_DEPENDENT
@@ -38,18 +39,34 @@ class FollowUp:
     measured: Quantities
     errors: dict[str, float] = field(default_factory=dict)
     t: float = 0.0
+    band: Band | None = None  # the prediction's 80 % interval
+
+    def inside(self) -> dict[str, bool]:
+        """Per shown quantity with an interval: whether the measured value fell inside it."""
+        if self.band is None:
+            return {}
+        got = {k: self.band.inside(k, getattr(self.measured, k)) for k in SHOWN}
+        return {k: v for k, v in got.items() if v is not None}
 
     def finding(self) -> Finding:
-        """The follow-up as an info finding: summary, and the error ratio per quantity as evidence."""
+        """The follow-up as an info finding: summary, the error ratios and the share inside its interval."""
         change = ", ".join(f"{k} {v}" for k, v in self.change.items())
         parts = []
+        inside = self.inside()
         for k in SHOWN:
             p, m = getattr(self.predicted, k), getattr(self.measured, k)
             if math.isfinite(p) and math.isfinite(m):
-                parts.append(f"{LABELS[k]} predicted {_fmt(k, p)}, measured {_fmt(k, m)}")
+                span = ""
+                if k in inside and self.band is not None:
+                    lo, hi = getattr(self.band.low, k), getattr(self.band.high, k)
+                    span = f" (80 %: {_fmt(k, lo)}–{_fmt(k, hi)})"
+                said = f", {'inside' if inside[k] else 'outside'}" if k in inside else ""
+                parts.append(f"{LABELS[k]} predicted {_fmt(k, p)}{span}, measured {_fmt(k, m)}{said}")
         ev: dict[str, float | str] = {
             f"prediction_error_{k}": v for k, v in self.errors.items() if math.isfinite(v)
         }
+        if inside:
+            ev["prediction_inside_share"] = sum(inside.values()) / len(inside)
         ev["change"] = change
         return Finding(
             "prediction_check",
@@ -111,9 +128,15 @@ def follow_up(target: str, history: list[Snap], restart_t: float) -> FollowUp | 
         measured = measure(after)
     except (WindowError, ValueError, ZeroDivisionError):
         return None
-    predicted = p.predicted
+    predicted, band = p.predicted, p.band_after
     if p.overload_after is not None:  # past saturation its TTFT only said how long was simulated: not held
         predicted = replace(predicted)
         for k in DURATION_DEPENDENT:
             setattr(predicted, k, math.nan)
-    return FollowUp(target, change, restart_t, predicted, measured, errors(predicted, measured, COMPARED), hi)
+        if band is not None:
+            band = Band(replace(band.low), replace(band.high), band.unseen, band.resolution)
+            for q in (band.low, band.high):
+                for k in DURATION_DEPENDENT:
+                    setattr(q, k, math.nan)
+    errs = errors(predicted, measured, COMPARED)
+    return FollowUp(target, change, restart_t, predicted, measured, errs, hi, band)

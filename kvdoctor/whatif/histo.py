@@ -42,9 +42,19 @@ def cumulative(groups: dict[float, float], bounds: tuple[float, ...], sigma: flo
 
 def quantile(q: float, obs: list[tuple[float, int]], bounds: tuple[float, ...], sigma: float = 0.0) -> float:
     """histogram_quantile of the observations as vLLM's buckets would count them."""
-    if not obs:
+    return quantile_grouped(q, grouped(obs), bounds, sigma) if obs else math.nan
+
+
+def quantile_grouped(
+    q: float, groups: dict[float, float], bounds: tuple[float, ...], sigma: float = 0.0, factor: float = 1.0
+) -> float:
+    """quantile() of observations already grouped, each multiplied by factor first."""
+    if not groups:
         return math.nan
-    cum = cumulative(grouped(obs), bounds, sigma)
+    if factor != 1.0:
+        shift = math.log(factor)
+        groups = {lv + shift: w for lv, w in groups.items()}
+    cum = cumulative(groups, bounds, sigma)
     return bucket_quantile(q, [*zip(bounds, cum[:-1], strict=True), (math.inf, cum[-1])])
 
 

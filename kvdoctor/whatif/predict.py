@@ -8,8 +8,8 @@ from typing import Any
 
 from kvdoctor.capacity.arch import ModelSpec
 from kvdoctor.capacity.presets import GpuSpec
-from kvdoctor.promql.quantile import bucket_quantile
-from kvdoctor.whatif import histo, knobs
+from kvdoctor.whatif import histo, intervals, knobs, members
+from kvdoctor.whatif.intervals import Band, Reader
 from kvdoctor.whatif.model import (
     ITL_BUCKETS,
     QUEUE_BUCKETS,
@@ -20,14 +20,13 @@ from kvdoctor.whatif.model import (
     Workload,
 )
 from kvdoctor.whatif.prior import physical_prior
+from kvdoctor.whatif.readout import WARMUP_S, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import Overload, as_dict, detect
-from kvdoctor.whatif.sim import Simulator
-from kvdoctor.whatif.stepfit import fit_step_model
+from kvdoctor.whatif.stepfit import Row, fit_rows, history_rows
 from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
 from kvdoctor.whatif.workload import WindowError, bound_duration, infer_engine, infer_workload
 
-COMPUTE_FACTOR = 2.5  # the pack's compute test: ITL p50 above 2.5× the light-load baseline
-MIN_SIM_S, MAX_SIM_S, WARMUP_S = 120.0, 600.0, 30.0
+MIN_SIM_S, MAX_SIM_S = 120.0, 600.0
 MIN_REQUESTS = 600
 
 
@@ -46,14 +45,24 @@ class Prediction:
     assumptions: list[str] = field(default_factory=list)
     overload_now: Overload | None = None  # set when that side's open-loop arrivals outpace its capacity
     overload_after: Overload | None = None
+    band_now: Band | None = None  # the 80 % interval of each side (p10, p90)
+    band_after: Band | None = None
+    member_s: float = 0.0  # how long each of the interval's short simulations ran
 
     def to_dict(self) -> dict[str, Any]:
         """The `--json` shape."""
         w, s = self.workload, self.step
+        now = (
+            self.band_now.sides("predicted_unchanged", self.overload_now is not None) if self.band_now else {}
+        )
+        after = self.band_after.sides("predicted", self.overload_after is not None) if self.band_after else {}
         return {
             "measured": self.measured.to_dict(),
             "predicted_unchanged": {**self.unchanged.to_dict(), **as_dict(self.overload_now)},
+            **now,
             "predicted": {**self.predicted.to_dict(), **as_dict(self.overload_after)},
+            **after,
+            "interval": intervals.describe(self.member_s, self.band_after),
             "workload": {
                 "kind": w.kind,
                 "requests_per_s": _r(w.rate_per_s),
@@ -109,6 +118,9 @@ class Basis:
     now: SimResult
     notes: list[str]
     seed: int = 0
+    rows: list[Row] = field(default_factory=list)  # the step fit's rows, refitted resampled for the intervals
+    physical: StepModel | None = None  # the roofline prior the fit leaned on, if any
+    span_s: float = 0.0  # the window's length
 
 
 def learn(
@@ -133,8 +145,9 @@ def learn(
             notes.append(
                 f"no roofline prior: the {gpu.name} preset has no bandwidth/FLOP/s or the model no size"
             )
+    rows = history_rows(history, engine.max_num_batched_tokens)
     try:
-        step = fit_step_model(history, engine.max_num_batched_tokens, physical)
+        step = fit_rows(rows, physical)
     except ValueError as exc:
         raise WindowError(str(exc)) from None
     replicas = max(1, window[-1].engines)
@@ -151,8 +164,9 @@ def learn(
     sigma = histo.fit_sigma(res_now.itl, buckets["itl"], delta_buckets(a, b, hist_name(b, "itl")))
     info = window[-1].info
     return Basis(
-        workload, engine, step, replicas, info, measured, duration, buckets, sigma, res_now, notes, seed
-    )
+        workload, engine, step, replicas, info, measured, duration, buckets, sigma, res_now, notes, seed,
+        rows, physical, span,
+    )  # fmt: skip
 
 
 def predict(
@@ -207,9 +221,24 @@ def predict(
         assumptions.append(bound_note)
     assumptions.append(f"step-to-step jitter ±{sigma:.0%} (lognormal), fitted to the window's ITL histogram")
     over = detect(now, workload, replicas), detect(res_after, w_after, r_after)  # capacity past saturation
-    return Prediction(
-        measured, unchanged, predicted, workload, step, engine, after, changes, assumptions, *over
+    # the intervals: a few short perturbed simulations of both sides, widened where the history never was
+    now_m, after_m, member_s = members.run_members(basis, changes, gpu_memory_bytes, duration)
+    seen = intervals.seen_range(history, basis.rows)
+    miss = intervals.misses(unchanged, measured)
+    flags = intervals.unseen(seen, unchanged, workload, replicas)
+    band_now = intervals.band(unchanged, Reader(now, buckets, sigma), now_m, flags)
+    flags = intervals.unseen(seen, predicted, w_after, r_after)
+    band_after = intervals.band(predicted, Reader(res_after, buckets, sigma), after_m, flags, miss)
+    assumptions.append(
+        f"80 % intervals (p10-p90) from {len(after_m)} short simulations of {member_s:.0f} s each side: "
+        + "; ".join(intervals.SOURCES)
     )
+    if band_after.unseen:
+        assumptions.append("after the change " + "; ".join(band_after.unseen) + ": its intervals are widened")
+    return Prediction(
+        measured, unchanged, predicted, workload, step, engine, after, changes, assumptions, *over,
+        band_now, band_after, member_s,
+    )  # fmt: skip
 
 
 def _kv_bytes_per_token(info: dict[str, str]) -> float:
@@ -229,71 +258,3 @@ def _bounds(snap: Snap) -> dict[str, tuple[float, ...]]:
         "itl": finite(hist_name(snap, "itl"), ITL_BUCKETS),
         "queue": finite("vllm:request_queue_time_seconds", QUEUE_BUCKETS),
     }
-
-
-def simulate(
-    engine: Engine,
-    step: StepModel,
-    workload: Workload,
-    replicas: int,
-    duration_s: float,
-    seed: int = 0,
-) -> SimResult:
-    """One replica's simulation with its share of the load."""
-    share = workload.scaled(1.0 / replicas) if replicas > 1 else workload
-    sim = Simulator(engine, step, prefix_hit_ratio=workload.prefix_hit_ratio)
-    return sim.run_workload(share, duration_s, WARMUP_S, seed)
-
-
-def quantities(
-    res: SimResult, replicas: int, buckets: dict[str, tuple[float, ...]], sigma: float = 0.0
-) -> Quantities:
-    """A SimResult in vLLM's terms: quantiles through the server's own buckets, sums over replicas."""
-    span = res.span_s
-    return Quantities(
-        ttft_p50_s=_hist_q(0.5, [(v, 1) for v in res.ttft], buckets["ttft"]),
-        ttft_p95_s=_hist_q(0.95, [(v, 1) for v in res.ttft], buckets["ttft"]),
-        itl_p50_s=histo.quantile(0.5, res.itl, buckets["itl"], sigma),
-        itl_p95_s=histo.quantile(0.95, res.itl, buckets["itl"], sigma),
-        queue_time_p95_s=_hist_q(0.95, [(v, 1) for v in res.queue], buckets["queue"]),
-        generation_tokens_per_s=res.generation_tokens / span * replicas,
-        requests_per_s=res.finished / span * replicas,
-        running=res.running_area / span * replicas,
-        waiting=res.waiting_area / span * replicas,
-        kv_usage_max=max(res.kv_samples) if res.kv_samples else 0.0,
-        preemptions_per_s=res.preemptions / span * replicas,
-    )
-
-
-def _hist_q(q: float, obs: list[tuple[float, int]], bounds: tuple[float, ...]) -> float:
-    if not obs:
-        return math.nan
-    counts = [0.0] * (len(bounds) + 1)
-    for v, w in obs:
-        lo, hi = 0, len(bounds)
-        while lo < hi:  # first bound ≥ v
-            mid = (lo + hi) // 2
-            if bounds[mid] < v:
-                lo = mid + 1
-            else:
-                hi = mid
-        counts[lo] += w
-    cum, total = [], 0.0
-    for c in counts:
-        total += c
-        cum.append(total)
-    return bucket_quantile(q, [*zip(bounds, cum[:-1], strict=True), (math.inf, cum[-1])])
-
-
-def verdict(q: Quantities, engine: Engine, light_itl_s: float, replicas: int = 1) -> str:
-    """The class the rule pack would give these quantities (its thresholds, on window means)."""
-    if not q.requests_per_s or q.requests_per_s <= 0:
-        return "idle"
-    kv, waiting, pre = q.kv_usage_max, q.waiting, q.preemptions_per_s
-    if kv >= 0.85 and (waiting >= 1 or pre > 0):
-        return "kv_cache"
-    if q.running >= 0.9 * engine.max_num_seqs * replicas and waiting >= 1 and kv < 0.8 and pre <= 0:
-        return "batch_cap"
-    if q.itl_p50_s > COMPUTE_FACTOR * light_itl_s and kv < 0.85 and pre <= 0:
-        return "compute"
-    return "healthy"

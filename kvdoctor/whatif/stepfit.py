@@ -113,7 +113,11 @@ def _half_prompt(a: Snap, b: Snap) -> float:
 
 def fit_step_model(snaps: list[Snap], prefill_budget: int, physical: StepModel | None = None) -> StepModel:
     """t = c0 + c_decode·decoding + c_prefill·prefill tokens (+ c_kv·context from a physical prior), fitted."""
-    rows = history_rows(snaps, prefill_budget)
+    return fit_rows(history_rows(snaps, prefill_budget), physical)
+
+
+def fit_rows(rows: list[Row], physical: StepModel | None = None) -> StepModel:
+    """fit_step_model on rows already read from a history (the intervals refit resampled ones)."""
     if len(rows) < 2:
         raise ValueError("fewer than 2 busy intervals in the history: nothing to fit step times to")
     levels = {round(r[0][1] * 2) / 2 for r in rows if r[2] > 0}

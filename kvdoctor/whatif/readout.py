@@ -1,0 +1,84 @@
+"""A simulation read the way vLLM's metrics read: one replica's run, its quantiles through the server's buckets."""
+
+from __future__ import annotations
+
+import math
+
+from kvdoctor.promql.quantile import bucket_quantile
+from kvdoctor.whatif import histo
+from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
+from kvdoctor.whatif.sim import Simulator
+from kvdoctor.whatif.window import Quantities
+
+COMPUTE_FACTOR = 2.5  # the pack's compute test: ITL p50 above 2.5× the light-load baseline
+WARMUP_S = 30.0
+
+
+def simulate(
+    engine: Engine,
+    step: StepModel,
+    workload: Workload,
+    replicas: int,
+    duration_s: float,
+    seed: int = 0,
+    warmup_s: float = WARMUP_S,
+) -> SimResult:
+    """One replica's simulation with its share of the load."""
+    share = workload.scaled(1.0 / replicas) if replicas > 1 else workload
+    sim = Simulator(engine, step, prefix_hit_ratio=workload.prefix_hit_ratio)
+    return sim.run_workload(share, duration_s, warmup_s, seed)
+
+
+def quantities(
+    res: SimResult, replicas: int, buckets: dict[str, tuple[float, ...]], sigma: float = 0.0
+) -> Quantities:
+    """A SimResult in vLLM's terms: quantiles through the server's own buckets, sums over replicas."""
+    span = res.span_s
+    return Quantities(
+        ttft_p50_s=hist_q(0.5, [(v, 1) for v in res.ttft], buckets["ttft"]),
+        ttft_p95_s=hist_q(0.95, [(v, 1) for v in res.ttft], buckets["ttft"]),
+        itl_p50_s=histo.quantile(0.5, res.itl, buckets["itl"], sigma),
+        itl_p95_s=histo.quantile(0.95, res.itl, buckets["itl"], sigma),
+        queue_time_p95_s=hist_q(0.95, [(v, 1) for v in res.queue], buckets["queue"]),
+        generation_tokens_per_s=res.generation_tokens / span * replicas,
+        requests_per_s=res.finished / span * replicas,
+        running=res.running_area / span * replicas,
+        waiting=res.waiting_area / span * replicas,
+        kv_usage_max=max(res.kv_samples) if res.kv_samples else 0.0,
+        preemptions_per_s=res.preemptions / span * replicas,
+    )
+
+
+def hist_q(q: float, obs: list[tuple[float, int]], bounds: tuple[float, ...]) -> float:
+    """histogram_quantile of (value, weight) observations counted into the bounds (and +Inf)."""
+    if not obs:
+        return math.nan
+    counts = [0.0] * (len(bounds) + 1)
+    for v, w in obs:
+        lo, hi = 0, len(bounds)
+        while lo < hi:  # first bound ≥ v
+            mid = (lo + hi) // 2
+            if bounds[mid] < v:
+                lo = mid + 1
+            else:
+                hi = mid
+        counts[lo] += w
+    cum, total = [], 0.0
+    for c in counts:
+        total += c
+        cum.append(total)
+    return bucket_quantile(q, [*zip(bounds, cum[:-1], strict=True), (math.inf, cum[-1])])
+
+
+def verdict(q: Quantities, engine: Engine, light_itl_s: float, replicas: int = 1) -> str:
+    """The class the rule pack would give these quantities (its thresholds, on window means)."""
+    if not q.requests_per_s or q.requests_per_s <= 0:
+        return "idle"
+    kv, waiting, pre = q.kv_usage_max, q.waiting, q.preemptions_per_s
+    if kv >= 0.85 and (waiting >= 1 or pre > 0):
+        return "kv_cache"
+    if q.running >= 0.9 * engine.max_num_seqs * replicas and waiting >= 1 and kv < 0.8 and pre <= 0:
+        return "batch_cap"
+    if q.itl_p50_s > COMPUTE_FACTOR * light_itl_s and kv < 0.85 and pre <= 0:
+        return "compute"
+    return "healthy"
