@@ -66,6 +66,8 @@ class Plan:
     simulations: int
     feasible: bool
     notes: list[str] = field(default_factory=list)
+    # the window's traffic, what load ×1 means: headroom × it is the rate at which an SLO breaks
+    requests_per_s: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         """The `--json` shape the issue names."""
@@ -76,6 +78,7 @@ class Plan:
                 "headroom": {k: _r(v) for k, v in self.headroom.items()},
                 "predicted": self.current.predicted,
                 "replicas": self.current.replicas,
+                "requests_per_s": _r(self.requests_per_s),
             },
             "chosen": self.chosen.to_dict(),
             "candidates": [c.to_dict() for c in self.candidates],
@@ -286,6 +289,7 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
         notes.append(
             f"{planner.skipped} combination(s) not tried: a change in them bought nothing on its own"
         )
+    rate = planner.basis.workload.rate_per_s
     return Plan(
-        dict(planner.slos), load, current, headroom, best, tried, planner.simulations, best.meets, notes
+        dict(planner.slos), load, current, headroom, best, tried, planner.simulations, best.meets, notes, rate
     )
