@@ -15,12 +15,14 @@ from typing import Any
 
 from kvdoctor.whatif import knobs
 from kvdoctor.whatif.model import Engine, SimResult, Workload
-from kvdoctor.whatif.predict import Basis, quantities, simulate, verdict
+from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import as_dict, detect
 from kvdoctor.whatif.slo import extra_value, holds, margin, number
+from kvdoctor.whatif.workload import bound_duration
 
 MAX_REPLICAS = 64
-MAX_LOAD = 8.0  # headroom is reported as "at least this" beyond it
+# headroom is reported as "at least this" beyond it; a light step of a real ramp broke its SLOs at ×10-×60
+MAX_LOAD = 64.0
 MIN_LOAD = 1 / 16
 LOAD_PRECISION = 1.05  # bisection stops when the bracket is this ratio wide
 SEQ_FACTORS = (1, 2, 4, 8)
@@ -127,10 +129,19 @@ class Planner:
         engine, workload, n, _ = knobs.apply(
             b.engine, b.workload, b.replicas, all_changes, b.info, self.gpu_memory_bytes
         )
-        res = simulate(engine, b.step, workload, n, b.duration_s, b.seed)
+        res = simulate(engine, b.step, workload, n, self._duration(workload, n), b.seed)
         self.simulations += 1
         self._cache[key] = cand = self._candidate(changes, engine, workload, n, res)
         return cand
+
+    def _duration(self, w: Workload, replicas: int) -> float:
+        """The window's simulated seconds, fewer where more arrivals bring as many requests sooner."""
+        b, share = self.basis, w.rate_per_s / replicas
+        if w.kind != "open" or share <= b.workload.rate_per_s / b.replicas:
+            return b.duration_s
+        # at ×m the quantiles settle on as many requests in 1/m of the time, and memory stays bounded
+        duration = min(b.duration_s, max(MIN_SIM_S, MIN_REQUESTS / share))
+        return bound_duration([(w, replicas)], duration, WARMUP_S)[0]
 
     def _candidate(self, changes: Changes, engine: Engine, w: Workload, n: int, res: SimResult) -> Candidate:
         b = self.basis
@@ -185,15 +196,9 @@ class Planner:
             ["auto"] if (self.basis.info.get("cache_dtype") or "auto").startswith("fp8") else ["auto", "fp8"]
         )
         util: list[float | None] = [None]
-        current_util = number(self.basis.info.get("gpu_memory_utilization"))
+        now_util = number(self.basis.info.get("gpu_memory_utilization"))
         sized = number(self.basis.info.get("kv_cache_memory_bytes")) is not None  # what the knob scales from
-        if (
-            gpu
-            and self.gpu_memory_bytes
-            and sized
-            and current_util is not None
-            and current_util < GPU_UTILIZATION
-        ):
+        if gpu and self.gpu_memory_bytes and sized and now_util is not None and now_util < GPU_UTILIZATION:
             util.append(GPU_UTILIZATION)
         out = []
         for s, t, d, u in itertools.product(seqs, mnbt, dtype, util):

