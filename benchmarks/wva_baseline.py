@@ -94,8 +94,9 @@ def fit(window: list[Snap], max_batch: int, interval_s: float = INTERVAL_S) -> P
         while j < len(window) - 1 and window[j].t - window[i].t < interval_s:
             j += 1
         s, e = window[i], window[j]
-        inside = [x.get("vllm:num_requests_running", 0.0) for x in window[i : j + 1]]
-        n = max(1.0, sum(inside) / len(inside))  # a request observed in service: at least itself
+        # the batch a token or a prefill saw: running while anything ran (an ITL needs a request in service)
+        busy = [r for x in window[i : j + 1] if (r := x.get("vllm:num_requests_running", 0.0)) > 0]
+        n = max(1.0, sum(busy) / len(busy)) if busy else 1.0
         n_itl = delta(s, e, "vllm:inter_token_latency_seconds_count")
         if n_itl > 0:
             itl_x.append(n)

@@ -71,6 +71,11 @@ def steady(phase: dict) -> tuple[float, float]:
     return phase["load_start"] + SETTLE_S, phase["load_start"] + float(phase["settings"]["duration"])
 
 
+def seconds_from(t0: float, lo: float, hi: float) -> list[float]:
+    """A window as `--window` takes it, to 0.1 s and wide enough to hold its first and last scrape."""
+    return [math.floor((lo - t0) * 10) / 10, math.ceil((hi - t0) * 10) / 10]
+
+
 def _r(v: float | None) -> float | None:
     return float(f"{v:.4g}") if v is not None and math.isfinite(v) else None
 
@@ -97,7 +102,7 @@ def step_entry(i: int, phase: dict, snaps: list, t0: float, light: bool) -> dict
         "kind": "light" if light else "step",
         "rate": s["rate"],
         "duration_s": s["duration"],
-        "window": [round(a.t - t0, 1), round(b.t - t0, 1)],
+        "window": seconds_from(t0, a.t, b.t),
         "window_unix": [a.t, b.t],
         "scrapes": len(window),
         "client": {
