@@ -44,6 +44,11 @@ run tiny_ramp_c32 "$TINY" VLLM_CPU_KVCACHE_SPACE=1 "--max-model-len 2048 --max-n
   --phase rate=0.15,concurrency=44,duration=75,drain=10,$S,seed=101 \
   --phase rate=0.4,concurrency=44,duration=75,drain=10,$S,seed=102 \
   $(steps 110 40 44 "$S" 1 2 4 6 8 10 12 16)
+# tiny, cap 32, finer steps around where it breaks on this CPU (~3 req/s in fp32 on an AMD EPYC without AVX-512).
+# shellcheck disable=SC2046
+run tiny_ramp_c32_fine "$TINY" VLLM_CPU_KVCACHE_SPACE=1 "--max-model-len 2048 --max-num-seqs 32" --pre 10 --post 30 \
+  --phase rate=0.5,concurrency=44,duration=60,drain=10,$S,seed=121 \
+  $(steps 121 40 44 "$S" 1.5 2 2.5 3 3.5 4 5)
 # tiny, cap 8: a second configuration, batch-capped at the top (at most 20 in flight).
 # shellcheck disable=SC2046
 run tiny_ramp_c8 "$TINY" VLLM_CPU_KVCACHE_SPACE=1 "--max-model-len 2048 --max-num-seqs 8" --pre 10 --post 30 \
