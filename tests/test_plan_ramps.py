@@ -94,6 +94,7 @@ def test_slos_come_from_the_light_step_and_break_between_the_steps_named():
                     assert not held, (r["name"], key, s["rate"])
 
 
+@pytest.mark.slow  # 3-10 s a ramp: the headroom bisects up to ×64 by simulation
 @pytest.mark.parametrize("name", sorted(BY_NAME))
 def test_plan_on_the_light_step_alone_gives_every_slo_a_finite_headroom(name):
     r = BY_NAME[name]
