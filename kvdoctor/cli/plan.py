@@ -150,7 +150,9 @@ def render(p: Plan, elapsed_s: float) -> str:
     lines.append("  " + _line(p.current, p.slos))
     for k, m in p.headroom.items():
         at = f"≥ ×{MAX_LOAD:g}" if m >= MAX_LOAD else f"×{m:.2f}"
-        lines.append(f"  headroom {k[:-2]}: breaks at {at} today's traffic")
+        about = "≥" if m >= MAX_LOAD else "≈"
+        rate = f" ({about} {m * p.requests_per_s:.3g} req/s)" if math.isfinite(p.requests_per_s) else ""
+        lines.append(f"  headroom {k[:-2]}: breaks at {at} today's traffic{rate}")
     lines += ["", f"candidates ({len(p.candidates)}):"]
     lines += ["  " + _line(c, p.slos) for c in p.candidates]
     c = p.chosen

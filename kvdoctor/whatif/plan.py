@@ -15,12 +15,14 @@ from typing import Any
 
 from kvdoctor.whatif import knobs
 from kvdoctor.whatif.model import Engine, SimResult, Workload
-from kvdoctor.whatif.predict import Basis, quantities, simulate, verdict
+from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import as_dict, detect
 from kvdoctor.whatif.slo import extra_value, holds, margin, number
+from kvdoctor.whatif.workload import bound_duration
 
 MAX_REPLICAS = 64
-MAX_LOAD = 8.0  # headroom is reported as "at least this" beyond it
+# headroom is reported as "at least this" beyond it; a light step of a real ramp broke its SLOs at ×10-×60
+MAX_LOAD = 64.0
 MIN_LOAD = 1 / 16
 LOAD_PRECISION = 1.05  # bisection stops when the bracket is this ratio wide
 SEQ_FACTORS = (1, 2, 4, 8)
@@ -66,6 +68,8 @@ class Plan:
     simulations: int
     feasible: bool
     notes: list[str] = field(default_factory=list)
+    # the window's traffic, what load ×1 means: headroom × it is the rate at which an SLO breaks
+    requests_per_s: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         """The `--json` shape the issue names."""
@@ -76,6 +80,7 @@ class Plan:
                 "headroom": {k: _r(v) for k, v in self.headroom.items()},
                 "predicted": self.current.predicted,
                 "replicas": self.current.replicas,
+                "requests_per_s": _r(self.requests_per_s),
             },
             "chosen": self.chosen.to_dict(),
             "candidates": [c.to_dict() for c in self.candidates],
@@ -124,10 +129,19 @@ class Planner:
         engine, workload, n, _ = knobs.apply(
             b.engine, b.workload, b.replicas, all_changes, b.info, self.gpu_memory_bytes
         )
-        res = simulate(engine, b.step, workload, n, b.duration_s, b.seed)
+        res = simulate(engine, b.step, workload, n, self._duration(workload, n), b.seed)
         self.simulations += 1
         self._cache[key] = cand = self._candidate(changes, engine, workload, n, res)
         return cand
+
+    def _duration(self, w: Workload, replicas: int) -> float:
+        """The window's simulated seconds, fewer where the arrivals bring ~600 requests sooner (open loop)."""
+        b, share = self.basis, w.rate_per_s / replicas
+        if w.kind != "open" or share <= 0:
+            return b.duration_s
+        # the quantiles settle on as many requests in less time, and memory stays bounded at ×64
+        duration = min(b.duration_s, max(MIN_SIM_S, MIN_REQUESTS / share))
+        return bound_duration([(w, replicas)], duration, WARMUP_S)[0]
 
     def _candidate(self, changes: Changes, engine: Engine, w: Workload, n: int, res: SimResult) -> Candidate:
         b = self.basis
@@ -182,15 +196,9 @@ class Planner:
             ["auto"] if (self.basis.info.get("cache_dtype") or "auto").startswith("fp8") else ["auto", "fp8"]
         )
         util: list[float | None] = [None]
-        current_util = number(self.basis.info.get("gpu_memory_utilization"))
+        now_util = number(self.basis.info.get("gpu_memory_utilization"))
         sized = number(self.basis.info.get("kv_cache_memory_bytes")) is not None  # what the knob scales from
-        if (
-            gpu
-            and self.gpu_memory_bytes
-            and sized
-            and current_util is not None
-            and current_util < GPU_UTILIZATION
-        ):
+        if gpu and self.gpu_memory_bytes and sized and now_util is not None and now_util < GPU_UTILIZATION:
             util.append(GPU_UTILIZATION)
         out = []
         for s, t, d, u in itertools.product(seqs, mnbt, dtype, util):
@@ -286,6 +294,7 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
         notes.append(
             f"{planner.skipped} combination(s) not tried: a change in them bought nothing on its own"
         )
+    rate = planner.basis.workload.rate_per_s
     return Plan(
-        dict(planner.slos), load, current, headroom, best, tried, planner.simulations, best.meets, notes
+        dict(planner.slos), load, current, headroom, best, tried, planner.simulations, best.meets, notes, rate
     )

@@ -1,0 +1,136 @@
+"""Plan's headroom against real ramps: the load at which each SLO broke, predicted from the light step alone.
+
+usage: python benchmarks/bench_plan_ramps.py [--ramps DIR]
+
+Per ramp of ramps.json (tests/fixtures/recordings/vllm-0.32-cpu-ramps/, made by tools/record/ramp_fixtures.py)
+and per SLO (TTFT p95 ≤ 3× and ITL p50 ≤ 2× the light step's, queue time p95 ≤ 1 s):
+- measured: the rate at which the SLO broke on the ramp (vLLM's histograms over each step's steady part),
+  interpolated between steps (ramps.json);
+- kvdoctor: `kvdoctor plan REC --window <light step> --slo … --max-num-seqs N --json`, whose `current.headroom`
+  is the load multiple at which the SLO breaks: predicted rate = the light step's rate (`current.requests_per_s`,
+  what plan calls ×1) × headroom;
+- baseline: the WVA analyzer's state-dependent M/M/1 model (benchmarks/wva_baseline.py) fitted to the same
+  light step, sized for the same objective.
+Done line: kvdoctor within 20 % of the measured rate and closer than the baseline, for every SLO that broke.
+Speed: plan on a 5-minute window (the five minutes before each ramp's last arrival) answers in under 10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import wva_baseline  # noqa: E402
+
+from kvdoctor.cli import main as kvdoctor  # noqa: E402
+from kvdoctor.whatif.sources import recording_snaps  # noqa: E402
+from kvdoctor.whatif.window import in_window  # noqa: E402
+
+RAMPS = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-ramps"
+WITHIN = 0.20
+SPEED_TARGET_S = 10.0
+WINDOW_S = 300.0
+
+
+def slo_flags(slos: dict[str, float]) -> list[str]:
+    """`--slo` flags for ramps.json's objectives (`ttft_p95_s` → `--slo ttft_p95=0.45s`)."""
+    out = []
+    for key, v in slos.items():
+        out += ["--slo", f"{key[:-2]}={v:g}s"]
+    return out
+
+
+def run_plan(rec: Path, window: tuple[float, float], slos: dict[str, float], cap: int) -> tuple[dict, float]:
+    """`kvdoctor plan --json` on one window of a recording, and the seconds it took."""
+    argv = ["plan", str(rec), "--window", f"{window[0]:g}:{window[1]:g}", *slo_flags(slos),
+            "--max-num-seqs", str(cap), "--json"]  # fmt: skip
+    out = io.StringIO()
+    t = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        rc = kvdoctor(argv)
+    took = time.perf_counter() - t
+    if rc not in (0, 1):
+        raise SystemExit(f"kvdoctor {' '.join(argv)}: exit {rc}")
+    return json.loads(out.getvalue()), took
+
+
+def _err(pred: float | None, meas: float) -> float:
+    return abs(pred - meas) / meas if pred is not None else float("inf")
+
+
+def _f(v: float | None) -> str:
+    return "—" if v is None else f"{v:.3g}"
+
+
+def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], float]:
+    """Print one ramp's table; (done per SLO that broke, plan's seconds on the light step)."""
+    rec = directory / r["recording"]
+    light = r["steps"][r["light_step"]]
+    doc, took = run_plan(rec, tuple(light["window"]), r["slos"], r["max_num_seqs"])
+    rate_now = doc["current"]["requests_per_s"]
+    snaps = recording_snaps(rec)
+    window = in_window(snaps, *light["window_unix"])
+    params = wva_baseline.fit(window, r["max_num_seqs"])
+    print(f"\n{r['name']}: light step {light['rate']} req/s (plan's ×1: {rate_now:.3g} req/s), plan "
+          f"{took:.1f} s, {doc['simulations']} simulations; WVA fit α {params.alpha * 1e3:.3g} ms β "
+          f"{params.beta * 1e3:.3g} ms γ {params.gamma * 1e3:.3g} ms δ {params.delta * 1e6:.3g} µs/token, "
+          f"stability limit {wva_baseline.max_rate(params):.3g} req/s")  # fmt: skip
+    print(f"  {'slo':17s} {'objective':>9s} {'measured':>8s} {'between':>9s} {'headroom':>8s} "
+          f"{'kvdoctor':>8s} {'err':>5s} {'WVA':>6s} {'err':>5s}  done")  # fmt: skip
+    done = []
+    for key, objective in r["slos"].items():
+        b = r["breaking"][key]
+        head = doc["current"]["headroom"].get(key)
+        pred = rate_now * head if head is not None else None
+        base = wva_baseline.breaking_rate(params, key, objective)
+        between = "-".join(_f(x) for x in b["between"])
+        if b["rate"] is None:
+            e_k, e_b, verdict = "", "", f"not measured: {b.get('note', '')}"
+        else:
+            ek, eb = _err(pred, b["rate"]), _err(base, b["rate"])
+            ok = ek <= WITHIN and ek < eb
+            done.append(ok)
+            e_k, e_b, verdict = f"{ek:.0%}", f"{eb:.0%}", "yes" if ok else "NO"
+        print(f"  {key:17s} {objective:>9g} {_f(b['rate']):>8s} {between:>9s} {_f(head):>8s} {_f(pred):>8s} "
+              f"{e_k:>5s} {base:>6.3g} {e_b:>5s}  {verdict}")  # fmt: skip
+    return done, took
+
+
+def speed(directory: Path, r: dict) -> float:
+    """Seconds plan takes on the five minutes before the ramp's last arrival."""
+    rec = directory / r["recording"]
+    t0 = r["steps"][0]["window_unix"][0] - r["steps"][0]["window"][0]
+    end = r["last_arrival_unix"] - t0
+    _, took = run_plan(rec, (max(0.0, end - WINDOW_S), end), r["slos"], r["max_num_seqs"])
+    print(f"  {r['name']}: plan on {end - WINDOW_S:.0f}-{end:.0f} s ({WINDOW_S:.0f} s) took {took:.1f} s")
+    return took
+
+
+def main() -> int:
+    """Every ramp, every SLO; exit 1 when a done line or the speed target is missed."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ramps", type=Path, default=RAMPS)
+    args = ap.parse_args()
+    doc = json.loads((args.ramps / "ramps.json").read_text())
+    done: list[bool] = []
+    for r in doc["ramps"]:
+        d, _ = ramp_rows(args.ramps, r)
+        done += d
+    print(f"\ndone line (within {WITHIN:.0%} and closer than the WVA baseline): {sum(done)}/{len(done)} SLOs")
+    print("\nspeed (5-minute windows, target ≤ 10 s):")
+    worst = max(speed(args.ramps, r) for r in doc["ramps"])
+    print(f"  slowest {worst:.1f} s: {'ok' if worst <= SPEED_TARGET_S else 'MISSED'}")
+    return 0 if all(done) and worst <= SPEED_TARGET_S else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
