@@ -9,6 +9,7 @@ from typing import Any
 from kvdoctor.capacity.arch import ModelSpec
 from kvdoctor.capacity.presets import GpuSpec
 from kvdoctor.promql.quantile import bucket_quantile
+from kvdoctor.signals import compute_threshold_ratio
 from kvdoctor.whatif import histo, knobs
 from kvdoctor.whatif.model import (
     ITL_BUCKETS,
@@ -26,7 +27,6 @@ from kvdoctor.whatif.stepfit import fit_step_model
 from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
 from kvdoctor.whatif.workload import WindowError, bound_duration, infer_engine, infer_workload
 
-COMPUTE_FACTOR = 2.5  # the pack's compute test: ITL p50 above 2.5× the light-load baseline
 MIN_SIM_S, MAX_SIM_S, WARMUP_S = 120.0, 600.0, 30.0
 MIN_REQUESTS = 600
 
@@ -294,6 +294,7 @@ def verdict(q: Quantities, engine: Engine, light_itl_s: float, replicas: int = 1
         return "kv_cache"
     if q.running >= 0.9 * engine.max_num_seqs * replicas and waiting >= 1 and kv < 0.8 and pre <= 0:
         return "batch_cap"
-    if q.itl_p50_s > COMPUTE_FACTOR * light_itl_s and kv < 0.85 and pre <= 0:
+    slow = compute_threshold_ratio(q.running / max(replicas, 1)) * light_itl_s  # the pack's compute test
+    if q.itl_p50_s > slow and kv < 0.85 and pre <= 0:
         return "compute"
     return "healthy"
