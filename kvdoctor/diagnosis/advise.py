@@ -150,8 +150,8 @@ def slower_than_the_batch(ev: dict[str, float], itl: float, base: float) -> str:
     if share is None:  # too small a batch to say how much of a step it pays for
         return f"{text} (compute from {compute_threshold_ratio(running):.1f}×)"
     return (
-        f"{text} at {running:.0f} running: tokens/s at {share:.0%} of this server's ceiling (a bigger batch "
-        f"buys little more; compute from {CEILING_SHARE:.0%}, {compute_threshold_ratio(running):.1f}× here)"
+        f"{text} at {running:.0f} running: tokens/s at {share * 100:.0f} % of this server's ceiling (a bigger "
+        f"batch buys little more; compute from {CEILING_SHARE * 100:.0f} %, {compute_threshold_ratio(running):.1f}× here)"
     )
 
 
