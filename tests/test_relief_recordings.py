@@ -1,9 +1,10 @@
 """On real recordings, with the what-if's relief check on: the verdict is the limit whose relief helps.
 
 A labelled window's `expected` is what the rule pack alone says (the Prometheus-only path, which cannot simulate);
-`relief`, where present, is the verdict once the simulator has checked each relief (the cap ×2, the cache ×2, a
-second replica) on the advisor, as `check`, `replay` and `serve` run it. Every batch-capped window without `relief`
-keeps its class: there raising the cap buys throughput. The advisor here is the real one in sync mode, asked at the
+with the simulator checking each relief (the cap ×2, the cache ×2, a second replica) on the advisor, as `check`,
+`replay` and `serve` run it, every batch-capped window keeps its class: there raising the cap buys throughput or
+TTFT. (A `relief` label key would name another verdict; no recording here has one: the co-binding steps of
+llama_ramp_c32 hold past the cap 27 s, under the advisor's 30 s.) The advisor here is the real one in sync mode, asked at the
 end of the window (its history is the whole recording up to then), so each window costs three simulations.
 """
 
@@ -21,9 +22,7 @@ from kvdoctor.whatif.advisor import Advisor
 from tests.conftest import labelled_windows
 
 WINDOWS = labelled_windows()
-RELIEF = [w for w in WINDOWS if "relief" in w]
 CAPPED = [w for w in WINDOWS if w["expected"] == "batch_cap" and "relief" not in w]
-CADENCES = pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
 
 
 def _id(w: dict) -> str:
@@ -49,22 +48,6 @@ def _at_the_end(path: Path, steady_to: float, cadence: float) -> Diagnosis | Non
         if c.t >= at:
             return next((d for d in c.diagnoses if d.model_name), None) if c.t <= steady_to + 0.5 else None
     return None
-
-
-@pytest.mark.slow  # a replay and three simulations of the recorded load
-@CADENCES
-@pytest.mark.parametrize("entry", RELIEF, ids=[_id(w) for w in RELIEF])
-def test_co_binding_window_names_the_limit_whose_relief_helps(entry, cadence):
-    d = _at_the_end(entry["path"], entry["steady_to"], cadence)
-    assert d is not None
-    f = next((f for f in d.findings if f.name == "relief_check"), None)
-    assert f is not None, (d.verdict, [x.name for x in d.findings], [a.effect for a in d.advice])
-    assert d.verdict == entry["relief"], f.summary
-    assert d.evidence["limit_rule"] == entry["expected"] == d.evidence["co_binding"]
-    assert "buys no throughput" in f.summary, f.summary  # the simulator's reason, in the user's words
-    assert (
-        d.advice[0].change == f.advice[0].change and d.advice[0].effect is not None
-    )  # the change that helps leads
 
 
 @pytest.mark.slow
