@@ -21,17 +21,17 @@ def test_share_of_the_ceiling_decides_compute(running, ratio, share, compute):
     got = ceiling_share(running, ratio * 0.01, 0.01)
     assert got == pytest.approx(share, abs=0.005)
     assert (ratio > compute_threshold_ratio(running)) is compute
-    assert (got >= CEILING_SHARE) is compute
 
 
-def test_the_threshold_grows_with_the_batch_towards_five_and_keeps_the_old_floor():
-    assert compute_threshold_ratio(5) == pytest.approx(2.78, abs=0.01)
-    assert compute_threshold_ratio(31) == pytest.approx(4.43, abs=0.01)
-    assert 4.9 < compute_threshold_ratio(1000) < 5.0
-    # a small batch: never below 2.5× the light load
-    assert compute_threshold_ratio(1) == 2.5
-    assert compute_threshold_ratio(4) == pytest.approx(2.5)
-    ratios = [compute_threshold_ratio(b) for b in range(1, 200)]
+def test_the_threshold_is_the_ceiling_share_between_the_old_floors():
+    # from ~6 to ~80 running: tokens/s at CEILING_SHARE of the ceiling, stricter than 2.5x grown 0.4 % per request
+    assert compute_threshold_ratio(31) == pytest.approx(31 / (0.3 * 31 + 0.7))
+    assert compute_threshold_ratio(31) > 2.5 * (1 + 0.004 * 31)
+    assert ceiling_share(31, compute_threshold_ratio(31) * 0.01, 0.01) == pytest.approx(CEILING_SHARE)
+    # a small batch (noise) and a very large one: never below the old rule
+    for b in (1, 4, 100, 256):
+        assert compute_threshold_ratio(b) == pytest.approx(2.5 * (1 + 0.004 * b))
+    ratios = [compute_threshold_ratio(b) for b in range(1, 300)]
     assert ratios == sorted(ratios)
 
 
