@@ -122,6 +122,12 @@ SIGNALS: dict[str, Signal] = _signals(
            metric="kvdoctor_kv_cache_capacity_tokens", help="Tokens the engine's KV cache holds (vllm:cache_config_info)."),
     Signal("itl_batch_baseline_s", "ITL expected at this batch", "seconds", "kvdoctor:itl_seconds:batch_baseline",
            short="ITL at this batch"),
+    Signal("compute_utilisation", "Tokens/s over this server's ceiling", "pct", "kvdoctor:compute_utilisation:ratio",
+           short="of compute ceiling", metric="kvdoctor_compute_utilisation_ratio",
+           help="Generation tokens/s over this server's own ceiling 0-1, from ITL against its light-load baseline at "
+                "the batch it runs (rule kvdoctor:compute_utilisation:ratio); compute is named from 0.8."),
+    Signal("itl_compute_threshold_s", "ITL from which compute is named", "seconds",
+           "kvdoctor:itl_seconds:compute_threshold", short="ITL compute threshold"),
     Signal("itl_mean_30s", "ITL mean, 30s", "seconds", "kvdoctor:itl_seconds:mean30s", short="ITL mean 30s"),
     Signal("itl_mean_baseline_s", "ITL mean, light load", "seconds", "kvdoctor:itl_seconds:mean_baseline",
            short="ITL mean baseline"),
@@ -181,7 +187,8 @@ FINDINGS: dict[str, FindingKind] = {
         FindingKind("batch_cap", ("running_max_1m", "batch_cap_configured", "batch_cap_inferred", "waiting_avg_1m",
                                   "kv_usage_max_1m", "preemptions_per_s", "ttft_p95_s", "queue_time_p95_s"),
                     "Batch cap hit"),
-        FindingKind("compute", ("itl_p50_s", "itl_p95_s", "itl_baseline_s", "itl_batch_baseline_s", "slo_itl_p95_s",
+        FindingKind("compute", ("itl_p50_s", "itl_p95_s", "itl_baseline_s", "itl_batch_baseline_s", "compute_utilisation",
+                                "itl_compute_threshold_s", "slo_itl_p95_s",
                                 "ttft_p95_s", "slo_ttft_p95_s", "running_avg_1m", "waiting_avg_1m", "kv_usage_max_1m",
                                 "generation_tokens_per_s", "prefill_decode_ratio", "itl_mean_30s", "itl_mean_baseline_s"),
                     "Compute bound"),
@@ -222,8 +229,9 @@ FINDINGS: dict[str, FindingKind] = {
             "More than one limit could be named, and the what-if simulation of each relief (the batch cap ×2, the "
             "KV cache ×2, a second replica) says the rule's limit is not what to relieve: its relief buys less "
             "than 5 % throughput and less than 10 % on the quantity that suffers (TTFT p95 while requests queue, "
-            "else ITL p50), while another relief buys more. The rule's limit is then co-binding; the verdict "
-            "and the pack's `bottleneck` label stay the rule's."),
+            "else ITL p50), while another relief buys more. The rule's limit is then co-binding: the diagnosis "
+            "names the limit whose relief helps (its verdict, `limit_checked`) and keeps the rule's (`limit_rule`, "
+            "`co_binding`); the pack's `bottleneck` label and its alert stay the rule's."),
             advice="Make the change this finding leads with first (its predicted effect is beside it); the rule's "
                    "own advice follows it in the list."),
         FindingKind("max_model_len_oversized", ("max_model_len", "request_p99_tokens", "requests_observed"),
@@ -252,3 +260,23 @@ def evidence_for(finding: str) -> tuple[str, ...]:
     """The evidence keys that decide a finding, in display order (none for an unknown finding)."""
     kind = FINDINGS.get(finding)
     return kind.evidence if kind else ()
+
+
+# The pack's compute test (rules/kvdoctor.yml, kvdoctor:itl_ratio:compute_threshold), for the advice's text and the
+# what-if's verdict: with a linear step curve through the light-load point, tokens/s at batch b over the server's
+# ceiling is u = b (r - 1) / ((b - 1) r), r = ITL / light-load ITL; compute from u = CEILING_SHARE.
+CEILING_SHARE = 0.7  # more batch buys < 43 % more tokens/s (0.8 missed vLLM 0.8.5's compute-bound window)
+COMPUTE_FLOOR, FLOOR_SLOPE = 2.5, 0.004  # never below 2.5× the light load plus 0.4 % per running request
+
+
+def compute_threshold_ratio(running: float) -> float:
+    """The ITL / light-load ratio from which the pack names compute at this batch."""
+    b = max(running, 0.0)
+    return max(b / ((1 - CEILING_SHARE) * b + CEILING_SHARE), COMPUTE_FLOOR * (1 + FLOOR_SLOPE * b))
+
+
+def ceiling_share(running: float, itl_s: float, light_itl_s: float) -> float | None:
+    """Tokens/s over this server's ceiling (0-1) at this batch, as the pack records it; None below 1.5 running."""
+    if running <= 1.5 or itl_s <= 0 or light_itl_s <= 0:
+        return None
+    return min(max(running * (itl_s - light_itl_s) / ((running - 1) * itl_s), 0.0), 1.0)

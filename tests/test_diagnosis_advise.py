@@ -31,3 +31,14 @@ def test_compute_advice_where_the_server_drafts_says_turn_speculation_off_at_pea
     assert "--speculative-config" not in [
         a.flag for a in advise.compute({k: ev[k] for k in ev if "spec" not in k})
     ]
+
+
+def test_compute_advice_says_how_close_tokens_per_s_are_to_the_servers_ceiling():
+    # the co-binding server: 31 running, ITL 6× its light-load value
+    ev = {"itl_p50_s": 0.06, "itl_baseline_s": 0.01, "running_avg_1m": 31.0}
+    why = advise.compute(ev)[0].text
+    assert "6.0× its light-load 10.0 ms at 31 running" in why
+    assert "tokens/s at 86 % of this server's ceiling" in why
+    assert "compute from 70 %, 3.1× here" in why
+    # the recorded series wins over the arithmetic when the pack has it
+    assert "at 91 % of this server's ceiling" in advise.compute({**ev, "compute_utilisation": 0.91})[0].text

@@ -1,7 +1,8 @@
 """Evidence fades with its condition: rates come from no longer than the condition held, findings end within 60 s.
 
-Two real vLLM 0.32 recordings: the KV-bound bursts (preemptions stop when the burst's load ends, then a lull), and the
-prefix-head recording composed in the other order (a per-request head first, then the same prompts byte-stable).
+Real vLLM 0.32 recordings: the KV-bound bursts (preemptions stop when the burst's load ends, then a lull), the prefix-head
+recording composed in the other order (a per-request head first, then the same prompts byte-stable), and the drains
+after a KV-bound phase on two model shapes (vllm-0.32-cpu-margins: 100 s of idle scrapes after the phase).
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ import pytest
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
+from tests.conftest import labelled_windows
 from tests.support import compose
 from tests.support.timeline import WITHIN_S
 
 FIELD = Path(__file__).resolve().parent / "fixtures" / "recordings" / "vllm-0.32-cpu-field"
 CADENCES = pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
 HELD_S = 30.0  # kvdoctor:preemptions:rate_held falls back to the last 30 s once preemption stopped
+DRAINS = [
+    w for w in labelled_windows() if w["file"].endswith("_kv_drain.jsonl.gz") and w["expected"] == "kv_cache"
+]
 
 
 def _labels(file: str) -> list[dict]:
@@ -82,3 +87,18 @@ def test_prefix_cache_finding_clears_within_a_minute_of_the_prompt_becoming_stab
     still = [t - switch for t, _, _, found in tl if t >= switch and name in found]
     assert max(still, default=0.0) <= WITHIN_S, still
     assert tl[-1][0] - switch > WITHIN_S  # the stable phase outlasts the minute judged
+
+
+@CADENCES
+@pytest.mark.parametrize("entry", DRAINS, ids=[f"{w['dir']}/{w['file']}" for w in DRAINS])
+def test_the_drain_after_a_kv_bound_phase_clears_preemption_evidence_and_every_finding(entry, cadence):
+    end = entry["load_end"]  # in-flight requests cancelled: the condition ends here
+    tl = _run(entry["path"], cadence)
+    during = [ev.get("preemptions_per_s", 0) for t, cls, ev, _ in tl if cls == "kv_cache" and t <= end]
+    assert during and max(during) > 0, during  # the phase preempts: the evidence shows it
+    after = [(t - end, cls, ev.get("preemptions_per_s"), found) for t, cls, ev, found in tl if t > end]
+    late = [a for a in after if a[0] > WITHIN_S]
+    assert late, after  # the recording outlasts the minute judged
+    shown = [dt for dt, _, rate, found in after if rate or found]
+    assert max(shown, default=0.0) <= WITHIN_S, [a for a in after if a[0] in shown[-3:]]
+    assert all(cls in ("healthy", "idle") for _, cls, _, _ in late), late

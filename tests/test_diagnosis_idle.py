@@ -28,6 +28,10 @@ LIGHT = {("vllm-0.8.5-cpu", "healthy_rate1.jsonl.gz"), ("vllm-0.8.5-cpu", "healt
          ("vllm-0.32-cpu", "healthy.jsonl.gz"), ("vllm-0.10.2-cpu", "healthy.jsonl.gz")}  # fmt: skip
 WINDOWS = labelled_windows()
 LIGHT_WINDOWS = [w for w in WINDOWS if (w["dir"], w["file"]) in LIGHT and w["expected"] == "healthy"]
+# and the light open-loop phases (0.1-0.4 req/s) that open the ramps on two model shapes (head_dim 64 and 128)
+LIGHT_WINDOWS += [
+    w for w in WINDOWS if w["dir"] == "vllm-0.32-cpu-margins" and w["notes"].startswith("light")
+]
 BURSTS = [w for w in WINDOWS if w["file"] == "bursts.jsonl.gz" and w["expected"] == "idle"]
 
 

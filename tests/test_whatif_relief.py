@@ -103,3 +103,27 @@ def test_no_check_when_the_rules_relief_helps_or_nothing_does_or_it_is_not_predi
         0.012  # tokens as fast as the batch allows, KV mostly free: a cap and nothing else
     )
     assert relief.reliefs(clear) == []
+
+
+def test_when_the_simulator_is_clear_the_verdict_is_the_limit_whose_relief_helps():
+    d, effects = _predicted(
+        {"generation_tokens_per_s": 148.0, "itl_p50_s": 0.09, "ttft_p95_s": 7.9},
+        {},
+        {"generation_tokens_per_s": 150.0, "ttft_p95_s": 4.0, "itl_p50_s": 0.03},
+    )
+    f = relief.check(d, effects)
+    assert f is not None
+    relief.name_the_limit(d, f)
+    assert d.verdict == "compute" and d.bottleneck == "compute"
+    # both names stay on record: the rule's as co-binding
+    assert d.evidence["limit_rule"] == "batch_cap" and d.evidence["co_binding"] == "batch_cap"
+    assert d.evidence["limit_checked"] == "compute"
+
+
+def test_a_relief_check_for_another_verdict_changes_nothing():
+    d, effects = _predicted({}, {}, {"ttft_p95_s": 4.0})
+    f = relief.check(d, effects)
+    assert f is not None
+    d.verdict = "healthy"  # the rule's limit ended since the check: not applied to another verdict
+    relief.name_the_limit(d, f)
+    assert d.verdict == "healthy" and "limit_rule" not in d.evidence

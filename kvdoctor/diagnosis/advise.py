@@ -7,6 +7,7 @@ import math
 from kvdoctor.capacity.advice import kv_cache_advice
 from kvdoctor.capacity.budget import CapacityEstimate
 from kvdoctor.capacity.live import LiveCapacity
+from kvdoctor.signals import CEILING_SHARE, ceiling_share, compute_threshold_ratio
 from kvdoctor.verdicts import Advice
 
 COLD_START_ITL_S = 0.05  # the pack's reference before a light-load baseline is learned (rules/kvdoctor.yml)
@@ -88,18 +89,13 @@ PREFILL_HEAVY = (
 def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
     """Compute options: scale out, quantize, stop speculating at peak where it drafts; prefill options on long prompts."""
     itl, base = ev.get("itl_p50_s"), ev.get("itl_baseline_s")
-    batch_base = ev.get("itl_batch_baseline_s")
     slo, slo_ttft = ev.get("slo_itl_p95_s"), ev.get("slo_ttft_p95_s")
     if slo and ev.get("itl_p95_s", 0) > slo:
         why = f"inter-token latency p95 {ev['itl_p95_s'] * 1000:.0f} ms exceeds the SLO {slo * 1000:.0f} ms"
     elif slo_ttft and ev.get("ttft_p95_s", 0) > slo_ttft:
         why = f"time to first token p95 {ev['ttft_p95_s']:.2f} s exceeds the SLO {slo_ttft:.2f} s"
     elif itl and base:
-        ref = batch_base or base
-        why = (
-            f"inter-token latency p50 {itl * 1000:.0f} ms is {itl / ref:.1f}× what this server does at this batch "
-            f"({ref * 1000:.1f} ms: light-load {base * 1000:.1f} ms + 0.4 % per running request)"
-        )
+        why = slower_than_the_batch(ev, itl, base)
     elif itl:
         why = (
             f"inter-token latency p50 {itl * 1000:.0f} ms is above the {COLD_START_ITL_S * 1000:.0f} ms cold-start "
@@ -142,6 +138,21 @@ def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
         )
     )
     return out
+
+
+def slower_than_the_batch(ev: dict[str, float], itl: float, base: float) -> str:
+    """Why ITL is slow for the batch: its ratio to light load, and tokens/s against this server's own ceiling."""
+    running = ev.get("running_avg_1m", 0.0)
+    share = ev.get("compute_utilisation")
+    if share is None:
+        share = ceiling_share(running, itl, base)
+    text = f"inter-token latency p50 {itl * 1000:.0f} ms is {itl / base:.1f}× its light-load {base * 1000:.1f} ms"
+    if share is None:  # too small a batch to say how much of a step it pays for
+        return f"{text} (compute from {compute_threshold_ratio(running):.1f}×)"
+    return (
+        f"{text} at {running:.0f} running: tokens/s at {share * 100:.0f} % of this server's ceiling (a bigger "
+        f"batch buys little more; compute from {CEILING_SHARE * 100:.0f} %, {compute_threshold_ratio(running):.1f}× here)"
+    )
 
 
 def _prefill(ev: dict[str, float], why: str, ratio: float, quant: str) -> list[Advice]:

@@ -12,7 +12,7 @@ from kvdoctor.report.history import BINS, CLASSES, Hour, KeyHistory, Segment
 from kvdoctor.verdicts import LIMITS
 
 KV_LIMIT = 0.85  # the pack's kv_cache threshold on peak KV usage
-ITL_LIMIT = 2.5  # the pack's compute threshold: ITL p50 over the light-load baseline
+ITL_LIMIT = 2.5  # the floor of the compute threshold (ITL p50 over light load; higher at a larger batch)
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
 

@@ -118,6 +118,7 @@ class Advisor:
         if finding is not None:
             d.findings.append(finding)
             relief.lead_with(d, finding)
+            relief.name_the_limit(d, finding)
 
     def followups(self) -> dict[str, FollowUp]:
         """The latest follow-up per target."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 from kvdoctor.promql.quantile import bucket_quantile
+from kvdoctor.signals import compute_threshold_ratio
 from kvdoctor.whatif import histo
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
 from kvdoctor.whatif.sim import Simulator
 from kvdoctor.whatif.window import Quantities
 
-COMPUTE_FACTOR = 2.5  # the pack's compute test: ITL p50 above 2.5× the light-load baseline
 WARMUP_S = 30.0
 
 
@@ -79,6 +79,7 @@ def verdict(q: Quantities, engine: Engine, light_itl_s: float, replicas: int = 1
         return "kv_cache"
     if q.running >= 0.9 * engine.max_num_seqs * replicas and waiting >= 1 and kv < 0.8 and pre <= 0:
         return "batch_cap"
-    if q.itl_p50_s > COMPUTE_FACTOR * light_itl_s and kv < 0.85 and pre <= 0:
+    slow = compute_threshold_ratio(q.running / max(replicas, 1)) * light_itl_s  # the pack's compute test
+    if q.itl_p50_s > slow and kv < 0.85 and pre <= 0:
         return "compute"
     return "healthy"

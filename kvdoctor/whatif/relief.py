@@ -2,9 +2,10 @@
 
 The rule pack names a limit from thresholds; the simulator can say whether relieving it would help. When the rule's
 limit's own relief buys nothing (no throughput, no gain on the quantity that suffers) while another relief does, the
-limit is the other one and the rule's is co-binding. The diagnosis keeps both: its verdict stays the rule's (as the
-pack's `bottleneck` label is) and a `relief_check` finding says what the simulator found, with the advice leading
-with the change that helps.
+limit is the other one and the rule's is co-binding. The diagnosis keeps both: its verdict becomes the limit whose
+relief helps, its evidence keeps the rule's (`limit_rule`, `co_binding`; the pack's `bottleneck` label and alert stay
+the rule's, the Prometheus-only path cannot simulate), and a `relief_check` finding says what the simulator found,
+with the advice leading with the change that helps.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvdoctor import fmt
-from kvdoctor.verdicts import Advice, Diagnosis, Effect, Finding
+from kvdoctor.verdicts import Advice, Diagnosis, Effect, Finding, Verdict
 
-SLOW = 1.5  # ITL p50 this many times the batch baseline: compute's threshold (2.5×) is within reach
+NEAR = 0.6  # ITL p50 at this share of the ITL from which compute is named: compute is within reach
 FULL = 0.6  # KV usage from which the cache may be co-binding
 BUYS = 1.10  # a relief helps when it improves the suffering quantity by at least 10 %…
 THROUGHPUT_BUYS = 1.05  # …or the throughput by at least 5 %
@@ -36,7 +37,8 @@ def borderline(d: Diagnosis) -> bool:
     cache beside compute. A clear limit is not second-guessed (each check costs three simulations)."""
     ev = d.evidence
     itl, base = _num(ev.get("itl_p50_s")), _num(ev.get("itl_batch_baseline_s"))
-    slow = bool(itl and base and itl >= SLOW * base)
+    threshold = _num(ev.get("itl_compute_threshold_s")) or (2.5 * base if base else None)
+    slow = bool(itl and threshold and itl >= NEAR * threshold)
     full = (_num(ev.get("kv_usage_max_1m")) or 0.0) >= FULL
     queue = (_num(ev.get("waiting_avg_1m")) or 0.0) >= 1
     return {"batch_cap": slow or full, "kv_cache": slow, "compute": queue or full}.get(d.verdict, False)
@@ -137,6 +139,15 @@ def check(d: Diagnosis, effects: dict[str, tuple[Relief, Effect]]) -> Finding | 
 def lead_with(d: Diagnosis, finding: Finding) -> None:
     """Put the change that helps first in the diagnosis' advice (the rule's own advice follows it)."""
     d.advice = [*finding.advice, *(a for a in d.advice if a.change != finding.advice[0].change)]
+
+
+def name_the_limit(d: Diagnosis, finding: Finding) -> None:
+    """The verdict becomes the limit whose relief helps; the evidence keeps the rule's name as co-binding."""
+    checked, rule = finding.evidence.get("limit_checked"), finding.evidence.get("limit_rule")
+    if not isinstance(checked, str) or checked not in LABELS or rule != d.verdict:
+        return
+    d.evidence = {**d.evidence, "limit_rule": rule, "co_binding": rule, "limit_checked": checked}
+    d.verdict = Verdict(checked)
 
 
 def _cut(factor: float, quantity: str) -> str:
