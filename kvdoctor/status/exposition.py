@@ -13,6 +13,7 @@ from kvdoctor import __version__
 from kvdoctor.signals import SIGNALS
 from kvdoctor.status.headroom import families as headroom_families
 from kvdoctor.status.state import DaemonState
+from kvdoctor.status.whatif import families as whatif_families
 from kvdoctor.verdicts import VERDICTS
 
 
@@ -85,6 +86,7 @@ class DiagnosisCollector:
         yield from self._self(snap)
         yield from storage_families(snap)
         yield from headroom_families(snap)
+        yield from whatif_families(snap)
 
     def _targets(self, snap: dict) -> Iterator[Metric]:  # type: ignore[type-arg]
         up = GaugeMetricFamily(
