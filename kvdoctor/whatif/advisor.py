@@ -259,6 +259,8 @@ class Advisor:
                 self._shared.put(fp, change, eff)
         except (WindowError, ValueError, ZeroDivisionError):
             eff = None  # not enough traffic yet: asked again after refresh_s
+        except RuntimeError:  # the simulation child is gone (interpreter shutdown): asked again
+            eff = None
         with self._lock:
             self._effects[key] = eff
             if young:

@@ -164,6 +164,8 @@ class HeadroomWorker:
             h = self._headroom(target, model, slos, seqs, t)
         except (WindowError, ValueError, ZeroDivisionError):
             h = None  # too little steady traffic, or a fit not to be trusted: its series vanish
+        except RuntimeError:  # the simulation child is gone (interpreter shutdown): asked again
+            h = None
         with self._lock:
             if h is None:
                 self._results.pop(target, None)
