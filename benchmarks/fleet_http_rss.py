@@ -2,6 +2,7 @@
 
 usage: python benchmarks/fleet_http_rss.py [--targets 300] [--interval 15] [--retention 180] [--cycles 40]
                                            [--reload-to 10] [--after 16] [--servers 4] [--realtime]
+                                           [--speed X]
 
 `kvdoctor replay-server --loop` processes serve real vLLM 0.32 expositions (many targets per process, `?i=` URLs);
 an in-process `Daemon` watches --targets of them with the given interval and retention. Each cycle scrapes every
@@ -34,12 +35,14 @@ from fleet_data import RECORDINGS, recording_dir  # noqa: E402
 
 from kvdoctor.config.load import load_config  # noqa: E402
 from kvdoctor.daemon.runner import Daemon  # noqa: E402
+from kvdoctor.promql.values import _GROUPINGS  # noqa: E402
 from kvdoctor.rules.loader import default_rule_files, load_files  # noqa: E402
+from kvdoctor.whatif.offload import shared  # noqa: E402
 
 
-def rss_mb() -> float:
-    """Resident set size of this process, MB."""
-    with open("/proc/self/statm", encoding="ascii") as fh:
+def rss_mb(pid: int | str = "self") -> float:
+    """Resident set size of this process (or pid), MB."""
+    with open(f"/proc/{pid}/statm", encoding="ascii") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
@@ -92,11 +95,13 @@ def main() -> int:
     ap.add_argument("--after", type=int, default=16)
     ap.add_argument("--servers", type=int, default=4)
     ap.add_argument("--realtime", action="store_true")
+    ap.add_argument("--speed", type=float, help="replay speed (default: 1 realtime, else the interval; at 2,000 "
+                    "targets a stepped cycle takes seconds, so about interval / cycle seconds)")  # fmt: skip
     args = ap.parse_args()
     rec = recording_dir()
     ports = [free_port() for _ in range(args.servers)]
     # stepped: one cycle of CPU stands for one interval, about a second at these sizes; play that much faster
-    speed = 1.0 if args.realtime else args.interval
+    speed = args.speed or (1.0 if args.realtime else args.interval)
     procs = [
         subprocess.Popen(
             [
@@ -119,7 +124,7 @@ def main() -> int:
         )
         for i, p in enumerate(ports)
     ]
-    rows: list[tuple[str, int, float, float, int]] = []
+    rows: list[tuple[str, int, float, float, float, int, int]] = []
     try:
         for p in ports:
             wait_up(p)
@@ -150,20 +155,23 @@ def main() -> int:
                 d.cycle()
                 dur = time.monotonic() - t0
             gc.collect()
-            row = (phase, k, k * args.interval, rss_mb(), dur, len(d.pipeline.store))
-            rows.append(row)  # type: ignore[arg-type]
             blocks = sys.getallocatedblocks()  # Python objects alive, apart from what the allocator keeps
+            row = (phase, k, k * args.interval, rss_mb(), dur, len(d.pipeline.store), blocks)
+            rows.append(row)
             print(f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {row[5]:8d} {blocks:10d}",
                   flush=True)  # fmt: skip
 
         for k in range(args.cycles):
             one("fleet", k)
         write_config(cfg_path, ports, args.reload_to, args.interval, args.retention)
+        memo = sum(len(g.cache) for g in _GROUPINGS.values())  # label sets the evaluator's by/on memo holds
         t0 = time.monotonic()
         ok, message = d.reload()
-        print(f"reload to {args.reload_to} targets: {ok} in {time.monotonic() - t0:.2f}s ({message[:80]})")
+        print(f"reload to {args.reload_to} targets: {ok} in {time.monotonic() - t0:.2f}s ({message[:80]}); "
+              f"evaluator memo {memo} label sets before")  # fmt: skip
         for k in range(args.cycles, args.cycles + args.after):
             one("reload", k)
+        child_pids = shared().pids()
         d.shutdown()
     finally:
         for proc in procs:
@@ -177,9 +185,16 @@ def main() -> int:
     after = [r for r in rows if r[0] == "reload"]
     print(f"RSS after the retention filled: {half[0][3]:.0f} -> {half[-1][3]:.0f} MB ({per_min:+.1f} MB per "
           f"simulated minute); slowest cycle {slowest:.2f}s of the {args.interval:g}s interval")  # fmt: skip
+    over = sum(1 for r in fleet[1:] if r[4] > args.interval)
+    for pid in child_pids:  # the daemon simulates in a child process: its memory is the pod's too
+        print(f"simulation child {pid}: RSS {rss_mb(pid):.0f} MB (not in the curve above)")
+    print(f"cycles longer than the interval: {over} of {len(fleet) - 1}; "
+          f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")  # fmt: skip
     if after:
-        print(f"after the reload to {args.reload_to}: RSS {after[0][3]:.0f} -> {after[-1][3]:.0f} MB, "
-              f"series {after[0][5]} -> {after[-1][5]}; full fleet peak {max(r[3] for r in fleet):.0f} MB")  # fmt: skip
+        # blocks: Python objects alive; RSS beyond them is memory the allocators keep (freed, not returned)
+        print(f"after the reload to {args.reload_to}: RSS {fleet[-1][3]:.0f} -> {after[0][3]:.0f} -> "
+              f"{after[-1][3]:.0f} MB, series {fleet[-1][5]} -> {after[-1][5]}, Python blocks {fleet[-1][6]} -> "
+              f"{after[-1][6]}; full fleet peak {max(r[3] for r in fleet):.0f} MB; start {start_rss:.0f} MB")  # fmt: skip
     return 0
 
 

@@ -16,6 +16,7 @@ from kvdoctor.diagnosis.evidence import Key, collect
 from kvdoctor.diagnosis.target import Target, TargetFacts
 from kvdoctor.diagnosis.validity import drop_invalid_evidence, split_samples
 from kvdoctor.ingest.parse import ParseError, Parser
+from kvdoctor.promql.values import forget_groupings
 from kvdoctor.rules.evaluate import Evaluation, RuleEngine
 from kvdoctor.rules.loader import RuleGroup
 from kvdoctor.samples import Sample, Scrape
@@ -102,6 +103,7 @@ class Pipeline:
         if not names:
             return
         self.store.drop_sources(names)
+        forget_groupings()  # the evaluator's memo of their label sets would keep them alive
         for name in names:
             self._forget(name)
 

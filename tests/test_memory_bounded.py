@@ -5,7 +5,6 @@ others' share at once: series, samples, the what-if's snapshots and what is kept
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +13,14 @@ import pytest
 
 from kvdoctor.config.load import load_config
 from kvdoctor.daemon.runner import Daemon
+from kvdoctor.promql.values import _GROUPINGS
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.samples import Sample
 from kvdoctor.store import Store
 from kvdoctor.whatif.advisor import Advisor
 from tests.support.clock import ManualClock
+from tests.support.wait import until
 
 DEMO = Path(__file__).resolve().parents[1] / "kvdoctor" / "demo"
 INTERVAL, RETENTION = 15.0, 180.0
@@ -100,6 +101,9 @@ def test_a_daemon_holds_a_retention_and_a_reload_to_fewer_targets_frees_the_rest
         clock.advance(INTERVAL)
         d.cycle()
         assert d.pipeline.targets["t00"].up and len(d.pipeline.store) <= left * 1.1
+        # the evaluator's memo of label sets (by/on projections) holds the two left, not the ten removed
+        memo = {dict(k).get("instance") for g in _GROUPINGS.values() for k in g.cache}
+        assert "t00" in memo and memo <= {"t00", "t01", None}
     finally:
         d.shutdown()
 
@@ -117,9 +121,28 @@ def test_a_prediction_asked_for_again_while_it_waits_is_queued_once():
     key = ("t", (("max_num_seqs", 16.0),))
     for cycle in range(50):  # a fleet slower to simulate than its cycles: asked every cycle
         adv._submit(key, float(cycle))  # type: ignore[arg-type]
-    assert adv._jobs.qsize() <= 1
+    assert adv.stats()["queued"] <= 1
     gate.set()
-    deadline = time.monotonic() + 10
-    while adv._pending and time.monotonic() < deadline:
-        threading.Event().wait(0.01)
-    assert done == [key]
+    until(lambda: done, timeout=10.0, what="the prediction to be computed")
+    assert done == [key] and adv.stats()["dropped"] == 0
+
+
+def test_a_full_prediction_queue_drops_the_oldest_and_counts_it():
+    adv = Advisor(background=True, max_queue=3)
+    adv._history["t"] = deque()
+    gate, done = threading.Event(), []
+
+    def compute(key: object, t: float) -> None:
+        gate.wait(10)
+        done.append(key)
+
+    adv._compute = compute  # type: ignore[method-assign]
+    keys = [("t", (("max_num_seqs", float(n)),)) for n in range(10)]
+    adv._submit(keys[0], 0.0)  # type: ignore[arg-type]
+    until(lambda: adv.stats()["queued"] == 0, timeout=10.0, what="the worker to take the first request")
+    for k in keys[1:]:  # nine more while it computes: three fit, six are dropped oldest first
+        adv._submit(k, 1.0)  # type: ignore[arg-type]
+    assert adv.stats()["dropped"] == 6 and adv.stats()["queued"] == 3
+    gate.set()
+    until(lambda: len(done) == 4, timeout=10.0, what="the queue to drain")
+    assert done == [keys[0], *keys[7:]]  # the newest requests were kept

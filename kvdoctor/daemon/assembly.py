@@ -8,6 +8,8 @@ from kvdoctor.rules.loader import RuleGroup
 from kvdoctor.status.state import DaemonState
 from kvdoctor.whatif.advisor import Advisor
 from kvdoctor.whatif.headroom import HeadroomWorker
+from kvdoctor.whatif.offload import shared
+from kvdoctor.whatif.sharing import MAX_QUEUE
 
 
 def daemon_state(cfg: Config) -> DaemonState:
@@ -18,8 +20,11 @@ def daemon_state(cfg: Config) -> DaemonState:
 def daemon_pipeline(cfg: Config, groups: list[RuleGroup]) -> Pipeline:
     """The pipeline with its advisor and headroom workers on threads of their own: a cycle never waits for them."""
     # the snapshots predictions learn from are kept no longer than the series (memory bounded by the retention)
-    advisor = Advisor(background=True, history_s=min(900.0, cfg.retention_s))
-    headroom = HeadroomWorker(advisor.snaps, background=True)  # SLO headroom for autoscalers, same history
+    # their simulations run in a child process at nice 19: on a shared core they take what the cycle leaves
+    advisor = Advisor(background=True, history_s=min(900.0, cfg.retention_s), offload=shared())
+    # SLO headroom for autoscalers, same history; its queue holds a refresh of a fleet of thousands (a request is
+    # a few hundred bytes): 256 would drop three quarters of a 1,000-target fleet's first refresh into retries
+    headroom = HeadroomWorker(advisor.snaps, background=True, max_queue=MAX_QUEUE, offload=shared())
     pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor, headroom=headroom)
     pipeline.runbook_url = cfg.runbook_page()
     pipeline.idle_after_s = cfg.idle_after_s

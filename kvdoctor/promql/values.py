@@ -104,6 +104,16 @@ _GROUPING_LIMIT = 1 << 22
 _GROUPINGS: dict[tuple[bool, frozenset[str]], Grouping] = {}
 
 
+def forget_groupings() -> None:
+    """Empty every grouping's memo (kept across evaluations and rule reloads) once many series are gone.
+
+    The memo holds the label sets of every series it projected: after a reload from 2,000 targets to 10 it would keep
+    the removed targets' label tuples alive, and their memory, until it reached its limit.
+    """
+    for g in _GROUPINGS.values():
+        g.cache = {}  # a new dict: clear() keeps the old table's size allocated
+
+
 def grouping(keep: bool, names: frozenset[str] | set[str] | list[str]) -> Grouping:
     """The shared Grouping for keep/names (one per distinct clause across all rules)."""
     k = (keep, frozenset(names))

@@ -14,6 +14,7 @@ from kvdoctor import __version__
 from kvdoctor.signals import SIGNALS
 from kvdoctor.status.headroom import families as headroom_families
 from kvdoctor.status.state import DaemonState, Snapshot
+from kvdoctor.status.whatif import families as whatif_families
 from kvdoctor.verdicts import VERDICTS
 
 
@@ -86,6 +87,7 @@ class DiagnosisCollector:
         yield from self._self(snap)
         yield from storage_families(snap.storage)
         yield from headroom_families(snap)
+        yield from whatif_families(snap)
 
     def _targets(self, snap: Snapshot) -> Iterator[Metric]:
         up = GaugeMetricFamily(

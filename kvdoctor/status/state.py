@@ -38,6 +38,7 @@ class Snapshot:
     interval_s: float | None
     scheduler_events: dict[str, int]
     headroom_stats: dict[str, int]
+    whatif_stats: dict[str, int]  # the advisor's simulations: computed, shared, dropped, queued
     ready: bool
     storage: dict[str, dict[str, Any]]  # the files kvdoctor writes (state, outbox) → their health
     storage_problem: str
@@ -66,6 +67,7 @@ class DaemonState:
         self.interval_s: float | None = None
         self.scheduler_events: Counter[str] = Counter()
         self.headroom_stats: dict[str, int] = {}  # the SLO headroom worker's counters
+        self.whatif_stats: dict[str, int] = {}  # the advisor's simulation worker's counters
         self.started_ts: float | None = None
         self.ready = False
         self.storage: dict[
@@ -147,6 +149,7 @@ class DaemonState:
                 interval_s=self.interval_s,
                 scheduler_events=dict(self.scheduler_events),
                 headroom_stats=dict(self.headroom_stats),
+                whatif_stats=dict(self.whatif_stats),
                 ready=self.ready,
                 storage={k: dict(v) for k, v in self.storage.items()},
                 storage_problem=self.storage_problem,
@@ -197,6 +200,11 @@ class DaemonState:
         """Record the SLO headroom worker's counters (dropped, computed, shared requests; queue length)."""
         with self._lock:
             self.headroom_stats = dict(stats)
+
+    def note_whatif(self, stats: dict[str, int]) -> None:
+        """Record the advisor's simulation worker's counters (dropped, computed, shared requests; queue length)."""
+        with self._lock:
+            self.whatif_stats = dict(stats)
 
     def count_event(self, event: str, n: int = 1) -> None:
         """Count a scheduling event: `missed` (slots an overlong cycle ate), `error` (a cycle that raised)."""

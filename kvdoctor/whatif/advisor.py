@@ -9,7 +9,6 @@ configuration, `followups` compare what the target now measures with what was pr
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -19,8 +18,10 @@ from kvdoctor.samples import Sample
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import relief
 from kvdoctor.whatif.followup import FollowUp, follow_up
-from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.offload import Offload
+from kvdoctor.whatif.predict import Prediction, predict
 from kvdoctor.whatif.saturation import DURATION_DEPENDENT, Overload
+from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Quantities, Snap, restarts, snapshot
 from kvdoctor.whatif.workload import WindowError
@@ -45,16 +46,25 @@ class Advisor:
     """Per-target history and cached predicted effects (thread-safe)."""
 
     def __init__(
-        self, *, refresh_s: float = 180.0, history_s: float = 900.0, background: bool = False
+        self,
+        *,
+        refresh_s: float = 180.0,
+        history_s: float = 900.0,
+        background: bool = False,
+        max_queue: int = MAX_QUEUE,
+        offload: Offload | None = None,
     ) -> None:
         self.refresh_s, self.history_s, self.background = refresh_s, history_s, background
+        self.offload = offload  # where simulations run: a child process off the cycle's GIL (None: here)
         self._history: dict[str, deque[Snap]] = {}
         self._effects: dict[Key, Effect | None] = {}
         self._asked: dict[Key, float] = {}
         self._young: set[Key] = set()
         self._lock = threading.Lock()
-        self._jobs: queue.Queue[tuple[Key, float]] = queue.Queue()
-        self._pending: set[Key] = set()  # queued, not yet computed: asked again, it is not queued twice
+        # bounded, oldest dropped and counted; a key waits once (else a fleet slower to simulate than its cycles
+        # would grow the queue without end); targets with one fingerprint share a simulation
+        self._jobs: Jobs[Key] = Jobs(max_queue)
+        self._shared = SharedEffects(refresh_s)
         self._worker: threading.Thread | None = None
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
@@ -88,6 +98,7 @@ class Advisor:
             self._failures.pop(target, None)
             self._restarts.pop(target, None)
             self._followups.pop(target, None)
+            self._shared.forget(target)
             for k in [k for k in self._effects if k[0] == target]:
                 self._effects.pop(k, None)
             for k in [k for k in self._asked if k[0] == target]:
@@ -169,13 +180,16 @@ class Advisor:
         if self._worker is None or not self._worker.is_alive():
             self._worker = threading.Thread(target=self._run, name="kvdoctor-whatif", daemon=True)
             self._worker.start()
-        with self._lock:
-            # While a prediction waits, every cycle asks for it again: queued once, or a fleet slower to
-            # simulate than its cycles would grow the queue (and the memory) without end.
-            if key in self._pending:
-                return
-            self._pending.add(key)
-        self._jobs.put((key, t))
+        self._jobs.put(key, t)
+
+    def stats(self) -> dict[str, int]:
+        """The worker's counters for kvdoctor's own /metrics: dropped, computed, shared requests; queue length."""
+        return {
+            "dropped": self._jobs.dropped_total,
+            "computed": self._shared.computed_total,
+            "shared": self._shared.shared_total,
+            "queued": len(self._jobs),
+        }
 
     def failures(self) -> dict[str, str]:
         """Targets whose last prediction raised, and why (cleared by the next that works)."""
@@ -184,13 +198,15 @@ class Advisor:
 
     def _run(self) -> None:
         while True:
-            key, t = self._jobs.get()
+            job = self._jobs.get()
+            if job is None:
+                continue
+            key, t = job
             try:
                 if key[0] in self._history:  # not a target removed while its prediction waited
                     self._compute_safely(key, t)
             finally:
-                with self._lock:
-                    self._pending.discard(key)
+                self._jobs.done(key)
 
     def _compute_safely(self, key: Key, t: float) -> Effect | None:
         # one target's history must not end the thread every target's predictions run on
@@ -229,22 +245,19 @@ class Advisor:
             ):  # a limit that just appeared: its queue has not shown what it costs yet
                 raise WindowError("the load has not held long enough")
             young = hi - lo < STEADY_S
-            p = predict(history, [s for s in history if lo <= s.t <= hi], dict(change))
-            now, after = _q(p.unchanged, p.overload_now), _q(p.predicted, p.overload_after)
-            sides = (("now", p.overload_now), ("after", p.overload_after))
-            said = [f"{side} {o.line()}" for side, o in sides if o]
-            band = p.band_after
-            low, high = (
-                (_q(band.low, p.overload_after), _q(band.high, p.overload_after)) if band else ({}, {})
-            )
-            unseen = "; ".join(band.unseen) if band else ""
-            eff = Effect(
-                dict(change), now, after, p.predicted.bottleneck, t, overload="; ".join(said),
-                after_p10=low, after_p90=high, unseen=unseen,
-            )  # fmt: skip
-            eff = replace(eff, text=eff.summary())
+            window = [s for s in history if lo <= s.t <= hi]
+            fp = self._shared.fingerprint(target, window)
+            # a replica with the same window simulated it already (young: as soon as a young one is redone)
+            eff = self._shared.get(fp, change, t, RETRY_S if young else self.refresh_s)
+            if eff is None:
+                args = (history, window, dict(change))
+                p = self.offload.run(predict, *args) if self.offload is not None else predict(*args)
+                eff = _effect(p, dict(change), t)
+                self._shared.put(fp, change, eff)
         except (WindowError, ValueError, ZeroDivisionError):
             eff = None  # not enough traffic yet: asked again after refresh_s
+        except RuntimeError:  # the simulation child is gone (interpreter shutdown): asked again
+            eff = None
         with self._lock:
             self._effects[key] = eff
             if young:
@@ -252,3 +265,24 @@ class Advisor:
             else:
                 self._young.discard(key)
         return eff
+
+
+def _effect(p: Prediction, change: dict[str, float | str], t: float) -> Effect:
+    """The advice's effect from a prediction: now and after, the 80 % interval after, overload and unseen ranges."""
+    now, after = _q(p.unchanged, p.overload_now), _q(p.predicted, p.overload_after)
+    sides = (("now", p.overload_now), ("after", p.overload_after))
+    said = [f"{side} {o.line()}" for side, o in sides if o]
+    band = p.band_after
+    low, high = (_q(band.low, p.overload_after), _q(band.high, p.overload_after)) if band else ({}, {})
+    eff = Effect(
+        dict(change),
+        now,
+        after,
+        p.predicted.bottleneck,
+        t,
+        overload="; ".join(said),
+        after_p10=low,
+        after_p90=high,
+        unseen="; ".join(band.unseen) if band else "",
+    )
+    return replace(eff, text=eff.summary())

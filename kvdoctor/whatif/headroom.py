@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvdoctor.verdicts import Advice, Diagnosis
+from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.plan import MAX_LOAD, MAX_REPLICAS, Planner
 from kvdoctor.whatif.predict import learn
 from kvdoctor.whatif.sources import default_window
@@ -82,8 +83,10 @@ class HeadroomWorker:
         refresh_s: float = 180.0,
         max_queue: int = 256,
         background: bool = False,
+        offload: Offload | None = None,
     ) -> None:
         self.history, self.refresh_s, self.background = history, refresh_s, background
+        self.offload = offload  # where the search runs: a child process off the cycle's GIL (None: here)
         self._lock = threading.Condition()
         self._queue: deque[tuple[str, str, dict[str, float], int | None, float]] = deque(maxlen=max_queue)
         self._queued: set[str] = set()
@@ -161,6 +164,8 @@ class HeadroomWorker:
             h = self._headroom(target, model, slos, seqs, t)
         except (WindowError, ValueError, ZeroDivisionError):
             h = None  # too little steady traffic, or a fit not to be trusted: its series vanish
+        except RuntimeError:  # the simulation child is gone (interpreter shutdown): asked again
+            h = None
         with self._lock:
             if h is None:
                 self._results.pop(target, None)
@@ -186,18 +191,26 @@ class HeadroomWorker:
             if seen is not None and t - seen[1].t < self.refresh_s:
                 self.shared_total += 1
                 return replace(seen[1], shared_from=seen[0])
-        basis = learn(history, window, max_num_seqs=seqs)
-        if not basis.step.residual_ratio <= MAX_RESIDUAL:
-            raise WindowError(f"step-time fit error {basis.step.residual_ratio:.0%}")
-        planner = Planner(basis, {f"{k}_s": v for k, v in slos.items()})
-        ratios = {k: planner.headroom(f"{k}_s") for k in slos}
-        h = Headroom(dict(slos), ratios, planner.replicas_needed(), basis.replicas, t)
+        args = (history, window, seqs, slos)
+        ratios, needed, replicas = self.offload.run(search, *args) if self.offload else search(*args)
+        h = Headroom(dict(slos), ratios, needed, replicas, t)
         with self._lock:
             self.computed_total += 1
             self._by_fingerprint[fp] = (target, h)
             for k in [k for k, (_, v) in self._by_fingerprint.items() if t - v.t >= self.refresh_s]:
                 del self._by_fingerprint[k]
         return h
+
+
+def search(
+    history: list[Snap], window: list[Snap], seqs: int | None, slos: dict[str, float]
+) -> tuple[dict[str, float], int | None, int]:
+    """The headroom search on one window: the load multiple breaking each SLO, replicas needed, replicas now."""
+    basis = learn(history, window, max_num_seqs=seqs)
+    if not basis.step.residual_ratio <= MAX_RESIDUAL:
+        raise WindowError(f"step-time fit error {basis.step.residual_ratio:.0%}")
+    planner = Planner(basis, {f"{k}_s": v for k, v in slos.items()})
+    return {k: planner.headroom(f"{k}_s") for k in slos}, planner.replicas_needed(), basis.replicas
 
 
 def _sig2(x: float) -> float:

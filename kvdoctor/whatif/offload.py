@@ -1,0 +1,93 @@
+"""The daemon's simulations in one child process at the lowest CPU priority, so a cycle is not slowed by them.
+
+Threads share the GIL: a worker thread that simulates beside the cycle thread takes about half of the interpreter
+whatever its OS priority, and a cycle of a fleet at a limit runs up to twice as long. A child process at nice 19
+gets what the cycle leaves (a CFS weight of 15 against 1,024 on a shared core). The worker threads stay: they pick
+what to compute, share results and queue; they hand the pure computation (`predict`, the headroom search) over
+here and wait without holding the GIL. One child per daemon process, started on first use ("spawn": a fork of a
+process with threads may copy a held lock); a child that dies is replaced on the next call.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+TASKS_PER_CHILD = 2000  # a child is replaced after this many: whatever it leaks goes with it
+
+
+def _lowest_priority() -> None:
+    with contextlib.suppress(OSError):  # not allowed to: the child still takes the work off the cycle's GIL
+        os.nice(19)
+
+
+class Offload:
+    """Runs picklable functions in a nice-19 child process, one call at a time per calling thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_lowest_priority,
+                    max_tasks_per_child=TASKS_PER_CHILD,
+                )
+            return self._pool
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) in the child; its exception is raised here. A dead child is replaced and the call tried once more."""
+        for attempt in (1, 2):
+            pool = self._executor()
+            try:
+                return pool.submit(fn, *args).result()
+            except BrokenProcessPool:
+                with self._lock:
+                    if self._pool is pool:
+                        self._pool = None
+                pool.shutdown(wait=False, cancel_futures=True)
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def pids(self) -> list[int]:
+        """The child's process id(s), for benchmarks that count its CPU."""
+        with self._lock:
+            procs = getattr(self._pool, "_processes", None) or {}
+            return list(procs)
+
+    def close(self) -> None:
+        """Stop the child now: a simulation in progress is abandoned (SIGTERM must not wait for a search)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+_SHARED: Offload | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared() -> Offload:
+    """The process's one offload (a daemon's advisor and headroom workers, and every daemon a test starts)."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = Offload()
+            # before concurrent.futures' own exit hook, which would wait for a simulation in progress to end
+            getattr(threading, "_register_atexit", atexit.register)(_SHARED.close)
+        return _SHARED

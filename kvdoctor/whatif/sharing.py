@@ -1,0 +1,139 @@
+"""The advisor's worker, bounded and shared: a queue that drops its oldest request (counted), one simulation per fingerprint.
+
+A fleet-wide incident puts every target at a limit at once, each with advice naming a change and its reliefs:
+thousands of simulations asked for in one cycle. Replicas of one model, configuration and traffic would all
+simulate the same thing, so a result is shared by every target with the same fingerprint (and change) while it is
+fresh. The queue holds at most `maxlen` requests; past that the oldest is dropped and counted (the advisor asks
+again the next cycle), so a fleet slower to simulate than its cycles costs neither memory nor an ever older queue.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from kvdoctor.verdicts import Effect
+from kvdoctor.whatif.window import Snap, measure
+from kvdoctor.whatif.workload import infer_engine, infer_workload
+
+K = TypeVar("K", bound=Hashable)
+MAX_QUEUE = 4096  # a few requests per target (the advice's change and each relief) of a 1,000-target fleet
+Fingerprint = tuple[object, ...]
+
+
+class Jobs(Generic[K]):
+    """A FIFO of keys for one worker thread: a key is queued once until done; when full, the oldest is dropped."""
+
+    def __init__(self, maxlen: int = MAX_QUEUE) -> None:
+        self.maxlen = maxlen
+        self._cv = threading.Condition()
+        self._queue: deque[tuple[K, float]] = deque()
+        # queued or being computed: asked again meanwhile, it is not queued twice
+        self._pending: set[K] = set()
+        self.dropped_total = 0
+
+    def put(self, key: K, t: float) -> bool:
+        """Queue key (asked at t) unless it is pending already; False when it was."""
+        with self._cv:
+            if key in self._pending:
+                return False
+            if len(self._queue) >= self.maxlen:
+                old, _ = self._queue.popleft()  # the oldest request is the one a newer cycle will ask again
+                self._pending.discard(old)
+                self.dropped_total += 1
+            self._queue.append((key, t))
+            self._pending.add(key)
+            self._cv.notify()
+            return True
+
+    def get(self, timeout: float | None = None) -> tuple[K, float] | None:
+        """The oldest request, waiting up to timeout for one (None when none came); pending until done()."""
+        with self._cv:
+            if not self._cv.wait_for(lambda: bool(self._queue), timeout):
+                return None
+            return self._queue.popleft()
+
+    def done(self, key: K) -> None:
+        """The request for key is computed: it may be queued again."""
+        with self._cv:
+            self._pending.discard(key)
+
+    def __len__(self) -> int:
+        with self._cv:
+            return len(self._queue)
+
+
+def _sig2(x: float) -> float:
+    return float(f"{x:.2g}") if math.isfinite(x) else math.nan
+
+
+def fingerprint(window: list[Snap]) -> Fingerprint:
+    """What decides a prediction: configuration, engine settings, traffic and step speed (to 2 significant
+    figures). Raises WindowError where a prediction would (too few requests, no cache info)."""
+    w = infer_workload(window)
+    e, _ = infer_engine(window)
+    # ITL and TTFT stand for the step times the prediction fits: they tell models and hardware apart
+    q = measure(window)
+    info = window[-1].info
+    return (
+        tuple(sorted((k, v) for k, v in info.items() if k not in ("engine",))),
+        e,
+        w.kind,
+        _sig2(w.rate_per_s),
+        w.population,
+        _sig2(w.prompt.mean),
+        _sig2(w.output.mean),
+        _sig2(w.prefix_hit_ratio),
+        max(1, window[-1].engines),
+        _sig2(q.itl_p50_s),
+        _sig2(q.ttft_p50_s),
+    )
+
+
+class SharedEffects:
+    """Predicted effects by (fingerprint, change), reused by every target with that fingerprint for refresh_s."""
+
+    def __init__(self, refresh_s: float) -> None:
+        self.refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._effects: dict[tuple[Fingerprint, Hashable], Effect] = {}
+        self._fps: dict[str, tuple[tuple[float, float], Fingerprint]] = {}  # target → its window's, once
+        self.computed_total = self.shared_total = 0
+
+    def fingerprint(self, target: str, window: list[Snap]) -> Fingerprint:
+        """The window's fingerprint, computed once per target and window (its reliefs ask for the same one)."""
+        span = (window[0].t, window[-1].t)
+        with self._lock:
+            got = self._fps.get(target)
+        if got is not None and got[0] == span:
+            return got[1]
+        fp = fingerprint(window)
+        with self._lock:
+            self._fps[target] = (span, fp)
+        return fp
+
+    def get(self, fp: Fingerprint, change: Hashable, t: float, max_age: float) -> Effect | None:
+        """An effect another target's identical window computed less than max_age ago (counted as shared), or None."""
+        with self._lock:
+            eff = self._effects.get((fp, change))
+            if eff is None or t - eff.t >= max_age:
+                return None
+            self.shared_total += 1
+            return eff
+
+    def put(self, fp: Fingerprint, change: Hashable, eff: Effect) -> None:
+        """Keep a computed effect for the targets that share its fingerprint; forget those past refresh_s."""
+        with self._lock:
+            self.computed_total += 1
+            self._effects[(fp, change)] = eff
+            if len(self._effects) > 64:  # old fingerprints (traffic that moved on) would otherwise pile up
+                for k in [k for k, v in self._effects.items() if eff.t - v.t >= self.refresh_s]:
+                    del self._effects[k]
+
+    def forget(self, target: str) -> None:
+        """Drop a removed target's cached fingerprint."""
+        with self._lock:
+            self._fps.pop(target, None)
