@@ -41,6 +41,7 @@ def _advice(cycles: list[Cycle], flag: str):
     ]
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_batch_cap_advice_carries_its_predicted_effect(shared_032):
     cycles = _replay(shared_032 / "batch_cap.jsonl.gz")
     advice = _advice(cycles, "--max-num-seqs")
@@ -54,6 +55,7 @@ def test_batch_cap_advice_carries_its_predicted_effect(shared_032):
     assert "predicted: TTFT p95" in terminal.report(d)
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_kv_bound_fp8_advice_predicts_fewer_preemptions_and_shorter_ttft(shared_032):
     cycles = _replay(shared_032 / "kv_bound.jsonl.gz")
     advice = _advice(cycles, "--kv-cache-dtype")
@@ -78,6 +80,7 @@ def test_background_mode_never_makes_an_evaluation_wait(shared_032):
     until(effects, timeout=20, step=0.2, what="the background worker's predicted effect")
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_restart_with_a_changed_flag_is_compared_with_its_prediction():
     cycles = _replay(PAIRS / "batchcap_restart.jsonl.gz")
     checks = [f for d in cycles[-1].diagnoses for f in d.findings if f.name == "prediction_check"]
@@ -116,6 +119,7 @@ def test_no_limit_no_prediction(shared_032, name):
     assert not [a for c in cycles for d in c.diagnoses for a in d.advice if a.effect]
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 @pytest.mark.integration
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
 def test_status_page_shows_predictions_and_the_follow_up(shared_032, tmp_path):
@@ -135,6 +139,7 @@ def test_status_page_shows_predictions_and_the_follow_up(shared_032, tmp_path):
     assert "after the restart with max_num_seqs 12: TTFT p50 predicted" in text
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_a_restart_with_the_same_flags_is_not_called_a_change():
     field = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-field/kv_restart.jsonl.gz"
     if not field.exists():
