@@ -78,7 +78,10 @@ def test_a_million_series_target_beside_a_healthy_one(good, serve, tmp_path):
         assert (
             targets["million"]["up"] is False and "sample_limit exceeded" in targets["million"]["last_error"]
         )
-        assert s.diagnoses()["good"]["bottleneck"] == "kv_cache"
+        # a loaded machine may starve one window while the million series are parsed: the verdict comes back
+        until(
+            lambda: s.diagnoses()["good"]["bottleneck"] == "kv_cache", timeout=30, step=0.5, what="kv_cache"
+        )
         metrics = s.get("/metrics").text
         assert 'kvdoctor_target_scrape_limit_exceeded_total{limit="sample_limit",target="million"}' in metrics
         s.write(f"interval: 2s\ntargets:\n  - {{url: '{good.url}', name: good}}\n")  # the fault ends
@@ -106,8 +109,12 @@ def test_hanging_and_dripping_targets_do_not_slow_a_healthy_one(good, serve, tmp
             assert state[name]["errors_total"] >= 2, state[name]
         assert "connection refused" in state["refused"]["last_error"]
         assert state["good"]["up"] is True and state["good"]["errors_total"] == 0, state["good"]
-        assert set(judged) <= set(s.history("hang"))  # judged in the same evaluations as the faults
-        assert s.diagnoses()["good"]["bottleneck"] == "kv_cache"
+        # judged in every evaluation that judged the faults, and told kv_cache once it has a 15 s window
+        assert len(judged) == 5 and set(s.history("hang")) <= set(s.history("good"))
+        until(
+            lambda: s.diagnoses()["good"]["bottleneck"] == "kv_cache", timeout=60, step=0.5, what="kv_cache"
+        )
+        assert _targets(s)["good"]["errors_total"] == 0
         log = s.output()
         assert (
             "4 targets (good, hang, drip, …): scrape timeout 10s is longer than the 2s interval; using 2s"
