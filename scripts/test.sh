@@ -23,17 +23,38 @@ if [ $((${#need[@]} + ${#lean[@]})) -gt 0 ]; then
     echo "note: ${need[*]} ${lean[*]} missing and not root: integration tests will be skipped" >&2
   fi
 fi
+# Each phase's wall time goes to stderr at the end, so a slow CI says where its minutes went.
+phases=()
+started=0  # SECONDS counts from the script's start: the first phase is the apt check above
+phase() { phases+=("$(printf '%5ds  %s' $((SECONDS - started)) "$1")"); started=$SECONDS; }
+report() { printf 'phase times:\n' >&2; printf '  %s\n' "${phases[@]}" >&2; }
+trap report EXIT
+phase "apt (missing Debian packages)"
+npm_pid=
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  # @grafana/schema and typescript, pinned by the lock file, for tests/test_dashboards_schema.py; in the background
+  # while pip installs (both mostly wait on downloads), from npm's cache when it has the pinned versions.
+  (cd tests/grafana_schema && npm ci --prefer-offline --no-audit --no-fund --loglevel=error >/dev/null) &
+  npm_pid=$!
+fi
 python3 -m venv .venv
 quiet() { grep -v "^WARNING: Location 'file://" || true; }  # this image's pip config lists local indexes that may be absent
-.venv/bin/pip install -q --upgrade pip 2>&1 | quiet
 .venv/bin/pip install -q -e ".[test]" 2>&1 | quiet
-if command -v node >/dev/null && command -v npm >/dev/null; then
-  # @grafana/schema and typescript, pinned by the lock file, for tests/test_dashboards_schema.py
-  (cd tests/grafana_schema && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-fi
+phase "venv + pip install"
+[ -z "$npm_pid" ] || wait "$npm_pid"
+phase "npm ci (waited for)"
 .venv/bin/ruff check kvdoctor tests benchmarks tools
 .venv/bin/ruff format --check kvdoctor tests benchmarks tools
-.venv/bin/mypy kvdoctor
+phase "ruff"
+# mypy's cache outside the checkout, so a fresh clone on a machine that ran this before re-checks only what changed
+# (mypy compares file hashes when mtimes differ); on a new machine it is just empty.
+.venv/bin/mypy --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/kvdoctor/mypy" kvdoctor
+phase "mypy"
 .venv/bin/lint-imports --no-cache  # imports only go down the pipeline (pyproject [tool.importlinter])
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"             # the default suite (not slow)
-.venv/bin/python -m pytest -q -p no:cacheprovider -m slow "$@"     # then the slow ones: CI runs every test
+phase "lint-imports"
+# Every test, the default suite and the slow ones, in one run on parallel workers (pytest-xdist): many tests wait on
+# subprocesses and servers, so more workers than cores pays. loadgroup keeps the users of a shared expensive fixture
+# on one worker (tests/conftest.py's pytest_collection_modifyitems).
+.venv/bin/python -m pytest -q -p no:cacheprovider -m "" -n "${KVDOCTOR_TEST_WORKERS:-4}" --dist loadgroup \
+  --durations=25 "$@"  # the 25 longest: where the minutes go
+phase "pytest (default + slow)"

@@ -48,3 +48,43 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
     if not DIRS[""].exists():
         pytest.skip("../shared/recordings/vllm-0.32-cpu not present")
     return Fleet(tmp_path_factory.mktemp("fleet"))
+
+
+# Fixtures of wider scope that only name a path: their users need not share a worker.
+CHEAP_SHARED = {"shared_032"}
+_SCOPE_RANK = {"session": 0, "package": 1, "module": 2, "class": 3}
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The worker group of a test under `--dist loadgroup`: the widest expensive fixture it shares, if any.
+
+    A session fixture is built once per worker that needs it, so all users of one conftest's session fixtures
+    go to one worker ("tests/integration:session"); a module or class fixture keeps its module together. Other
+    tests spread freely.
+    """
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    best: tuple[int, str] | None = None
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name)
+        if not defs or name in CHEAP_SHARED:
+            continue
+        fixture = defs[-1]
+        if fixture.scope not in _SCOPE_RANK or not fixture.baseid:  # function scope, or pytest's own
+            continue
+        rank = _SCOPE_RANK[fixture.scope]
+        group = f"{fixture.baseid}:session" if fixture.scope == "session" else item.nodeid.split("::", 1)[0]
+        if best is None or rank < best[0]:
+            best = (rank, group)
+    return best[1] if best else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group tests that share expensive fixtures (see xdist_group); under xdist start the slow ones first."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and (group := xdist_group(item)):
+            item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # a worker's order is the queue's: the long tests must not come last
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)

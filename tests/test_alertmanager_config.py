@@ -89,6 +89,7 @@ def _route(labels: dict[str, str]) -> str:
     return proc.stdout.strip()
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 @pytest.mark.skipif(AMTOOL is None, reason="amtool not installed")
 def test_amtool_routes_each_finding_to_its_receiver_from_either_sender() -> None:
     for finding, receiver in RECEIVER.items():

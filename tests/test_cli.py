@@ -62,6 +62,7 @@ def test_query_missing_recording_is_a_usage_error(tmp_path, capsys):
     assert "nope.jsonl" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_replay_json_timeline(kv_bound, capsys):
     assert main(["replay", kv_bound, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -73,6 +74,7 @@ def test_replay_json_timeline(kv_bound, capsys):
     assert late[-1]["evidence"]["kv_usage_max_1m"] >= 0.9
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_replay_prints_changes_with_advice_numbers(kv_bound, capsys):
     assert main(["replay", kv_bound]) == 0
     out = capsys.readouterr().out
@@ -115,6 +117,7 @@ def test_replay_refuses_a_zero_interval_instead_of_looping(kv_bound, capsys):
     assert "--interval: must be above zero" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_replay_names_an_unwritable_export_file(kv_bound, tmp_path, capsys):
     out = tmp_path / "missing-dir" / "out.om"
     assert main(["replay", kv_bound, "--export-openmetrics", str(out)]) == 2

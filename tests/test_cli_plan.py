@@ -48,6 +48,7 @@ def plan_2s() -> dict:
     return json.loads(out.getvalue())
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_a_batch_capped_server_gets_more_sequences_or_replicas_and_the_json_has_the_issues_shape(plan_2s):
     doc = plan_2s
     assert {"slos", "load", "current", "chosen", "candidates", "simulations", "feasible"} <= set(doc)
@@ -79,6 +80,7 @@ def test_a_generous_slo_keeps_todays_configuration(capsys):
     assert doc["current"]["headroom"]["ttft_p95_s"] > 1.0
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_an_impossible_slo_is_infeasible_and_names_the_closest(capsys):
     # 1 ms ITL is below one decode step of this engine at any batch size
     assert main(["plan", str(BATCHCAP), "--slo", "itl_p50=1ms"]) == 1
@@ -87,6 +89,7 @@ def test_an_impossible_slo_is_infeasible_and_names_the_closest(capsys):
     assert "simulations in" in out
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_twice_the_rate_needs_at_least_as_many_replicas(plan_2s, capsys):
     snaps = recording_snaps(BATCHCAP)
     rate = measure(in_window(snaps, *default_window(snaps))).requests_per_s
@@ -99,6 +102,7 @@ def test_twice_the_rate_needs_at_least_as_many_replicas(plan_2s, capsys):
     assert x2["current"]["predicted"]["ttft_p95_s"] >= plan_2s["current"]["predicted"]["ttft_p95_s"]
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_headroom_grows_with_the_objective():
     snaps = recording_snaps(BATCHCAP)
     history, window = history_before(snaps, *default_window(snaps))
@@ -109,6 +113,7 @@ def test_headroom_grows_with_the_objective():
     assert rooms[1] < 1.0 < rooms[2]
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_text_lists_each_candidate_with_cost_and_the_pick(capsys):
     assert main(["plan", str(BATCHCAP), "--slo", "ttft_p95=2s", "--gpu-hour-cost", "$3"]) == 0
     out = capsys.readouterr().out
@@ -118,6 +123,7 @@ def test_text_lists_each_candidate_with_cost_and_the_pick(capsys):
     assert "\nplan: " in out and "margins ttft_p95 +" in out
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_a_shared_batch_capped_recording_plans_too(shared_032, capsys):
     rc, doc = _plan(capsys, str(shared_032 / "batch_cap.jsonl.gz"), "--slo", "queue_time_p99=1s")
     assert rc == 0 and doc["chosen"]["meets_slos"]

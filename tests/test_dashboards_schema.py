@@ -41,6 +41,7 @@ def pinned_version() -> str:
     return str(json.loads((CHECK / "package.json").read_text())["devDependencies"]["@grafana/schema"])
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_dashboards_match_grafanas_schema(validator: Path) -> None:
     files = dashboard_files()
     assert len(files) >= 2
@@ -54,6 +55,7 @@ def test_pinned_schema_is_the_grafana_the_stack_runs() -> None:
     assert f"grafana/grafana:${{GRAFANA_TAG:-{pinned_version()}}}" in compose
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_schema_violations_are_reported_with_file_and_panel(validator: Path, tmp_path: Path) -> None:
     d = load(dashboard_files()[0])
     ts = next(p for p in d["panels"] if p["type"] == "timeseries")

@@ -36,6 +36,7 @@ def _bursts(shared_032, tmp_path):
     return compose.write(tmp_path / "bursts.jsonl", [*frames, *idle, *second, *tail]), loads
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 @pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
 def test_each_burst_is_one_incident_begun_and_ended_within_a_minute(shared_032, tmp_path, cadence):
     path, loads = _bursts(shared_032, tmp_path)

@@ -35,6 +35,7 @@ def _judged(path, cadence: float):
     return [d for c in cycles if c.t - start >= 60 for d in c.diagnoses if d.model_name]
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 @pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
 def test_one_engine_queuing_while_seven_have_room_is_an_imbalance_not_a_cap_of_the_sum(
     shared_032, tmp_path, cadence
@@ -58,6 +59,7 @@ def test_one_engine_queuing_while_seven_have_room_is_an_imbalance_not_a_cap_of_t
     assert "--data-parallel-size" in text and "router" in text and "affinity" in text
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 @pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
 def test_eight_capped_engines_give_the_cap_of_one_engine_not_the_sum(shared_032, tmp_path, cadence):
     got = _judged(_server(shared_032, tmp_path, queuing=set(range(8))), cadence)

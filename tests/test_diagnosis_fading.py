@@ -78,6 +78,7 @@ def _stable_after_defeated(tmp_path: Path) -> tuple[Path, float]:
     return compose.write(tmp_path / "prefix_stable.jsonl", out), switch
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 @CADENCES
 def test_prefix_cache_finding_clears_within_a_minute_of_the_prompt_becoming_stable(tmp_path, cadence):
     path, switch = _stable_after_defeated(tmp_path)

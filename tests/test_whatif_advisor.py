@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from pathlib import Path
@@ -23,8 +24,14 @@ from tests.test_web_page import CHROMIUM, chromium
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 
 
-def _replay(path: Path, advisor: Advisor) -> list[Cycle]:
-    pipeline = Pipeline(load_files(default_rule_files()), advisor=advisor)
+# One worker runs this module (pytest-xdist, scripts/test.sh), so each recording's replay is simulated once.
+pytestmark = pytest.mark.xdist_group("whatif_advisor")
+
+
+@functools.cache
+def _replay(path: Path) -> list[Cycle]:
+    """A replay with a sync-mode Advisor: its simulations are most of this module's time, so tests share it."""
+    pipeline = Pipeline(load_files(default_rule_files()), advisor=Advisor())
     return list(replay(pipeline, [path], 15.0))
 
 
@@ -34,8 +41,9 @@ def _advice(cycles: list[Cycle], flag: str):
     ]
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_batch_cap_advice_carries_its_predicted_effect(shared_032):
-    cycles = _replay(shared_032 / "batch_cap.jsonl.gz", Advisor())
+    cycles = _replay(shared_032 / "batch_cap.jsonl.gz")
     advice = _advice(cycles, "--max-num-seqs")
     assert advice, "no --max-num-seqs advice with a predicted effect"
     e = advice[-1].effect
@@ -47,8 +55,9 @@ def test_batch_cap_advice_carries_its_predicted_effect(shared_032):
     assert "predicted: TTFT p95" in terminal.report(d)
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_kv_bound_fp8_advice_predicts_fewer_preemptions_and_shorter_ttft(shared_032):
-    cycles = _replay(shared_032 / "kv_bound.jsonl.gz", Advisor())
+    cycles = _replay(shared_032 / "kv_bound.jsonl.gz")
     advice = _advice(cycles, "--kv-cache-dtype")
     assert advice
     e = advice[-1].effect
@@ -71,9 +80,9 @@ def test_background_mode_never_makes_an_evaluation_wait(shared_032):
     until(effects, timeout=20, step=0.2, what="the background worker's predicted effect")
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_restart_with_a_changed_flag_is_compared_with_its_prediction():
-    advisor = Advisor()
-    cycles = _replay(PAIRS / "batchcap_restart.jsonl.gz", advisor)
+    cycles = _replay(PAIRS / "batchcap_restart.jsonl.gz")
     checks = [f for d in cycles[-1].diagnoses for f in d.findings if f.name == "prediction_check"]
     assert len(checks) == 1
     f = checks[0]
@@ -106,15 +115,16 @@ def test_restart_with_a_changed_flag_is_compared_with_its_prediction():
 
 @pytest.mark.parametrize("name", ["healthy"])
 def test_no_limit_no_prediction(shared_032, name):
-    cycles = _replay(shared_032 / f"{name}.jsonl.gz", Advisor())
+    cycles = _replay(shared_032 / f"{name}.jsonl.gz")
     assert not [a for c in cycles for d in c.diagnoses for a in d.advice if a.effect]
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 @pytest.mark.integration
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
 def test_status_page_shows_predictions_and_the_follow_up(shared_032, tmp_path):
-    capped = _replay(shared_032 / "batch_cap.jsonl.gz", Advisor())[-1]
-    restarted = _replay(PAIRS / "batchcap_restart.jsonl.gz", Advisor())[-1]
+    capped = _replay(shared_032 / "batch_cap.jsonl.gz")[-1]
+    restarted = _replay(PAIRS / "batchcap_restart.jsonl.gz")[-1]
     state = DaemonState()
     state.publish([*capped.diagnoses, *restarted.diagnoses], time.time(), 0.01, 0)
     server = WebServer(state, make_registry(state), listen="127.0.0.1:0")
@@ -130,9 +140,10 @@ def test_status_page_shows_predictions_and_the_follow_up(shared_032, tmp_path):
     assert re.search(r"TTFT p50 predicted [^;]+ \(80 %: [^)]+\), measured [^;]+, (inside|outside)", text)
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_a_restart_with_the_same_flags_is_not_called_a_change():
     field = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-field/kv_restart.jsonl.gz"
     if not field.exists():
         pytest.skip("field fixture not present")
-    cycles = _replay(field, Advisor())
+    cycles = _replay(field)
     assert not [f for c in cycles for d in c.diagnoses for f in d.findings if f.name == "prediction_check"]

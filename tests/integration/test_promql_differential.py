@@ -49,6 +49,7 @@ def raw_instant(data: Dataset, name: str, t: float) -> dict[frozenset[tuple[str,
     return out
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 def test_backfilled_prometheus_returns_recorded_data(
     prometheus: PrometheusServer, scenario: Scenario
 ) -> None:
@@ -67,6 +68,7 @@ def test_backfilled_prometheus_returns_recorded_data(
     assert len(kv) == 1 and float(kv[0]["value"][1]) > 0.5  # kv_bound's cache is nearly full
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
 @pytest.mark.parametrize("gauge", GAUGES)
 def test_prometheus_instant_values_equal_raw_gauges(
     prometheus: PrometheusServer, scenario: Scenario, dataset: tuple[Dataset, Path], gauge: str
