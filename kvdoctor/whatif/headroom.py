@@ -22,6 +22,7 @@ from kvdoctor.verdicts import Advice, Diagnosis
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.plan import MAX_LOAD, MAX_REPLICAS, Planner
 from kvdoctor.whatif.predict import learn
+from kvdoctor.whatif.sharing import traffic_key
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Snap, restarts
 from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
@@ -213,25 +214,10 @@ def search(
     return {k: planner.headroom(f"{k}_s") for k in slos}, planner.replicas_needed(), basis.replicas
 
 
-def _sig2(x: float) -> float:
-    return float(f"{x:.2g}") if math.isfinite(x) else math.nan
-
-
 def _fingerprint(
     model: str, slos: dict[str, float], seqs: int | None, window: list[Snap]
 ) -> tuple[object, ...]:
     """What decides the answer: model, engine settings, the traffic (to 2 significant figures) and the SLOs."""
     w = infer_workload(window)
     e, _ = infer_engine(window, seqs)
-    return (
-        model,
-        e,
-        w.kind,
-        _sig2(w.rate_per_s),
-        w.population,
-        _sig2(w.prompt.mean),
-        _sig2(w.output.mean),
-        _sig2(w.prefix_hit_ratio),
-        max(1, window[-1].engines),
-        tuple(sorted(slos.items())),
-    )
+    return (model, e, *traffic_key(window, w), tuple(sorted(slos.items())))

@@ -16,6 +16,7 @@ from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 from kvdoctor.verdicts import Effect
+from kvdoctor.whatif.model import Workload
 from kvdoctor.whatif.window import Snap, measure
 from kvdoctor.whatif.workload import infer_engine, infer_workload
 
@@ -70,6 +71,19 @@ def _sig2(x: float) -> float:
     return float(f"{x:.2g}") if math.isfinite(x) else math.nan
 
 
+def traffic_key(window: list[Snap], w: Workload) -> tuple[object, ...]:
+    """The traffic a simulation is fed, to 2 significant figures: shape, rate or population, lengths, prefix hits."""
+    return (
+        w.kind,
+        _sig2(w.rate_per_s),
+        w.population,
+        _sig2(w.prompt.mean),
+        _sig2(w.output.mean),
+        _sig2(w.prefix_hit_ratio),
+        max(1, window[-1].engines),
+    )
+
+
 def fingerprint(window: list[Snap]) -> Fingerprint:
     """What decides a prediction: configuration, engine settings, traffic and step speed (to 2 significant
     figures). Raises WindowError where a prediction would (too few requests, no cache info)."""
@@ -81,13 +95,7 @@ def fingerprint(window: list[Snap]) -> Fingerprint:
     return (
         tuple(sorted((k, v) for k, v in info.items() if k not in ("engine",))),
         e,
-        w.kind,
-        _sig2(w.rate_per_s),
-        w.population,
-        _sig2(w.prompt.mean),
-        _sig2(w.output.mean),
-        _sig2(w.prefix_hit_ratio),
-        max(1, window[-1].engines),
+        *traffic_key(window, w),
         _sig2(q.itl_p50_s),
         _sig2(q.ttft_p50_s),
     )
