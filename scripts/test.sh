@@ -53,8 +53,9 @@ phase "mypy"
 .venv/bin/lint-imports --no-cache  # imports only go down the pipeline (pyproject [tool.importlinter])
 phase "lint-imports"
 # Every test, the default suite and the slow ones, in one run on parallel workers (pytest-xdist): many tests wait on
-# subprocesses and servers, so more workers than cores pays. loadgroup keeps the users of a shared expensive fixture
-# on one worker (tests/conftest.py's pytest_collection_modifyitems).
-.venv/bin/python -m pytest -q -p no:cacheprovider -m "" -n "${KVDOCTOR_TEST_WORKERS:-4}" --dist loadgroup \
+# subprocesses and servers, so more workers than cores pays. loadfile keeps a file's tests on one worker, so a
+# module's expensive fixture (a replay, a backfilled Prometheus) is built once; by fixture groups (loadgroup) the
+# tests of one module could land on several workers that each built it.
+.venv/bin/python -m pytest -q -p no:cacheprovider -m "" -n "${KVDOCTOR_TEST_WORKERS:-4}" --dist loadfile \
   --durations=25 "$@"  # the 25 longest: where the minutes go
 phase "pytest (default + slow)"
