@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kvdoctor.status.state import Snapshot
+from kvdoctor.status.whatif import worker_families
 from kvdoctor.whatif.headroom import EVIDENCE
 
 LABELS = ["target", "model_name"]
@@ -71,20 +72,12 @@ def families(snap: Snapshot) -> list[Metric]:
         slos = {k for e in evs for k in e if k.startswith(EVIDENCE) and k != "slo_headroom_timestamp"}
         for k in sorted(slos):
             fleet_ratio.add_metric([model, k[len(EVIDENCE) :]], min(e[k] for e in evs if k in e))
-    stats = snap.headroom_stats
-    dropped = CounterMetricFamily(
-        "kvdoctor_headroom_requests_dropped",
+    worker = worker_families(
+        snap.headroom_stats,
+        "headroom",
+        "computations",
         "Headroom requests dropped, oldest first, because the worker's queue was full.",
+        "Headroom results: simulated, or shared with a target of the same model, configuration, traffic and SLOs.",
+        "Headroom requests waiting for the worker.",
     )
-    dropped.add_metric([], float(stats.get("dropped", 0)))
-    runs = CounterMetricFamily(
-        "kvdoctor_headroom_computations",
-        "Headroom results: simulated, or shared with a "
-        "target of the same model, configuration, traffic and SLOs.",
-        labels=["outcome"],
-    )
-    for outcome in ("computed", "shared"):
-        runs.add_metric([outcome], float(stats.get(outcome, 0)))
-    queued = GaugeMetricFamily("kvdoctor_headroom_queue_length", "Headroom requests waiting for the worker.")
-    queued.add_metric([], float(stats.get("queued", 0)))
-    return [ratio, needed, when, fleet_ratio, fleet_needed, dropped, runs, queued]
+    return [ratio, needed, when, fleet_ratio, fleet_needed, *worker]

@@ -2,28 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kvdoctor.status.state import Snapshot
 
 
+def worker_families(
+    stats: Mapping[str, int], name: str, runs: str, dropped_help: str, runs_help: str, queue_help: str
+) -> list[Metric]:
+    """A bounded simulation worker's families: requests dropped, runs by outcome (computed, shared), queue length."""
+    dropped = CounterMetricFamily(f"kvdoctor_{name}_requests_dropped", dropped_help)
+    dropped.add_metric([], float(stats.get("dropped", 0)))
+    done = CounterMetricFamily(f"kvdoctor_{name}_{runs}", runs_help, labels=["outcome"])
+    for outcome in ("computed", "shared"):
+        done.add_metric([outcome], float(stats.get(outcome, 0)))
+    queued = GaugeMetricFamily(f"kvdoctor_{name}_queue_length", queue_help)
+    queued.add_metric([], float(stats.get("queued", 0)))
+    return [dropped, done, queued]
+
+
 def families(snap: Snapshot) -> list[Metric]:
     """Counters of the predicted effects' worker (absent values are 0: the worker has not run yet)."""
-    stats = snap.whatif_stats
-    dropped = CounterMetricFamily(
-        "kvdoctor_whatif_requests_dropped",
+    return worker_families(
+        snap.whatif_stats,
+        "whatif",
+        "simulations",
         "Predicted-effect requests dropped, oldest first, because the what-if worker's queue was full.",
-    )
-    dropped.add_metric([], float(stats.get("dropped", 0)))
-    runs = CounterMetricFamily(
-        "kvdoctor_whatif_simulations",
         "Predicted effects: simulated, or shared with a target of the same configuration, traffic and step times.",
-        labels=["outcome"],
+        "Predicted-effect requests waiting for the worker.",
     )
-    for outcome in ("computed", "shared"):
-        runs.add_metric([outcome], float(stats.get(outcome, 0)))
-    queued = GaugeMetricFamily(
-        "kvdoctor_whatif_queue_length", "Predicted-effect requests waiting for the worker."
-    )
-    queued.add_metric([], float(stats.get("queued", 0)))
-    return [dropped, runs, queued]
