@@ -1,0 +1,76 @@
+"""The prefix-caching and speculation knobs on real vLLM 0.32 recordings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.whatif import spec
+from kvdoctor.whatif.knobs import KnobError
+from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.sources import recording_snaps
+from kvdoctor.whatif.window import delta, in_window, measure
+from kvdoctor.whatif.workload import infer_engine
+
+SPEC = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-specdecode/spec_decode.jsonl.gz"
+SPEC_WINDOW = (1795953966.0, 1795954014.0)  # labels.json: steady, 1 req/s open loop, n-gram k=3
+
+
+@pytest.fixture(scope="module")
+def spec_window():
+    snaps = recording_snaps(SPEC)
+    lo, hi = SPEC_WINDOW
+    return [s for s in snaps if s.t <= hi], in_window(snaps, lo, hi)
+
+
+def test_speculation_is_read_per_decode_step_as_vllm_counts_them(spec_window):
+    _, window = spec_window
+    got = spec.read(window)
+    assert got is not None and got.num_speculative_tokens == 3  # positions 0-2 in the per-position counter
+    # the fixture's README: 321 drafts, 826 draft tokens, per position 85/66/23 accepted
+    assert got.acceptance == pytest.approx((85 / 321, 66 / 321, 23 / 321))
+    assert got.draft_length == pytest.approx(826 / 321)
+    # tokens per step from the acceptance = tokens per ITL observation the window shows (first tokens aside)
+    a, b = window[0], window[-1]
+    per_itl = (
+        delta(a, b, "vllm:generation_tokens_total") - delta(a, b, "vllm:request_success_total")
+    ) / delta(a, b, "vllm:inter_token_latency_seconds_count")
+    engine, notes = infer_engine(window)
+    assert engine.accepted_per_step == pytest.approx(per_itl, rel=0.01)
+    assert engine.num_speculative_tokens == 3 and any("drafts on 10% of decode steps" in n for n in notes)
+
+
+def test_speculation_off_predicts_one_token_a_step_and_answers_whether_throughput_drops(spec_window):
+    history, window = spec_window
+    p = predict(history, window, {"num_speculative_tokens": 0})
+    assert p.engine_after.accepted_per_step == 1.0 and p.engine_after.num_speculative_tokens == 0
+    assert p.predicted.itl_p50_s <= p.unchanged.itl_p50_s  # no drafts to verify
+    said = "\n".join(p.assumptions)
+    assert "speculation off: 1 token per decode step instead of 1.06" in said
+    assert "not exported and is kept" in said
+    assert "decode capacity, speculation off: at the window's batch" in said
+    assert "num_speculative_tokens 0 (1 tokens per decode step)" in p.to_dict()["assumptions"][-1]
+
+
+def test_turning_speculation_on_needs_a_window_that_speculated(shared_032):
+    snaps = recording_snaps(shared_032 / "healthy.jsonl.gz")
+    window = in_window(snaps, snaps[0].t + 10, snaps[0].t + 90)
+    with pytest.raises(KnobError, match="does not speculate"):
+        predict(snaps, window, {"num_speculative_tokens": 3})
+
+
+def test_prefix_caching_off_moves_toward_the_same_load_without_shared_prefixes(shared_032):
+    # the same 4 clients and prompt lengths, one with a shared 1024-token system prompt (94 % hits), one without
+    shared = recording_snaps(shared_032 / "prefix_cache_shared.jsonl.gz")
+    unique = recording_snaps(shared_032 / "prefix_cache_unique.jsonl.gz")
+    t0, u0 = shared[0].t, unique[0].t
+    p = predict([s for s in shared if s.t <= t0 + 60], in_window(shared, t0 + 10, t0 + 60),
+                {"enable_prefix_caching": "false"})  # fmt: skip
+    off = measure(in_window(unique, u0 + 10, u0 + 60))
+    assert p.workload.prefix_hit_ratio > 0.9 and not p.engine_after.enable_prefix_caching
+    for k, sign in (("ttft_p50_s", 1), ("ttft_p95_s", 1), ("generation_tokens_per_s", -1)):
+        real = getattr(off, k) / getattr(p.measured, k)
+        guess = getattr(p.predicted, k) / getattr(p.unchanged, k)
+        assert (real - 1) * sign > 0.5 and (guess - 1) * sign > 0.5, k  # both clearly in the same direction
+    assert p.predicted.kv_usage_max > 1.5 * p.unchanged.kv_usage_max  # each request holds its own prefix
