@@ -50,7 +50,10 @@ def test_speculation_off_predicts_one_token_a_step_and_answers_whether_throughpu
     assert "speculation off: 1 token per decode step instead of 1.06" in said
     assert "not exported and is kept" in said
     assert "decode capacity, speculation off: at the window's batch" in said
-    assert "num_speculative_tokens 0 (1 tokens per decode step)" in p.to_dict()["assumptions"][-1]
+    engine = p.to_dict()["engine"]
+    assert engine["now"]["num_speculative_tokens"] == 3 and engine["after"]["num_speculative_tokens"] == 0
+    assert engine["now"]["tokens_per_decode_step"] == pytest.approx(1.055, abs=0.001)
+    assert engine["after"]["tokens_per_decode_step"] == 1.0
 
 
 def test_turning_speculation_on_needs_a_window_that_speculated(shared_032):
@@ -74,3 +77,5 @@ def test_prefix_caching_off_moves_toward_the_same_load_without_shared_prefixes(s
         guess = getattr(p.predicted, k) / getattr(p.unchanged, k)
         assert (real - 1) * sign > 0.5 and (guess - 1) * sign > 0.5, k  # both clearly in the same direction
     assert p.predicted.kv_usage_max > 1.5 * p.unchanged.kv_usage_max  # each request holds its own prefix
+    engine = p.to_dict()["engine"]
+    assert engine["now"]["enable_prefix_caching"] and not engine["after"]["enable_prefix_caching"]

@@ -64,6 +64,21 @@ def parse_knob(text: str) -> tuple[str, float | str]:
     return name, int(number) if name in (*INT_KNOBS, "num_speculative_tokens") else number
 
 
+def settings(e: Engine) -> dict[str, int | float | bool]:
+    """The engine's settings the knobs act on, in vLLM's words (the `--json` `engine` section)."""
+    return {
+        "max_num_seqs": e.max_num_seqs,
+        "max_num_batched_tokens": e.max_num_batched_tokens,
+        "num_gpu_blocks": e.num_gpu_blocks,
+        "block_size": e.block_size,
+        "max_model_len": e.max_model_len,
+        "enable_prefix_caching": e.enable_prefix_caching,
+        "num_speculative_tokens": e.num_speculative_tokens,
+        "tokens_per_decode_step": round(e.accepted_per_step, 4),
+        "draft_tokens_per_decode_step": round(e.draft_tokens_per_step, 4),
+    }
+
+
 def apply(
     engine: Engine,
     workload: Workload,

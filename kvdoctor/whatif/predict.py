@@ -73,6 +73,7 @@ class Prediction:
                 "prefix_hit_ratio": _r(w.prefix_hit_ratio),
                 "why": w.why,
             },
+            "engine": {"now": knobs.settings(self.engine), "after": knobs.settings(self.engine_after)},
             "step_model": {
                 "c0_s": _r(s.c0),
                 "c_decode_s": _r(s.c_decode),
