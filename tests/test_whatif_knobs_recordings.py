@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.whatif import spec
+from kvdoctor.whatif import flags, spec
 from kvdoctor.whatif.knobs import KnobError
-from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.predict import learn, predict
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import delta, in_window, measure
 from kvdoctor.whatif.workload import infer_engine
@@ -79,3 +79,14 @@ def test_prefix_caching_off_moves_toward_the_same_load_without_shared_prefixes(s
     assert p.predicted.kv_usage_max > 1.5 * p.unchanged.kv_usage_max  # each request holds its own prefix
     engine = p.to_dict()["engine"]
     assert engine["now"]["enable_prefix_caching"] and not engine["after"]["enable_prefix_caching"]
+
+
+def test_plan_tries_speculation_off_only_where_the_server_speculates(spec_window, shared_032):
+    history, window = spec_window
+    tried = flags.combinations(learn(history, window), None)
+    assert {"num_speculative_tokens": 0} in tried and {} in tried
+    assert all(set(c) <= {"max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "num_speculative_tokens"}
+               for c in tried)  # fmt: skip
+    snaps = recording_snaps(shared_032 / "healthy.jsonl.gz")
+    plain = flags.combinations(learn(snaps, in_window(snaps, snaps[0].t + 10, snaps[0].t + 90)), None)
+    assert not any("num_speculative_tokens" in c for c in plain)
