@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.diagnosis import advise
+from kvdoctor.ingest.parse import Parser
+from kvdoctor.ingest.recording import load_frames
+from kvdoctor.verdicts import Diagnosis
 from kvdoctor.whatif import flags, spec
+from kvdoctor.whatif.advisor import Advisor
 from kvdoctor.whatif.knobs import KnobError
 from kvdoctor.whatif.predict import learn, predict
 from kvdoctor.whatif.sources import recording_snaps
@@ -90,3 +95,18 @@ def test_plan_tries_speculation_off_only_where_the_server_speculates(spec_window
     snaps = recording_snaps(shared_032 / "healthy.jsonl.gz")
     plain = flags.combinations(learn(snaps, in_window(snaps, snaps[0].t + 10, snaps[0].t + 90)), None)
     assert not any("num_speculative_tokens" in c for c in plain)
+
+
+def test_the_advice_to_stop_speculating_carries_its_predicted_effect():
+    # the compute advice's `--speculative-config` change, annotated by a sync-mode advisor on the recording
+    advisor, parser, t = Advisor(), Parser(), 0.0
+    for frame in load_frames(SPEC):  # the whole recording: its steady load holds to the end
+        if frame.text is not None:
+            t = frame.t
+            advisor.observe("spec", t, parser.parse(frame.text).samples)
+    off = next(a for a in advise.compute({"itl_p50_s": 0.1, "itl_baseline_s": 0.02, "spec_decode_acceptance": 0.2})
+               if a.flag == "--speculative-config")  # fmt: skip
+    d = Diagnosis("spec", "tiny", t, "compute", SPEC_WINDOW[0], advice=[off])
+    effect = advisor.annotate([d], t)[0].advice[0].effect
+    assert effect is not None and effect.change == {"num_speculative_tokens": 0}, advisor.failures()
+    assert effect.after["itl_p50_s"] <= effect.now["itl_p50_s"]
