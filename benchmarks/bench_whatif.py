@@ -13,6 +13,9 @@ after recording measured in its heavy phase, and the unchanged prediction agains
 Reports the absolute relative error on TTFT p50, ITL p50, generation tokens/s and TTFT p95, the median over pairs
 (targets: ≤ 15 % unchanged, ≤ 25 % changed, ≤ 40 % for TTFT p95), and whether each change's direction is right.
 
+A pair that turns on what its before side cannot measure (speculation's acceptance, the traffic's prefix hits) is
+scored in reverse, "(reversed)": predicted from the after recording with it turned off, against the before one.
+
 Intervals: the share of measured values inside the predicted p10-p90 (goal 70-90 % after the change) and the
 median relative width, over TTFT p50/p95, ITL p50/p95 and tokens/s.
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from kvdoctor.whatif import knobs, spec
+from kvdoctor.whatif.compare import reverse_of
 from kvdoctor.whatif.knobs import KnobError, parse_knob
 from kvdoctor.whatif.model import Engine, LengthDist, StepModel, Workload
 from kvdoctor.whatif.sim import Simulator
@@ -144,3 +145,10 @@ def test_capacity_note_says_whether_throughput_drops_with_speculation_off():
     poor = _speculating((0.05, 0.01, 0.0))
     costly = StepModel(c0=0.001, c_decode=0.01, c_prefill=0.0)
     assert spec.capacity_note(poor, spec.with_tokens(poor, 0)[0], costly, (4.0, 4.0), 0.0).count("(+") == 2
+
+
+def test_a_pair_turning_on_what_before_cannot_measure_is_scored_in_reverse():
+    assert reverse_of({"change": {"num_speculative_tokens": 3}}) == {"num_speculative_tokens": 0}
+    assert reverse_of({"change": {"enable_prefix_caching": True}}) == {"enable_prefix_caching": "false"}
+    assert reverse_of({"change": {"max_num_seqs": 12}}) is None  # predictable forward, no reverse needed
+    assert reverse_of({"change": {"max_num_seqs": 12}, "reverse": {"max_num_seqs": 4}}) == {"max_num_seqs": 4}
