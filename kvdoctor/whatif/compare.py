@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kvdoctor.whatif.knobs import KnobError, parse_knob
 from kvdoctor.whatif.predict import Prediction, predict
+from kvdoctor.whatif.resolution import window_resolution
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import Quantities, in_window, measure
 
@@ -54,6 +55,8 @@ class PairResult:
     inside_unchanged: dict[str, bool] = field(default_factory=dict)  # measured within the 80 % interval
     inside_changed: dict[str, bool] = field(default_factory=dict)
     width_changed: dict[str, float] = field(default_factory=dict)  # (p90 − p10) / predicted
+    # the after side's latency quantiles: the error vLLM's buckets leave however good the prediction
+    resolution_after: dict[str, float] = field(default_factory=dict)
 
 
 def coverage(
@@ -114,9 +117,10 @@ def _run(
     change = dict(parse_knob(f"{k}={v}") for k, v in raw.items())
     history = [s for s in before if s.t <= hi]
     pred = predict(history, in_window(before, lo, hi), change, seed=seed)
-    measured_after = measure(in_window(after, alo, ahi))
+    after_window = in_window(after, alo, ahi)
+    measured_after = measure(after_window)
     name = str(pair["name"]) + (" (reversed)" if first == "after" else "")
-    result = PairResult(name, change, pred, measured_after)
+    result = PairResult(name, change, pred, measured_after, resolution_after=window_resolution(after_window))
     result.unchanged_error = errors(pred.unchanged, pred.measured, HEADLINE)
     result.changed_error = errors(pred.predicted, measured_after, HEADLINE)
     result.inside_unchanged, result.inside_changed, result.width_changed = coverage(pred, measured_after)

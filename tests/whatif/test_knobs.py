@@ -1,4 +1,4 @@
-"""The prefix-caching and speculative-decoding knobs: parsing, what they change, and the simulator honouring them."""
+"""The prefix-caching and speculation knobs: parsing, what they change, the simulator honouring them; pair tools."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from kvdoctor.whatif import knobs, spec
 from kvdoctor.whatif.compare import reverse_of
 from kvdoctor.whatif.knobs import KnobError, parse_knob
 from kvdoctor.whatif.model import Engine, LengthDist, StepModel, Workload
+from kvdoctor.whatif.resolution import bucket_span, resolution
 from kvdoctor.whatif.sim import Simulator
 
 CLOSED = Workload("closed", 0.0, 4, 0.0, LengthDist.fixed(1040), LengthDist.fixed(40), prefix_hit_ratio=0.95)
@@ -152,3 +153,13 @@ def test_a_pair_turning_on_what_before_cannot_measure_is_scored_in_reverse():
     assert reverse_of({"change": {"enable_prefix_caching": True}}) == {"enable_prefix_caching": "false"}
     assert reverse_of({"change": {"max_num_seqs": 12}}) is None  # predictable forward, no reverse needed
     assert reverse_of({"change": {"max_num_seqs": 12}, "reverse": {"max_num_seqs": 4}}) == {"max_num_seqs": 4}
+
+
+def test_a_quantile_read_from_buckets_is_only_as_sharp_as_its_bucket():
+    # 100 observations: 40 in (0, 0.025], 50 in (0.025, 0.05], 10 in (0.05, 0.1]
+    buckets = {0.025: 40.0, 0.05: 90.0, 0.1: 100.0, float("inf"): 100.0}
+    assert bucket_span(buckets, 0.5) == (0.025, 0.05)
+    assert resolution(buckets, 0.5) == pytest.approx(1 / 3)  # ±12.5 ms around 37.5 ms
+    assert bucket_span(buckets, 0.95) == (0.05, 0.1)
+    assert bucket_span({0.1: 0.0, float("inf"): 5.0}, 0.5) is None  # in +Inf: no upper bound to tell
+    assert resolution({}, 0.5) != resolution({}, 0.5)  # no observation: NaN
