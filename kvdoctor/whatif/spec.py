@@ -66,7 +66,8 @@ def read(snaps: list[Snap]) -> Speculation | None:
         if key.startswith(PER_POS + '{position="') and key[len(PER_POS) + 11 : -2].isdigit()
     )
     tokens = delta(a, b, "vllm:spec_decode_num_draft_tokens_total")
-    k = positions[-1] + 1 if positions else max(1, math.ceil(tokens / drafts))
+    # the positions vLLM counts acceptance at are 0…k-1; a draft is never longer than k
+    k = max(positions[-1] + 1 if positions else 1, math.ceil(tokens / drafts - 1e-9))
     if positions:
         acceptance = tuple(max(0.0, delta(a, b, f'{PER_POS}{{position="{i}"}}') / drafts) for i in range(k))
     else:  # no per-position counters: the mean acceptance spread geometrically over k positions

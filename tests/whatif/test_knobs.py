@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -12,6 +13,7 @@ from kvdoctor.whatif.knobs import KnobError, parse_knob
 from kvdoctor.whatif.model import Engine, LengthDist, StepModel, Workload
 from kvdoctor.whatif.resolution import bucket_span, resolution
 from kvdoctor.whatif.sim import Simulator
+from kvdoctor.whatif.window import Snap
 
 CLOSED = Workload("closed", 0.0, 4, 0.0, LengthDist.fixed(1040), LengthDist.fixed(40), prefix_hit_ratio=0.95)
 ENGINE = Engine(max_num_seqs=8, max_num_batched_tokens=2048, num_gpu_blocks=4000, block_size=16)
@@ -163,3 +165,21 @@ def test_a_quantile_read_from_buckets_is_only_as_sharp_as_its_bucket():
     assert bucket_span(buckets, 0.95) == (0.05, 0.1)
     assert bucket_span({0.1: 0.0, float("inf"): 5.0}, 0.5) is None  # in +Inf: no upper bound to tell
     assert resolution({}, 0.5) != resolution({}, 0.5)  # no observation: NaN
+
+
+def test_without_per_position_counters_the_mean_acceptance_is_spread_over_k_positions():
+    itl = "vllm:inter_token_latency_seconds"
+    counters = {"vllm:spec_decode_num_drafts_total": 100.0, "vllm:spec_decode_num_draft_tokens_total": 300.0,
+                "vllm:spec_decode_num_accepted_tokens_total": 90.0}  # fmt: skip
+    a = Snap(0.0, flat={f"{itl}_count": 0.0}, buckets={itl: {math.inf: 0.0}})
+    b = Snap(60.0, flat={f"{itl}_count": 1000.0, **counters}, buckets={itl: {math.inf: 1000.0}})
+    got = spec.read([a, b])
+    assert got is not None and got.num_speculative_tokens == 3 and got.draft_share == 0.1
+    assert sum(got.acceptance) == pytest.approx(0.9, abs=1e-6)
+    assert (
+        got.acceptance[0] > got.acceptance[1] > got.acceptance[2]
+    )  # each position only after the one before
+    # tokens per decode step agree with the counters: 1 + accepted / decode steps
+    assert got.accepted_per_step(3) == pytest.approx(1 + 90 / 1000, abs=1e-6)
+    b.flat = {f"{itl}_count": 1000.0}
+    assert spec.read([a, b]) is None  # no draft in the window: no speculation
