@@ -13,6 +13,12 @@ after recording measured in its heavy phase, and the unchanged prediction agains
 Reports the absolute relative error on TTFT p50, ITL p50, generation tokens/s and TTFT p95, the median over pairs
 (targets: ≤ 15 % unchanged, ≤ 25 % changed, ≤ 40 % for TTFT p95), and whether each change's direction is right.
 
+A pair that turns on what its before side cannot measure (speculation's acceptance, the traffic's prefix hits) is
+scored in reverse, "(reversed)": predicted from the after recording with it turned off, against the before one.
+
+Bucket resolution: each latency quantile of the after side is read from vLLM's buckets; the true value can be anywhere
+in its bucket, so half the bucket's width over its middle is an error no prediction can beat ("bucket ±").
+
 Intervals: the share of measured values inside the predicted p10-p90 (goal 70-90 % after the change) and the
 median relative width, over TTFT p50/p95, ITL p50/p95 and tokens/s.
 
@@ -129,6 +135,7 @@ def accuracy(directories: list[Path], seeds: int, tuned_only: bool = False) -> b
     }
     inside: dict[str, dict[str, list[bool]]] = {p: {"unchanged": [], "changed": []} for p in rows}
     widths: dict[str, list[float]] = {p: [] for p in rows}
+    resolution: dict[str, dict[str, list[float]]] = {p: {} for p in rows}
     all_right, slowest = True, (0.0, "")
     print(f"\n{'pair':28s} {'part':9s} {'':10s}" + "".join(f"{k:>24s}" for k in HEADLINE))
     for part, directory, pair in parts:
@@ -143,6 +150,8 @@ def accuracy(directories: list[Path], seeds: int, tuned_only: bool = False) -> b
                 inside[p]["unchanged"] += r.inside_unchanged.values()
                 inside[p]["changed"] += r.inside_changed.values()
                 widths[p] += r.width_changed.values()
+                for k, v in r.resolution_after.items():
+                    resolution[p].setdefault(k, []).append(v)
             if seed == 0:
                 for kind, errs in (("unchanged", r.unchanged_error), ("changed", r.changed_error)):
                     print(f"{r.name:28s} {part:9s} {kind:10s}" + "".join(f"{_pct(errs[k]):>24s}" for k in HEADLINE))  # fmt: skip
@@ -156,6 +165,8 @@ def accuracy(directories: list[Path], seeds: int, tuned_only: bool = False) -> b
                         (f"{'in' if r.inside_changed.get(k) else 'OUT':>4s} {getattr(band.low, k):.3g}-"
                          f"{getattr(band.high, k):.3g}").rjust(24) for k in HEADLINE)
                           + (f"  ({'; '.join(band.unseen)})" if band.unseen else ""))  # fmt: skip
+                print(f"{'':28s} {'':9s} {'bucket ±':10s}" + "".join(
+                    f"{_pct(r.resolution_after.get(k, float('nan'))):>24s}" for k in HEADLINE))  # fmt: skip
                 all_right &= all(r.direction_right.values())
     ok = all_right
     n = {p: sum(1 for q, _, _ in parts if q == p) for p in ("tuned", "set-aside")}
@@ -171,6 +182,10 @@ def accuracy(directories: list[Path], seeds: int, tuned_only: bool = False) -> b
             print(f"  {p:9s} {kind:10s}" + "".join(f"{k} {_pct(meds[f'{p}/{kind}'][k])} (≤{bounds[k]:.0%})  "
                                                   for k in HEADLINE) + ("ok" if met else "MISSED"))  # fmt: skip
     print(f"  directions: {'all right' if all_right else 'some WRONG'}")
+    # what no prediction can beat: half the bucket the measured value is in
+    for p in ("all", "tuned", "set-aside"):
+        print(f"  {p:9s} bucket ±  " + "".join(f"{k} {_pct(_median(v))}  " for k, v in resolution[p].items())
+              + "(median after the change; an error below it is as close as vLLM's buckets can tell)")  # fmt: skip
     lo, hi = COVERAGE_GOAL
     print(f"\n80 % intervals (p10-p90) on {', '.join(COVERED)}: share of measured values inside, goal "
           f"{lo:.0%}-{hi:.0%} after the change; median width (p90 - p10) / predicted")  # fmt: skip

@@ -37,9 +37,11 @@ def test_json_has_the_documented_shape_and_the_change_shows(capsys):
         "predicted_p90",
         "interval",
         "workload",
+        "engine",
         "step_model",
         "assumptions",
     }
+    assert doc["engine"]["now"]["max_num_seqs"] == 4 and doc["engine"]["after"]["max_num_seqs"] == 12
     assert set(doc["measured"]) == Q_KEYS
     for q in ("predicted_unchanged", "predicted"):
         assert set(doc[q]) == Q_KEYS | SATURATION_KEYS

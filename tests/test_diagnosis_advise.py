@@ -28,6 +28,9 @@ def test_compute_advice_where_the_server_drafts_says_turn_speculation_off_at_pea
     ev = {"itl_p50_s": 0.2, "itl_baseline_s": 0.01, "spec_decode_acceptance": 0.6}
     flags = [a.flag for a in advise.compute(ev)]
     assert "--speculative-config" in flags
+    # the same change as `kvdoctor whatif --set num_speculative_tokens=0`, so the advisor predicts its effect
+    spec = next(a for a in advise.compute(ev) if a.flag == "--speculative-config")
+    assert spec.change == {"num_speculative_tokens": 0}
     assert "--speculative-config" not in [
         a.flag for a in advise.compute({k: ev[k] for k in ev if "spec" not in k})
     ]

@@ -21,7 +21,7 @@ from kvdoctor.ingest.parse import ParseError, parse
 from kvdoctor.ingest.recording import RecordingError
 from kvdoctor.replay import replay
 from kvdoctor.sources.client import PromClient
-from kvdoctor.whatif.knobs import KnobError, parse_knob
+from kvdoctor.whatif.knobs import KNOBS, KnobError, parse_knob
 from kvdoctor.whatif.predict import Prediction, predict
 from kvdoctor.whatif.sources import (
     default_window,
@@ -62,8 +62,7 @@ def add_parser(sub: Any) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a change: max_num_seqs, max_num_batched_tokens, kv_cache_tokens, kv_cache_dtype=fp8, "
-        "gpu_memory_utilization, max_model_len, replicas, load=x1.5 (repeatable)",
+        help=f"a change (repeatable), e.g. load=x1.5, kv_cache_dtype=fp8; knobs: {', '.join(KNOBS)}",
     )
     p.add_argument(
         "--json", action="store_true", help="one JSON object: measured, predicted_unchanged, predicted…"

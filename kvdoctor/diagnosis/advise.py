@@ -129,6 +129,8 @@ def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
             Advice(
                 "--speculative-config",
                 "turn speculative decoding off at peak: it helps latency at low load only",
+                "spec_decode counters",
+                {"num_speculative_tokens": 0},  # the what-if predicts whether throughput drops without it
             )
         )
     out.append(

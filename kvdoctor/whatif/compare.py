@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvdoctor.whatif.knobs import parse_knob
+from kvdoctor.whatif.knobs import KnobError, parse_knob
 from kvdoctor.whatif.predict import Prediction, predict
+from kvdoctor.whatif.resolution import window_resolution
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import Quantities, in_window, measure
 
@@ -53,6 +55,8 @@ class PairResult:
     inside_unchanged: dict[str, bool] = field(default_factory=dict)  # measured within the 80 % interval
     inside_changed: dict[str, bool] = field(default_factory=dict)
     width_changed: dict[str, float] = field(default_factory=dict)  # (p90 − p10) / predicted
+    # the after side's latency quantiles: the error vLLM's buckets leave however good the prediction
+    resolution_after: dict[str, float] = field(default_factory=dict)
 
 
 def coverage(
@@ -76,17 +80,47 @@ def coverage(
     )
 
 
+# Turning on what the before side does not measure (speculation's acceptance, the traffic's prefix hits) cannot be
+# predicted from it; turning it off can, from the after side: such a pair is scored in reverse.
+REVERSIBLE: dict[str, float | str] = {"num_speculative_tokens": 0, "enable_prefix_caching": "false"}
+
+
+def reverse_of(pair: dict[str, object]) -> dict[str, float | str] | None:
+    """The change back from after to before (the pair's `reverse`, or turning off what it turned on), or None."""
+    if "reverse" in pair:
+        return dict(pair["reverse"])  # type: ignore[call-overload]
+    change = dict(pair["change"])  # type: ignore[call-overload]
+    return {k: REVERSIBLE[k] for k in change} if change and set(change) <= set(REVERSIBLE) else None
+
+
 def run_pair(directory: Path, pair: dict[str, object], seed: int = 0) -> PairResult:
-    """Predict from the before recording's heavy phase (history: all of it) and measure after's heavy phase."""
-    before = recording_snaps(directory / str(pair["before"]))
-    after = recording_snaps(directory / str(pair["after"]))
-    lo, hi = _span(pair["heavy_before"])
-    alo, ahi = _span(pair["heavy_after"])
-    change = dict(parse_knob(f"{k}={v}") for k, v in dict(pair["change"]).items())  # type: ignore[call-overload]
+    """Predict from the before recording's heavy phase (history: all of it) and measure after's heavy phase.
+
+    A change that cannot be predicted from before (KnobError) but can be undone is scored from after to before."""
+    try:
+        return _run(directory, pair, seed, dict(pair["change"]), ("before", "after"))  # type: ignore[call-overload]
+    except KnobError:
+        back = reverse_of(pair)
+        if back is None:
+            raise
+        return _run(directory, pair, seed, back, ("after", "before"))
+
+
+def _run(
+    directory: Path, pair: dict[str, object], seed: int, raw: Mapping[str, object], sides: tuple[str, str]
+) -> PairResult:
+    first, second = sides
+    before = recording_snaps(directory / str(pair[first]))
+    after = recording_snaps(directory / str(pair[second]))
+    lo, hi = _span(pair[f"heavy_{first}"])
+    alo, ahi = _span(pair[f"heavy_{second}"])
+    change = dict(parse_knob(f"{k}={v}") for k, v in raw.items())
     history = [s for s in before if s.t <= hi]
     pred = predict(history, in_window(before, lo, hi), change, seed=seed)
-    measured_after = measure(in_window(after, alo, ahi))
-    result = PairResult(str(pair["name"]), change, pred, measured_after)
+    after_window = in_window(after, alo, ahi)
+    measured_after = measure(after_window)
+    name = str(pair["name"]) + (" (reversed)" if first == "after" else "")
+    result = PairResult(name, change, pred, measured_after, resolution_after=window_resolution(after_window))
     result.unchanged_error = errors(pred.unchanged, pred.measured, HEADLINE)
     result.changed_error = errors(pred.predicted, measured_after, HEADLINE)
     result.inside_unchanged, result.inside_changed, result.width_changed = coverage(pred, measured_after)

@@ -17,10 +17,13 @@ from kvdoctor.whatif.model import Request
 class KVCacheManager:
     """The blocks of one engine: a `BlockPool` of `usable` blocks and the shared prefix's reference count."""
 
-    __slots__ = ("block_pool", "block_size", "shared_blocks", "shared_refs", "usable")
+    __slots__ = ("block_pool", "block_size", "enable_caching", "shared_blocks", "shared_refs", "usable")
 
-    def __init__(self, usable: int, block_size: int, shared_prefix_tokens: int = 0) -> None:
+    def __init__(
+        self, usable: int, block_size: int, shared_prefix_tokens: int = 0, enable_caching: bool = True
+    ) -> None:
         self.block_pool = BlockPool(usable)
+        self.enable_caching = enable_caching  # vLLM's enable_prefix_caching: off, freed blocks are never hit
         self.usable, self.block_size = usable, block_size
         self.shared_blocks = shared_prefix_tokens // block_size
         self.shared_refs = (
@@ -87,7 +90,7 @@ class KVCacheManager:
         num_computed_tokens stay cached in the free queue for its resume (a preemption), the rest are junk."""
         block_size = self.block_size
         own_full = num_computed_tokens // block_size - request.num_cached_tokens // block_size
-        cached = min(request.num_blocks, max(0, own_full))
+        cached = min(request.num_blocks, max(0, own_full)) if self.enable_caching else 0
         request.cached_segment = self.block_pool.release(request.num_blocks, request, cached)
         if request.num_cached_tokens:
             self.shared_refs -= 1

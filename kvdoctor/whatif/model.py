@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kvdoctor.whatif.blocks import FreedBlocks
+    from kvdoctor.whatif.spec import Speculation
 
 # vLLM's own histogram buckets (vllm/v1/metrics/loggers.py), used when a recording does not carry them.
 # Data tables, kept as vLLM writes them (fmt: skip) rather than one number a line.
@@ -29,8 +30,13 @@ class Engine:
     num_gpu_blocks: int = 1024  # as cache_config_info reports it; one is vLLM's reserved null block
     block_size: int = 16
     max_model_len: int = 4096
-    draft_tokens: int = 0  # speculative tokens proposed per decode step (0: no spec decode)
-    accepted_per_step: float = 1.0  # output tokens a decoding request gains per step (1 without spec decode)
+    num_speculative_tokens: int = 0  # draft tokens a decoding request may verify per step (0: no speculation)
+    accepted_per_step: float = 1.0  # output tokens a decoding request gains per step (1 without speculation)
+    draft_tokens_per_step: float = 0.0  # draft tokens a decoding request verifies per step, on average
+    # … in the window the step times were learned from: their cost is already inside the fitted c_decode
+    fitted_draft_tokens_per_step: float = 0.0
+    speculation: Speculation | None = None  # the acceptance the window measured, when it speculated
+    enable_prefix_caching: bool = True
 
     @property
     def usable_blocks(self) -> int:

@@ -8,16 +8,16 @@ of today's configuration per SLO; simulations are cached by (flags, replicas, lo
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvdoctor.whatif import knobs
+from kvdoctor.whatif import flags, knobs
+from kvdoctor.whatif.flags import Changes
 from kvdoctor.whatif.model import Engine, SimResult, Workload
 from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import as_dict, detect
-from kvdoctor.whatif.slo import extra_value, holds, margin, number
+from kvdoctor.whatif.slo import extra_value, holds, margin
 from kvdoctor.whatif.workload import bound_duration
 
 MAX_REPLICAS = 64
@@ -25,10 +25,6 @@ MAX_REPLICAS = 64
 MAX_LOAD = 64.0
 MIN_LOAD = 1 / 16
 LOAD_PRECISION = 1.05  # bisection stops when the bracket is this ratio wide
-SEQ_FACTORS = (1, 2, 4, 8)
-MNBT_FACTORS = (1, 2, 0.5)
-GPU_UTILIZATION = 0.95  # what `--gpu` lets the search raise gpu_memory_utilization to
-Changes = dict[str, float | str]
 
 
 @dataclass
@@ -187,40 +183,11 @@ class Planner:
             lo, hi = (lo, mid) if breaks(mid) else (mid, hi)
         return math.sqrt(lo * hi)
 
-    def combinations(self, gpu: bool) -> list[Changes]:
-        """Flag combinations to try, fewest changes first; those vLLM would refuse to start are left out."""
-        e = self.basis.engine
-        seqs = [int(e.max_num_seqs * f) for f in SEQ_FACTORS]
-        mnbt = [int(e.max_num_batched_tokens * f) for f in MNBT_FACTORS]
-        dtype = (
-            ["auto"] if (self.basis.info.get("cache_dtype") or "auto").startswith("fp8") else ["auto", "fp8"]
-        )
-        util: list[float | None] = [None]
-        now_util = number(self.basis.info.get("gpu_memory_utilization"))
-        sized = number(self.basis.info.get("kv_cache_memory_bytes")) is not None  # what the knob scales from
-        if gpu and self.gpu_memory_bytes and sized and now_util is not None and now_util < GPU_UTILIZATION:
-            util.append(GPU_UTILIZATION)
-        out = []
-        for s, t, d, u in itertools.product(seqs, mnbt, dtype, util):
-            if s > t:
-                continue
-            c: Changes = {}
-            if s != e.max_num_seqs:
-                c["max_num_seqs"] = s
-            if t != e.max_num_batched_tokens:
-                c["max_num_batched_tokens"] = t
-            if d != "auto":
-                c["kv_cache_dtype"] = d
-            if u is not None:
-                c["gpu_memory_utilization"] = u
-            out.append(c)
-        return sorted(out, key=len)
-
     def search(self, load: float, gpu: bool = False) -> tuple[Candidate | None, list[Candidate]]:
         """The cheapest feasible candidate (None when none is) and every candidate simulated, in order."""
         best: Candidate | None = None
         tried: list[Candidate] = []
-        for changes in self.combinations(gpu):
+        for changes in flags.combinations(self.basis, self.gpu_memory_bytes if gpu else None):
             limit = best.replicas - 1 if best else MAX_REPLICAS
             if limit < 1:
                 break

@@ -8,7 +8,7 @@ from typing import Any
 
 from kvdoctor.capacity.arch import ModelSpec
 from kvdoctor.capacity.presets import GpuSpec
-from kvdoctor.whatif import histo, intervals, knobs, members
+from kvdoctor.whatif import histo, intervals, knobs, members, spec
 from kvdoctor.whatif.intervals import Band, Reader
 from kvdoctor.whatif.model import (
     ITL_BUCKETS,
@@ -73,6 +73,7 @@ class Prediction:
                 "prefix_hit_ratio": _r(w.prefix_hit_ratio),
                 "why": w.why,
             },
+            "engine": {"now": knobs.settings(self.engine), "after": knobs.settings(self.engine_after)},
             "step_model": {
                 "c0_s": _r(s.c0),
                 "c_decode_s": _r(s.c_decode),
@@ -98,7 +99,9 @@ def _r(v: float) -> float | None:
 def _engine(e: Engine) -> str:
     return (
         f"max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_num_batched_tokens}, "
-        f"{e.num_gpu_blocks} blocks of {e.block_size} tokens, max_model_len {e.max_model_len}"
+        f"{e.num_gpu_blocks} blocks of {e.block_size} tokens, max_model_len {e.max_model_len}, "
+        f"prefix caching {'on' if e.enable_prefix_caching else 'off'}, "
+        f"num_speculative_tokens {e.num_speculative_tokens} ({e.accepted_per_step:.3g} tokens per decode step)"
     )
 
 
@@ -212,6 +215,10 @@ def predict(
     unchanged.bottleneck = verdict(unchanged, engine, light, replicas)
     predicted.bottleneck = verdict(predicted, after, light, r_after)
     assumptions = [workload.why, *basis.notes, *change_notes, *step.notes]
+    if "num_speculative_tokens" in changes and engine.speculation is not None:  # does throughput drop?
+        batches = (unchanged.running / replicas, predicted.running / r_after)
+        context = workload.prompt.mean + workload.output.mean / 2
+        assumptions.append(spec.capacity_note(engine, after, step, batches, context))
     if replicas > 1 or r_after != replicas:
         assumptions.append(
             f"{replicas} engine(s) now, {r_after} after; each simulated with its share of the load"

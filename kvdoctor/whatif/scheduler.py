@@ -19,6 +19,7 @@ from kvdoctor.whatif.lockstep import DecodeEvents
 from kvdoctor.whatif.model import Engine, Request, StepModel
 from kvdoctor.whatif.running import Running
 from kvdoctor.whatif.simstats import Recorder, StepTrace
+from kvdoctor.whatif.spec import verify_cost
 
 
 class Scheduler:
@@ -38,11 +39,14 @@ class Scheduler:
         self.block_size = engine.block_size
         self.max_num_scheduled_tokens = engine.max_num_batched_tokens
         self.max_num_running_reqs = engine.max_num_seqs
-        self.num_lookahead_tokens = engine.draft_tokens
+        self.num_lookahead_tokens = engine.num_speculative_tokens
         self.accepted_per_step = engine.accepted_per_step
         self.waiting: deque[Request] = deque()
         self.running = Running()
-        self.decode_events = DecodeEvents(engine.block_size, engine.accepted_per_step, engine.draft_tokens)
+        self.decode_events = DecodeEvents(
+            engine.block_size, engine.accepted_per_step, engine.num_speculative_tokens
+        )
+        self.draft_cost = verify_cost(engine, step_model)  # per decoding request, beyond the fitted step time
         self.preempted_reqs: list[Request] = []  # in the current step
         self.token_budget = 0
         self.now = 0.0
@@ -80,8 +84,11 @@ class Scheduler:
         num_admitted = 0 if self.preempted_reqs else self._schedule_waiting()
         scheduled = self.running.prefilling[: num_prefilling + num_admitted]
         prefill_tokens, context_tokens, prefill_pairs = self._prefill_shape(scheduled)
-        duration = self.step_model.duration(
-            num_decoding, prefill_tokens, self.decode_context_tokens + context_tokens, prefill_pairs
+        duration = (
+            self.step_model.duration(
+                num_decoding, prefill_tokens, self.decode_context_tokens + context_tokens, prefill_pairs
+            )
+            + num_decoding * self.draft_cost
         )
         if self.trace is not None:
             self.trace.append(

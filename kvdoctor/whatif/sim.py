@@ -31,7 +31,9 @@ class Simulator:
         """Simulate warmup_s + duration_s of the workload; metrics cover the last duration_s."""
         rng = random.Random(seed)
         block_size = self.engine.block_size
-        shared = round(self.prefix_hit_ratio * w.prompt.mean / block_size) * block_size
+        # the traffic's shared prefix is hit only where the engine caches prefixes
+        ratio = self.prefix_hit_ratio if self.engine.enable_prefix_caching else 0.0
+        shared = round(ratio * w.prompt.mean / block_size) * block_size
         arrivals = generate(w, self.engine, warmup_s + duration_s, rng, shared)
         return self.run(arrivals, duration_s, warmup_s, w, rng, shared)
 
@@ -62,7 +64,8 @@ class Simulator:
         """The engine's scheduler over the arrivals, before its first step (`run` without running it)."""
         queue = ArrivalQueue(arrivals, self.engine, workload, rng, shared)
         recorder = Recorder(duration_s, warmup_s)
-        kv = KVCacheManager(self.engine.usable_blocks, self.engine.block_size, shared)
+        engine = self.engine
+        kv = KVCacheManager(engine.usable_blocks, engine.block_size, shared, engine.enable_prefix_caching)
         return Scheduler(self.engine, self.step, kv, queue, recorder, self.trace)
 
 

@@ -15,6 +15,7 @@ CACHE_INFO = BY_KEY["cache_config"].name
 # One key per renamed quantity, its names newest first (never added together: the first present wins).
 ALIASES = vllm_metrics.ALIASES
 HISTOGRAMS = vllm_metrics.HISTOGRAMS
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 
 @dataclass
@@ -61,6 +62,9 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
             continue
         if not name.startswith("vllm:") and name != "process_start_time_seconds":
             continue
+        if name == PER_POSITION:  # speculative decoding's acceptance, kept per draft position as well
+            key = f'{name}{{position="{dict(x.labels).get("position", "")}"}}'
+            s.flat[key] = s.flat.get(key, 0.0) + x.value
         if name in ALIASES["kv"]:
             s.flat[name] = max(s.flat.get(name, 0.0), x.value)
         else:

@@ -6,6 +6,7 @@ import math
 import statistics
 
 from kvdoctor.errors import InputError
+from kvdoctor.whatif import spec
 from kvdoctor.whatif.model import Engine, LengthDist, Workload
 from kvdoctor.whatif.window import Snap, delta, delta_buckets, mean_of
 
@@ -201,12 +202,18 @@ def infer_engine(
     if max_num_batched_tokens is None:
         max_num_batched_tokens = DEFAULT_MAX_NUM_BATCHED_TOKENS
         notes.append(f"max_num_batched_tokens not exported: vLLM's default {max_num_batched_tokens}")
-    accepted, draft = spec_decode(snaps)
-    if draft:
+    caching = info.get("enable_prefix_caching", "True").strip().lower() not in ("false", "0", "no")
+    if not caching:
         notes.append(
-            f"speculative decoding: {draft:.2g} drafts per step, {accepted:.2g} tokens gained per step"
+            "prefix caching off (cache_config_info enable_prefix_caching=False): every prompt computed"
         )
-    engine = Engine(max_num_seqs, max_num_batched_tokens, blocks, block, max_len, round(draft), accepted)
+    engine = Engine(
+        max_num_seqs, max_num_batched_tokens, blocks, block, max_len, enable_prefix_caching=caching
+    )
+    speculation = spec.read(snaps)
+    if speculation is not None:
+        engine = spec.measured(engine, speculation)
+        notes.append(spec.describe(speculation))
     return engine, notes
 
 
@@ -221,13 +228,3 @@ def plateau(snaps: list[Snap], engines: int = 1) -> int | None:
     held = sum(1 for r in running if r >= 0.9 * top) / len(running)
     queued = sum(1 for w in waiting if w > 0) / len(waiting)
     return round(top / engines) if held >= 0.75 and queued >= PERSISTENT_QUEUE else None
-
-
-def spec_decode(snaps: list[Snap]) -> tuple[float, float]:
-    """(output tokens gained per decode step, draft tokens per step); (1, 0) without speculative decoding."""
-    a, b = snaps[0], snaps[-1]
-    drafts = delta(a, b, "vllm:spec_decode_num_drafts_total")
-    if drafts <= 0:
-        return 1.0, 0.0
-    accepted = delta(a, b, "vllm:spec_decode_num_accepted_tokens_total") / drafts
-    return 1.0 + accepted, delta(a, b, "vllm:spec_decode_num_draft_tokens_total") / drafts

@@ -41,7 +41,7 @@ def engines(draw: st.DrawFn, spec: bool = False) -> Engine:
         num_gpu_blocks=blocks + 1,
         block_size=block_size,
         max_model_len=blocks * block_size,
-        draft_tokens=lookahead,
+        num_speculative_tokens=lookahead,
     )
 
 
@@ -83,7 +83,7 @@ def test_running_never_exceeds_max_num_seqs_nor_a_step_its_token_budget(data: st
     scheduler, _, trace = drained(engine, data.draw(arrivals(engine)))
     assert max(s.num_running for s in trace) <= engine.max_num_seqs
     assert scheduler.recorder.result.running_max <= engine.max_num_seqs
-    per_decoder = 1 + engine.draft_tokens
+    per_decoder = 1 + engine.num_speculative_tokens
     assert all(
         s.num_decoding * per_decoder + s.num_prefill_tokens <= engine.max_num_batched_tokens for s in trace
     )

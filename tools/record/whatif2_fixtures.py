@@ -7,8 +7,8 @@ gzipped with no name or mtime, so reruns are identical; pairs recorded from sess
 (counters and histograms are cumulative, a thinned window measures what the full one did; the files stay ~350 kB).
 Windows as whatif_fixtures.py takes them: from 15 s after each load phase began to the end of its duration, the
 last phase the heavy one. No labels.json: these pairs score the what-if (benchmarks/bench_whatif.py); their classes
-were not checked against the classifier's criteria. A pair whose change no `whatif --set` knob can express (prefix
-caching on/off, speculative decoding off/on) goes to other_pairs.json instead (same schema, `change` in words), for
+were not checked against the classifier's criteria. A pair whose change no `whatif --set` knob can express goes to
+other_pairs.json instead (same schema, `change` in words; none since the prefix-caching and speculation knobs), for
 a what-if that may one day express it; one whose raw files are missing is skipped and said so.
 """
 
@@ -49,7 +49,7 @@ PAIRS = [
      f"--max-model-len 2048 --max-num-seqs 32 {F}",
      f"llama-shaped model; light: 2 workers 30 s (seed 431); heavy: open loop 0.5 req/s before, 1.0 after, at most "
      f"44 in flight, 90 s, {C} (seed 432): the after side crosses into saturation", 0),
-    ("tiny_prefix", "prefix caching on -> off", f"--max-model-len 2048 --enable-prefix-caching {F}",
+    ("tiny_prefix", {"enable_prefix_caching": False}, f"--max-model-len 2048 --enable-prefix-caching {F}",
      f"--max-model-len 2048 --no-enable-prefix-caching {F}",
      "tiny model; the same 768-word system prompt before every prompt; light: 1 worker 30 s (seed 441); heavy: "
      "closed loop 8 workers 60 s (seed 442); prompt 32-96 after the shared prefix, out 32-64", 2),
@@ -57,7 +57,7 @@ PAIRS = [
      f"--max-model-len 2048 --max-num-seqs 6 {F}",
      "tiny model; light: 2 workers 30 s (seed 451); heavy: closed loop 24 workers 60 s, prompt 100-300, "
      "out 64-256 (seed 452)", 2),
-    ("tiny_specdec", "n-gram speculative decoding off -> on", f"--max-model-len 2048 {F}",
+    ("tiny_specdec", {"num_speculative_tokens": 3}, f"--max-model-len 2048 {F}",
      f"--max-model-len 2048 {SPEC} {F}",
      "tiny model; light: 2 workers 30 s (seed 461, all sampled); heavy: closed loop 8 workers 60 s, prompt 50-200, "
      "out 32-128, half the requests greedy (load.py --greedy 0.5: their drafts are accepted, sampled ones' ~never) "
@@ -155,7 +155,11 @@ def main() -> int:
         )
         (others if isinstance(change, str) else pairs).append(entry)
     (a.out / "pairs.json").write_text(json.dumps(pairs, indent=1, ensure_ascii=False) + "\n")
-    (a.out / "other_pairs.json").write_text(json.dumps(others, indent=1, ensure_ascii=False) + "\n")
+    other = a.out / "other_pairs.json"
+    if others:
+        other.write_text(json.dumps(others, indent=1, ensure_ascii=False) + "\n")
+    elif other.exists():
+        other.unlink()
     print(f"{len(pairs)} pairs, {len(others)} in other_pairs.json")
     return 0
 
