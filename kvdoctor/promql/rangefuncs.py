@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import islice
 from operator import le
 
 from kvdoctor.promql.quantile import quantile
 
-# (ts_ms, values, range_start_ms, range_end_ms, range_s, args) -> value or None (no output)
-RangeFn = Callable[[list[int], list[float], int, int, float, list[float]], float | None]
+# (ts_ms, values, range_start_ms, range_end_ms, range_s, args) -> value or None (no output); ts and values are
+# lists or slices of the store's typed arrays
+RangeFn = Callable[[Sequence[int], Sequence[float], int, int, float, list[float]], float | None]
 
 
 def _extrapolated(
-    ts: list[int], vs: list[float], start: int, end: int, rng: float, counter: bool, rate: bool
+    ts: Sequence[int], vs: Sequence[float], start: int, end: int, rng: float, counter: bool, rate: bool
 ) -> float | None:
     n = len(vs)
     if n < 2:
@@ -57,7 +58,7 @@ def _delta(ts, vs, s, e, r, a):
     return _extrapolated(ts, vs, s, e, r, False, False)
 
 
-def _instant(ts: list[int], vs: list[float], is_rate: bool) -> float | None:
+def _instant(ts: Sequence[int], vs: Sequence[float], is_rate: bool) -> float | None:
     if len(vs) < 2:
         return None
     last, prev = vs[-1], vs[-2]
@@ -87,7 +88,7 @@ def _kahan_inc(inc: float, total: float, c: float) -> tuple[float, float]:
     return t, c
 
 
-def linear_regression(ts: list[int], vs: list[float], intercept_ms: int) -> tuple[float, float]:
+def linear_regression(ts: Sequence[int], vs: Sequence[float], intercept_ms: int) -> tuple[float, float]:
     """Least-squares slope (per second) and intercept at intercept_ms, as Prometheus computes them."""
     n = sx = cx = sy = cy = sxy = cxy = sx2 = cx2 = 0.0
     const_y = True
@@ -166,7 +167,7 @@ def _sum(ts, vs, s, e, r, a):
 
 
 def _extreme(
-    vs: list[float], better: Callable[[float, float], bool], plain: Callable[..., float]
+    vs: Sequence[float], better: Callable[[float, float], bool], plain: Callable[..., float]
 ) -> float | None:
     if not vs:
         return None
@@ -180,7 +181,7 @@ def _extreme(
     return best
 
 
-def _stdvar(vs: list[float]) -> float:
+def _stdvar(vs: Sequence[float]) -> float:
     count = mean = cmean = aux = caux = 0.0
     for v in vs:
         count += 1
