@@ -106,3 +106,24 @@ def test_expressions_that_print_alike_are_not_shared() -> None:
     with engine.shared():
         assert [e.v for e in engine.instant(one, 1_000)] == [1.0]
         assert [e.v for e in engine.instant(other, 1_000)] == [2.0]
+
+
+def test_the_store_keeps_only_the_families_a_rule_reads(tmp_path: Path) -> None:
+    page = "vllm:num_requests_running 3\nhttp_requests_total 9\nprocess_open_fds 12\n"
+    rules = tmp_path / "rules.yml"
+    rules.write_text(
+        "groups:\n  - name: g\n    rules:\n      - {record: busy, expr: 'vllm:num_requests_running > 0'}\n"
+    )
+    pipeline = Pipeline(load_files([rules]))
+    pipeline.observe("a:8000", 10.0, page)
+    pipeline.evaluate(10.0)
+    assert {s.name for s in pipeline.store.select(None)} >= {"vllm:num_requests_running", "busy", "up"}
+    assert not list(pipeline.store.select("http_requests_total"))  # as a Prometheus relabelled to drop it
+    pipeline.also_store({"http_requests_total"})  # something besides the rules reads it
+    pipeline.observe("a:8000", 20.0, page)
+    assert [s.at(20_000) for s in pipeline.store.select("http_requests_total")] == [9.0]
+    # a rule that may read any name (a selector without one) keeps every family
+    rules.write_text("groups:\n  - name: g\n    rules:\n      - {record: n, expr: 'count({job=\"vllm\"})'}\n")
+    pipeline.set_rules(load_files([rules]))
+    pipeline.observe("a:8000", 30.0, page)
+    assert [s.at(30_000) for s in pipeline.store.select("process_open_fds")] == [12.0]
