@@ -55,7 +55,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_up(port: int, deadline_s: float = 30.0) -> None:
+def wait_up(port: int, deadline_s: float = 180.0) -> None:
     """Block until a replay server answers a TCP connect."""
     deadline = time.monotonic() + deadline_s
     while True:
