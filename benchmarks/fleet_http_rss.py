@@ -11,7 +11,7 @@ daemon's clock is stepped by one interval per cycle, so the retention fills in m
 (the servers play at interval/step speed so counters move as they would); --realtime runs the daemon's own
 schedules on the wall clock instead (slow: --cycles × --interval seconds). After --cycles cycles the config is
 reloaded to --reload-to targets and --after more cycles run. Prints one line per cycle (RSS after gc, cycle
-seconds, series in the store, Python objects alive) and a summary: RSS growth over the second half of the full-fleet run (flat means
+seconds and CPU seconds, series in the store, Python objects alive) and a summary: RSS growth over the second half of the full-fleet run (flat means
 bounded by the retention), the slowest cycle against the interval, and RSS after the reload.
 """
 
@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,7 +55,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_up(port: int, deadline_s: float = 30.0) -> None:
+def wait_up(port: int, deadline_s: float = 180.0) -> None:
     """Block until a replay server answers a TCP connect."""
     deadline = time.monotonic() + deadline_s
     while True:
@@ -141,25 +143,27 @@ def main() -> int:
         start_rss = rss_mb()
         print(f"{args.targets} targets on {args.servers} replay servers, interval {args.interval:g}s, retention "
               f"{args.retention:g}s, {'realtime' if args.realtime else 'stepped clock'}; start RSS {start_rss:.0f} MB")  # fmt: skip
-        print(
-            f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'series':>8s} {'py blocks':>10s}"
-        )
+        print(f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'cpu s':>7s} {'series':>8s} "
+              f"{'py blocks':>10s}")  # fmt: skip
+        cpus: list[float] = []  # CPU of the cycle: every thread of this process (scrapes, parses, evaluation)
 
         def one(phase: str, k: int) -> None:
             if args.realtime:
                 time.sleep(args.interval)  # a benchmark on the wall clock: the daemon's own schedule runs
                 dur = float(d.state.snapshot().get("cycle_duration_s") or 0.0)
+                cpu = math.nan  # the cycle thread ran on its own schedule, beside this one
             else:
                 clock.now += args.interval
-                t0 = time.monotonic()
+                t0, c0 = time.monotonic(), time.process_time()
                 d.cycle()
-                dur = time.monotonic() - t0
+                dur, cpu = time.monotonic() - t0, time.process_time() - c0
             gc.collect()
             blocks = sys.getallocatedblocks()  # Python objects alive, apart from what the allocator keeps
             row = (phase, k, k * args.interval, rss_mb(), dur, len(d.pipeline.store), blocks)
             rows.append(row)
-            print(f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {row[5]:8d} {blocks:10d}",
-                  flush=True)  # fmt: skip
+            cpus.append(cpu)
+            print(f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {cpus[-1]:7.2f} {row[5]:8d} "
+                  f"{blocks:10d}", flush=True)  # fmt: skip
 
         for k in range(args.cycles):
             one("fleet", k)
@@ -186,6 +190,11 @@ def main() -> int:
     print(f"RSS after the retention filled: {half[0][3]:.0f} -> {half[-1][3]:.0f} MB ({per_min:+.1f} MB per "
           f"simulated minute); slowest cycle {slowest:.2f}s of the {args.interval:g}s interval")  # fmt: skip
     over = sum(1 for r in fleet[1:] if r[4] > args.interval)
+    full = [c for r, c in zip(rows, cpus, strict=True) if r[0] == "fleet"][1:]
+    if full and not args.realtime:
+        med = statistics.median(full)
+        print(f"CPU per cycle (this process, all threads): median {med:.2f}s, {med / args.targets * 1e3:.2f} ms per "
+              f"target; PYTHONMALLOC={os.environ.get('PYTHONMALLOC', '(pymalloc)')}")  # fmt: skip
     for pid in child_pids:  # the daemon simulates in a child process: its memory is the pod's too
         print(f"simulation child {pid}: RSS {rss_mb(pid):.0f} MB (not in the curve above)")
     print(f"cycles longer than the interval: {over} of {len(fleet) - 1}; "

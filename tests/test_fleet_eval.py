@@ -44,9 +44,12 @@ def fleet_cycle(n: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter[str], 
 def test_shared_subexpressions_are_computed_once_per_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     computed, classes, _ = fleet_cycle(6, monkeypatch)
     assert classes == ["kv_cache"] * 6  # the recording's verdict, for every copy
-    # p50 and p95 read the same ITL rate, p50 and p99 the same prompt-length rate: each computed once
-    assert computed["rate(vllm:inter_token_latency_seconds_bucket{}[1m])"] == 1
-    assert computed["rate(vllm:request_prompt_tokens_bucket{}[5m])"] == 1
+    # p50 and p95 read the same ITL buckets' rate, p50 and p99 the same prompt-length ones: each summed once (the
+    # sum reads the rate of each series straight from the store, so the rate alone is never an intermediate)
+    by = "sum by (job, instance, model_name, le)"
+    assert computed[f"{by}(rate(vllm:inter_token_latency_seconds_bucket{{}}[1m]))"] == 1
+    assert computed[f"{by}(rate(vllm:request_prompt_tokens_bucket{{}}[5m]))"] == 1
+    assert computed["rate(vllm:request_prompt_tokens_bucket{}[5m])"] == 0
     assert computed["kvdoctor:preemptions:rate1m{} > 0"] == 1  # the `unless … > 0` several alerts share
     # the pack reads every recorded series only after the rule that writes it, so nothing needs recomputing
     assert {text: k for text, k in computed.items() if k > 1} == {}
@@ -103,3 +106,24 @@ def test_expressions_that_print_alike_are_not_shared() -> None:
     with engine.shared():
         assert [e.v for e in engine.instant(one, 1_000)] == [1.0]
         assert [e.v for e in engine.instant(other, 1_000)] == [2.0]
+
+
+def test_the_store_keeps_only_the_families_a_rule_reads(tmp_path: Path) -> None:
+    page = "vllm:num_requests_running 3\nhttp_requests_total 9\nprocess_open_fds 12\n"
+    rules = tmp_path / "rules.yml"
+    rules.write_text(
+        "groups:\n  - name: g\n    rules:\n      - {record: busy, expr: 'vllm:num_requests_running > 0'}\n"
+    )
+    pipeline = Pipeline(load_files([rules]))
+    pipeline.observe("a:8000", 10.0, page)
+    pipeline.evaluate(10.0)
+    assert {s.name for s in pipeline.store.select(None)} >= {"vllm:num_requests_running", "busy", "up"}
+    assert not list(pipeline.store.select("http_requests_total"))  # as a Prometheus relabelled to drop it
+    pipeline.also_store({"http_requests_total"})  # something besides the rules reads it
+    pipeline.observe("a:8000", 20.0, page)
+    assert [s.at(20_000) for s in pipeline.store.select("http_requests_total")] == [9.0]
+    # a rule that may read any name (a selector without one) keeps every family
+    rules.write_text("groups:\n  - name: g\n    rules:\n      - {record: n, expr: 'count({job=\"vllm\"})'}\n")
+    pipeline.set_rules(load_files([rules]))
+    pipeline.observe("a:8000", 30.0, page)
+    assert [s.at(30_000) for s in pipeline.store.select("process_open_fds")] == [12.0]

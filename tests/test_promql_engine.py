@@ -136,3 +136,50 @@ def test_scalars_and_time():
     assert math.isinf(one(st, "g / 0", 1000))
     assert one(st, "clamp_max(g, 1)", 1000) == 1
     assert one(st, "round(g / 3, 0.1)", 1000) == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "argument"),
+    [
+        ("sum by (m) ({})", "rate(c_total[1m])"),
+        ("sum without (e) ({})", "rate(c_total[1m])"),
+        ("max by (__name__) ({})", "last_over_time(c_total[1m])"),  # keeps the name: grouped by it
+        ("count by (__name__) ({})", "rate(c_total[1m])"),  # rate drops the name: one group
+        ("sum by (m) ({})", 'rate({__name__=~"c_total|d_total"}[1m])'),
+        ("avg({})", "max_over_time(c_total[2m])"),
+        ("topk(1, {})", "rate(c_total[1m])"),
+        ("quantile(0.5, {})", "increase(c_total[90s])"),
+    ],
+)
+def test_an_aggregation_over_a_range_function_equals_it_over_the_functions_output(
+    aggregation: str, argument: str
+) -> None:
+    # the evaluator aggregates `rate(x[r])` series by series without building rate's output; in parentheses,
+    # rate's output is built first, as for any other argument (the reference); series with a reset and a stale gap
+    st = build(
+        {
+            'c_total{e="0",m="a"}': [10, 40, 70, 5, 35, 65, 95],
+            'c_total{e="1",m="a"}': [0, 3, None, None, 9, 12, 15],
+            'c_total{e="0",m="b"}': [1, 2, 3, 4, 5, 6, 7],
+            'd_total{e="2",m="b"}': [7, 7, 7, 8, 8, 9, 9],
+        }
+    )
+    direct, reference = aggregation.format(argument), aggregation.format(f"({argument})")
+    for t in (1045, 1090):
+        assert values(st, direct, t) == values(st, reference, t)
+    # [1030, 1090]: e=0 rises 70 -> 95 through a reset (95 over the 60 s); e=1 is back at 1060 after its gap,
+    # 6 over 30 s extrapolated by half a step to its start (7.5); m=b rises 4
+    assert values(st, "sum by (m) (rate(c_total[1m]))", 1090) == {
+        (("m", "a"),): pytest.approx(95 / 60 + 7.5 / 60),
+        (("m", "b"),): pytest.approx(4 / 60),
+    }
+
+
+def test_an_aggregation_over_series_of_several_names_still_refuses_what_collides_without_them() -> None:
+    st = build({'c_total{m="a"}': [1, 2, 3], 'd_total{m="a"}': [1, 2, 3]})
+    for expr in (
+        'sum(rate({__name__=~"c_total|d_total"}[1m]))',
+        'sum((rate({__name__=~"c_total|d_total"}[1m])))',
+    ):
+        with pytest.raises(EvalError, match="same labelset"):
+            instant_query(st, expr, 1030)

@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from kvdoctor.promql.quantile import quantile
 from kvdoctor.promql.values import Elem, EvalError, Labels, Vector, grouping
 
 SUPPORTED = {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk", "bottomk", "quantile"}
+SELECTING = {"topk", "bottomk"}  # they return input elements, not a value per group
 
 
-def aggregate(op: str, vec: Vector, by: bool, names: list[str], param: float | None) -> Vector:
-    """Aggregate vec grouped by (or without) names."""
+def aggregate(
+    op: str, vec: Sequence[tuple[Labels, float]], by: bool, names: list[str], param: float | None
+) -> Vector:
+    """Aggregate vec (elements, or (labels, value) pairs but for topk/bottomk) grouped by (or without) names."""
     group_of = grouping(by, names)
-    groups: dict[Labels, list[Elem]] = {}
-    for e in vec:
-        groups.setdefault(group_of(e.labels), []).append(e)
-    if op in ("topk", "bottomk"):
-        return _topk(op, groups, param)
-    out: Vector = []
-    for key, elems in groups.items():
-        vs = [e.v for e in elems]
-        out.append(Elem(key, _reduce(op, vs, param)))
-    return out
+    if op in SELECTING:
+        chosen: dict[Labels, list[Elem]] = {}
+        for e in vec:
+            chosen.setdefault(group_of(e[0]), []).append(e)  # type: ignore[arg-type]
+        return _topk(op, chosen, param)
+    groups: dict[Labels, list[float]] = {}
+    for labels, v in vec:
+        key = group_of(labels)
+        values = groups.get(key)
+        if values is None:
+            groups[key] = [v]
+        else:
+            values.append(v)
+    return [Elem(key, _reduce(op, vs, param)) for key, vs in groups.items()]
 
 
 def _reduce(op: str, vs: list[float], param: float | None) -> float:

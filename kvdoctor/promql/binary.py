@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 
 from kvdoctor.promql.values import (
+    NAME,
     Elem,
     EvalError,
     Labels,
@@ -146,6 +147,9 @@ def vector_vector(op: str, lhs: Vector, rhs: Vector, m: Matching, return_bool: b
         right[sig] = e
     matched: dict[Labels, set[Labels]] = {}
     out: Vector = []
+    # one-to-one on labels other than the name, or ignoring labels in arithmetic (the name goes): the result's
+    # labels are the match signature itself, already computed
+    plain = m.card == "one-to-one" and not m.include and (NAME not in m.labels if m.on else op in ARITH)
     for e in lhs:
         sig = m.signature(e.labels)
         r = right.get(sig)
@@ -157,7 +161,7 @@ def vector_vector(op: str, lhs: Vector, rhs: Vector, m: Matching, return_bool: b
             v, keep = (1.0 if keep else 0.0), True
         if not keep:
             continue
-        labels = _result_labels(e.labels, r.labels, op, m)
+        labels = sig if plain else _result_labels(e.labels, r.labels, op, m)
         if return_bool:
             labels = drop_name(labels)
         seen = matched.get(sig)

@@ -10,7 +10,7 @@ import promql_parser as pp
 
 from kvdoctor.promql import functions
 from kvdoctor.promql.rangefuncs import FUNCTIONS as RANGE_FUNCTIONS
-from kvdoctor.promql.rangefuncs import KEEPS_NAME
+from kvdoctor.promql.rangefuncs import KEEPS_NAME, SCALAR_AFTER, SCALAR_FIRST, RangeFn
 from kvdoctor.promql.values import (
     NAME,
     Elem,
@@ -25,6 +25,8 @@ from kvdoctor.promql.values import (
     drop_name,
     ms,
 )
+from kvdoctor.samples import Labels
+from kvdoctor.store import Series
 
 
 class Calls:
@@ -34,6 +36,9 @@ class Calls:
         raise NotImplementedError
 
     def _ref_time(self, node: Any, t: int) -> int:  # provided by Evaluator
+        raise NotImplementedError
+
+    def _matching(self, node: pp.VectorSelector) -> list[Series]:  # provided by Evaluator
         raise NotImplementedError
 
     def _call(self, node: pp.Call, t: int) -> Value:
@@ -90,29 +95,66 @@ class Calls:
 
     def _range_call(self, name: str, args: list[Any], t: int) -> Vector:
         fn = RANGE_FUNCTIONS[name]
-        extra: list[float] = []
-        if name == "quantile_over_time":
-            extra, rng_node = [self._scalar(args[0], t)], args[1]
-        else:
-            rng_node = args[0]
-            if name == "predict_linear":
-                extra = [self._scalar(args[1], t)]
+        rng_node = args[1] if name in SCALAR_FIRST else args[0]
+        extra = self._range_extra(name, args, t)
         if isinstance(rng_node, pp.MatrixSelector):
-            end = self._ref_time(rng_node.vector_selector, t)
-            range_ms = ms(rng_node.range)
-        elif isinstance(rng_node, pp.SubqueryExpr):
-            end = self._ref_time(rng_node, t)
-            range_ms = ms(rng_node.range)
-        else:
+            keep = name in KEEPS_NAME
+            out = [
+                Elem(labels if keep else drop_name(labels), v)
+                for labels, v in self._rows(fn, rng_node, extra, t)
+            ]
+            # series of one name stay distinct without it; a selector by regex on the name may not
+            return out if keep or rng_node.vector_selector.name else check_unique(out)
+        if not isinstance(rng_node, pp.SubqueryExpr):
             raise EvalError(f"expected a range vector in call to function {name}()")
+        end = self._ref_time(rng_node, t)
+        range_ms = ms(rng_node.range)
         matrix = as_matrix(self._eval(rng_node, t))
         start = end - range_ms
-        out: Vector = []
+        out = []
         for r in matrix:
             v = fn(r.ts, r.vs, start, end, range_ms / 1000, extra)
             if v is not None:
                 out.append(Elem(r.labels if name in KEEPS_NAME else drop_name(r.labels), v))
         return check_unique(out)
+
+    def _range_extra(self, name: str, args: list[Any], t: int) -> list[float]:
+        if name in SCALAR_FIRST:
+            return [self._scalar(args[0], t)]
+        if name in SCALAR_AFTER:
+            return [self._scalar(args[1], t)]
+        return []
+
+    def range_rows(self, node: Any, t: int) -> list[tuple[Labels, float]] | None:
+        """A range function over a selector of one metric name as (each series' own labels, value), or None.
+
+        What an aggregation over `rate(x[1m])` needs: it groups the values by labels it picks, so the function's
+        own output (elements without the name, checked for duplicates) need not be built.
+        """
+        if not isinstance(node, pp.Call) or node.func.name not in RANGE_FUNCTIONS:
+            return None
+        name, args = node.func.name, node.args
+        rng_node = args[1] if name in SCALAR_FIRST else args[0]
+        if not isinstance(rng_node, pp.MatrixSelector) or not rng_node.vector_selector.name:
+            return None
+        return self._rows(RANGE_FUNCTIONS[name], rng_node, self._range_extra(name, args, t), t)
+
+    def _rows(
+        self, fn: RangeFn, node: pp.MatrixSelector, extra: list[float], t: int
+    ) -> list[tuple[Labels, float]]:
+        """fn over each of the selector's series, read straight from the store (no matrix built or kept)."""
+        vs = node.vector_selector
+        end = self._ref_time(vs, t)
+        range_ms = ms(node.range)
+        start, range_s = end - range_ms, range_ms / 1000
+        out = []
+        for s in self._matching(vs):
+            ts, values = s.span(start, end)
+            if ts:
+                v = fn(ts, values, start, end, range_s, extra)
+                if v is not None:
+                    out.append((s.labels, v))
+        return out
 
     def _scalar(self, node: Any, t: int) -> float:
         v = self._eval(node, t)

@@ -11,7 +11,9 @@ import promql_parser as pp
 
 from kvdoctor.promql import aggregate, binary, functions
 from kvdoctor.promql.calls import Calls, as_vector
+from kvdoctor.promql.nodes import names_read, quoted
 from kvdoctor.promql.values import (
+    NAME,
     Elem,
     EvalError,
     Matrix,
@@ -80,9 +82,9 @@ class Evaluator(Calls):
                 self._nodes.clear()
                 self._selected.clear()
             text = str(node)
-            if _quoted(node):  # str() prints strings unescaped: two different expressions could print alike
+            if quoted(node):  # str() prints strings unescaped: two different expressions could print alike
                 text = f"{text}\x00{id(node)}"
-            known = self._nodes[id(node)] = (node, text, _names_read(node))
+            known = self._nodes[id(node)] = (node, text, names_read(node))
         return known
 
     # -- dispatch ---------------------------------------------------------------------------------------
@@ -242,43 +244,21 @@ class Evaluator(Calls):
         mod = node.modifier
         by = mod is None or mod.type == pp.AggModifierType.By
         labels = list(mod.labels) if mod is not None else []
-        return aggregate.aggregate(op, as_vector(self._eval(node.expr, t)), by, labels, param)
+        rows = None
+        if (
+            op not in aggregate.SELECTING
+            and not (by and NAME in labels)
+            and not self._shared_at(node.expr, t)
+        ):
+            # `sum by (…) (rate(x[1m]))`: grouping the series' own labels gives the groups rate's output would
+            # (by/without never keep the name here), so rate's elements are not built
+            rows = self.range_rows(node.expr, t)
+        vec = rows if rows is not None else as_vector(self._eval(node.expr, t))
+        return aggregate.aggregate(op, vec, by, labels, param)
 
-
-def _children(node: Any) -> list[Any]:
-    if isinstance(node, pp.MatrixSelector):
-        return [node.vector_selector]
-    if isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
-        return [node.expr]
-    if isinstance(node, pp.BinaryExpr):
-        return [node.lhs, node.rhs]
-    if isinstance(node, pp.AggregateExpr):
-        return [node.expr] + ([node.param] if node.param is not None else [])
-    if isinstance(node, pp.Call):
-        return list(node.args)
-    return []
-
-
-def _names_read(node: Any) -> frozenset[str] | None:
-    """The metric names an expression selects (None: it may read any series)."""
-    if isinstance(node, pp.VectorSelector):
-        return frozenset([node.name]) if node.name else None
-    names: set[str] = set()
-    for child in _children(node):
-        sub = _names_read(child)
-        if sub is None:
-            return None
-        names |= sub
-    return frozenset(names)
-
-
-def _quoted(node: Any) -> bool:
-    """True when a string in the expression holds a quote or a backslash."""
-    if isinstance(node, pp.VectorSelector):
-        return any('"' in m.value or "\\" in m.value for m in node.matchers.matchers)
-    if isinstance(node, pp.StringLiteral):
-        return '"' in node.val or "\\" in node.val
-    return any(_quoted(c) for c in _children(node))
+    def _shared_at(self, node: Any, t: int) -> bool:
+        """True when node's value at t is in the cycle's memo already."""
+        return self._memo is not None and (self._node(node)[1], t) in self._memo
 
 
 def _matching_of(mod: Any, op: str) -> binary.Matching:

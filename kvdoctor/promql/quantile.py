@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 
-def quantile(q: float, values: list[float]) -> float:
+def quantile(q: float, values: Sequence[float]) -> float:
     """The q-quantile of values with linear interpolation between closest ranks."""
     if not values or math.isnan(q):
         return math.nan

@@ -4,35 +4,47 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import islice
 from operator import le
 
 from kvdoctor.promql.quantile import quantile
 
-# (ts_ms, values, range_start_ms, range_end_ms, range_s, args) -> value or None (no output)
-RangeFn = Callable[[list[int], list[float], int, int, float, list[float]], float | None]
+# (ts_ms, values, range_start_ms, range_end_ms, range_s, args) -> value or None (no output); ts and values are
+# lists or slices of the store's typed arrays
+RangeFn = Callable[[Sequence[int], Sequence[float], int, int, float, list[float]], float | None]
 
 
 def _extrapolated(
-    ts: list[int], vs: list[float], start: int, end: int, rng: float, counter: bool, rate: bool
+    ts: Sequence[int],
+    vs: Sequence[float],
+    start: int,
+    end: int,
+    rng: float,
+    _args: list[float],
+    *,
+    counter: bool,
+    rate: bool,
 ) -> float | None:
     n = len(vs)
     if n < 2:
         return None
-    result = vs[-1] - vs[0]
-    if counter and not (vs[0] >= 0 and all(map(le, vs, islice(vs, 1, None)))):  # a reset (or NaN) to correct
+    first = vs[0]
+    result = vs[-1] - first
+    if counter and not (first >= 0 and all(map(le, vs, islice(vs, 1, None)))):  # a reset (or NaN) to correct
         last = 0.0
         for v in vs:
             if v < last:
                 result += last
             last = v
-    to_start = (ts[0] - start) / 1000
-    to_end = (end - ts[-1]) / 1000
-    sampled = (ts[-1] - ts[0]) / 1000
+    t0, t1 = ts[0], ts[-1]
+    to_start = (t0 - start) / 1000
+    to_end = (end - t1) / 1000
+    sampled = (t1 - t0) / 1000
     avg = sampled / (n - 1)
-    if counter and result > 0 and vs[0] >= 0:
-        to_zero = sampled * (vs[0] / result)
+    if counter and result > 0 and first >= 0:
+        to_zero = sampled * (first / result)
         if to_zero < to_start:
             to_start = to_zero
     threshold = avg * 1.1
@@ -45,19 +57,13 @@ def _extrapolated(
     return result
 
 
-def _rate(ts, vs, s, e, r, a):
-    return _extrapolated(ts, vs, s, e, r, True, True)
+# partials, not wrappers: the pack calls rate once per bucket series per cycle, and a frame less is a tenth of it
+_rate = partial(_extrapolated, counter=True, rate=True)
+_increase = partial(_extrapolated, counter=True, rate=False)
+_delta = partial(_extrapolated, counter=False, rate=False)
 
 
-def _increase(ts, vs, s, e, r, a):
-    return _extrapolated(ts, vs, s, e, r, True, False)
-
-
-def _delta(ts, vs, s, e, r, a):
-    return _extrapolated(ts, vs, s, e, r, False, False)
-
-
-def _instant(ts: list[int], vs: list[float], is_rate: bool) -> float | None:
+def _instant(ts: Sequence[int], vs: Sequence[float], is_rate: bool) -> float | None:
     if len(vs) < 2:
         return None
     last, prev = vs[-1], vs[-2]
@@ -87,7 +93,7 @@ def _kahan_inc(inc: float, total: float, c: float) -> tuple[float, float]:
     return t, c
 
 
-def linear_regression(ts: list[int], vs: list[float], intercept_ms: int) -> tuple[float, float]:
+def linear_regression(ts: Sequence[int], vs: Sequence[float], intercept_ms: int) -> tuple[float, float]:
     """Least-squares slope (per second) and intercept at intercept_ms, as Prometheus computes them."""
     n = sx = cx = sy = cy = sxy = cxy = sx2 = cx2 = 0.0
     const_y = True
@@ -166,7 +172,7 @@ def _sum(ts, vs, s, e, r, a):
 
 
 def _extreme(
-    vs: list[float], better: Callable[[float, float], bool], plain: Callable[..., float]
+    vs: Sequence[float], better: Callable[[float, float], bool], plain: Callable[..., float]
 ) -> float | None:
     if not vs:
         return None
@@ -180,7 +186,7 @@ def _extreme(
     return best
 
 
-def _stdvar(vs: list[float]) -> float:
+def _stdvar(vs: Sequence[float]) -> float:
     count = mean = cmean = aux = caux = 0.0
     for v in vs:
         count += 1

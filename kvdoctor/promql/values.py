@@ -51,9 +51,14 @@ Value = Scalar | String | Vector | Matrix
 
 
 def drop_name(labels: Labels) -> Labels:
-    """The label set without __name__."""
-    if labels and labels[0][0] == NAME:
+    """The label set without __name__ (the same tuple when it has none)."""
+    if not labels:
+        return labels
+    first = labels[0][0]
+    if first == NAME:
         return labels[1:]
+    if first > NAME:  # canonical order: a name would have come first
+        return labels
     return tuple(p for p in labels if p[0] != NAME)
 
 

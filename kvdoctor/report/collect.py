@@ -143,6 +143,7 @@ def from_recordings(
 ) -> History:
     """Replay the recordings, one evaluation every step_s, into a History (`names`: target names by path)."""
     paths = list(recordings)
+    pipeline.also_store(set(COUNTERS.values()))  # _feed reads them from the store
     grid: Grid | None = None
     fed_ms = -(2**62)
     for cycle in replay(pipeline, paths, interval_s=step_s, on_cycle=on_cycle, names=names):

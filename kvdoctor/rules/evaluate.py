@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor.promql.engine import Evaluator
+from kvdoctor.promql.nodes import names_read
 from kvdoctor.promql.values import Elem, EvalError, Scalar, drop_name
 from kvdoctor.rules.loader import Rule, RuleGroup
 from kvdoctor.rules.templates import expand
@@ -65,6 +66,7 @@ class RuleEngine:
             r.name: r.keep_firing_for_s for g in groups for r in g.rules if r.kind == "alert"
         }
         self._failing: dict[tuple[str, int], str] = {}  # (file, line) of a rule -> its error last evaluation
+        self.reads = _reads(groups)
 
     def evaluate(self, t: float) -> Evaluation:
         """Evaluate every group in order at t (unix seconds)."""
@@ -187,6 +189,18 @@ class RuleEngine:
                 continue
             if alert.rule in names:
                 self.active[alert.key()] = alert
+
+
+def _reads(groups: list[RuleGroup]) -> frozenset[str] | None:
+    """The metric names the rules select (None when one may select any name)."""
+    names: set[str] = set()
+    for g in groups:
+        for r in g.rules:
+            read = names_read(r.ast)
+            if read is None:
+                return None
+            names |= read
+    return frozenset(names)
 
 
 def _reason(exc: Exception) -> str:

@@ -184,6 +184,9 @@ class Store:
         gone = before - len(self._series)
         if gone:
             self._epoch += 1  # every source rebuilds its fast path on its next write
+            # the removed sources' label pairs (their instance, …) would stay interned, scattered through memory
+            # the allocator could otherwise give back; the series left keep their own pairs
+            self._pairs = {}
         return gone
 
     def forget_source(self, source: str) -> None:

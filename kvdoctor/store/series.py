@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 
 from kvdoctor.samples import Labels
 
@@ -96,6 +97,22 @@ class Series:
                 pairs = [(t, v) for t, v in zip(tl, vl, strict=True) if t not in gone]
                 return [t for t, _ in pairs], [v for _, v in pairs]
         return tl, vl
+
+    def span(self, start: int, end: int) -> tuple[Sequence[int], Sequence[float]]:
+        """window(), as slices of the typed arrays when no stale marker falls in it (what range functions read).
+
+        A range function reads a few of a window's samples; this spares building a list of every one of them.
+        """
+        ts = self._t
+        n = len(ts)
+        i = bisect_left(ts, start)
+        j = n if n and ts[n - 1] <= end else bisect_right(ts, end)
+        stale = self._stale
+        if stale:
+            k = bisect_left(stale, start)
+            if k < len(stale) and stale[k] <= end:
+                return self.window(start, end)
+        return ts[i:j], self._v[i:j]
 
     def trim(self, before: int) -> None:
         """Forget samples older than `before`."""

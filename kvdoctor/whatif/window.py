@@ -16,6 +16,9 @@ CACHE_INFO = BY_KEY["cache_config"].name
 ALIASES = vllm_metrics.ALIASES
 HISTOGRAMS = vllm_metrics.HISTOGRAMS
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# One float per bucket bound, shared by every snapshot: a daemon keeps a retention of snapshots per target, each
+# with ~200 bucket keys (at 2,000 targets, 15 s and 3 min, 5 million floats: 127 MB when each parses its own).
+_BOUNDS: dict[str, float] = {}
 
 
 @dataclass
@@ -52,7 +55,11 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
                 le = next((v for k, v in x.labels if k == "le"), None)
                 if le is not None:
                     b = s.buckets.setdefault(base, {})
-                    bound = math.inf if le == "+Inf" else float(le)
+                    bound = _BOUNDS.get(le)
+                    if bound is None:
+                        bound = math.inf if le == "+Inf" else float(le)
+                        if len(_BOUNDS) < 10_000:
+                            _BOUNDS[le] = bound
                     b[bound] = b.get(bound, 0.0) + x.value
             continue
         if name == CACHE_INFO:
