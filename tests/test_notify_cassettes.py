@@ -64,9 +64,9 @@ def drive(base_url: str, state: Path) -> None:
     for d in kv_incident():
         n.observe([d], d.t)
         n.worker.run_once()
-    stats = n.status()["outbox"]
+    stats = n.status().outbox
     n.close()
-    assert stats["pending"] == 0 and stats["dead"] == 0
+    assert stats.pending == 0 and stats.dead == 0
 
 
 def test_bot_token_flow_replays_from_scrubbed_cassette(tmp_path: Path) -> None:

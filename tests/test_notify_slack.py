@@ -153,9 +153,9 @@ def test_permanent_error_is_dropped_not_retried_forever(slack: FakeSlack, tmp_pa
     slack.fail("error:channel_not_found", 1)
     n = notifier(bot_config(slack), tmp_path)
     run(n, kv_incident()[:14])
-    st = n.status()["outbox"]
+    st = n.status().outbox
     n.close()
-    assert st["dead"] == 1 and st["pending"] == 0 and "channel_not_found" in st["last_error"]
+    assert st.dead == 1 and st.pending == 0 and "channel_not_found" in st.last_error
 
 
 def test_webhook_mode_sends_firing_and_resolved(slack: FakeSlack, tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def test_a_corrupt_outbox_is_moved_aside_and_notifications_start_fresh(kind, sla
     assert len(warnings) == 1, warnings
     assert str(path) in warnings[0] and why in warnings[0] and "starting fresh" in warnings[0]
     assert len(list(tmp_path.glob("notify.sqlite.corrupt-*"))) == 1
-    assert n.lifecycle.groups == {} and n.outbox.stats()["pending"] == 0
+    assert n.lifecycle.groups == {} and n.outbox.stats().pending == 0
     for d in kv_incident():  # and it works: a new incident is delivered in full
         n.observe([d], d.t)
     assert n.flush(10)
@@ -115,7 +115,7 @@ def test_a_poison_row_is_quarantined_after_some_attempts_and_blocks_nothing(payl
     for _ in range(QUARANTINE_AFTER + 2):
         n.worker.run_once()
     stats = n.outbox.stats()
-    assert stats["pending"] == 0 and stats["quarantined"] == 1 and stats["quarantined_total"] == 1, stats
+    assert stats.pending == 0 and stats.quarantined == 1 and stats.quarantined_total == 1, stats
     roots = [r for r in slack.delivered("/chat.postMessage") if "thread_ts" not in r.body]
     assert len(roots) == 1 and len(slack.delivered("/chat.update")) == 1  # the real incident, all of it
     row = (

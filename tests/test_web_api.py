@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.health import NotifyStatus, OutboxStats
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web import WebServer
 from kvdoctor.web.server import parse_listen
@@ -101,7 +102,9 @@ def test_status_includes_reload_and_extra(empty: tuple[WebServer, DaemonState]) 
     state = DaemonState()
     state.note_reload(False, 100.0, "rules.yml:3: bad expr")
     state.count_event("missed")
-    server = serve(state, extra_status=lambda: {"notify": {"slack": {"ok": True}}})
+    stats = OutboxStats(1, 2, 0, 0, "", 0, 0, 0, "", None)
+    notify = NotifyStatus("bot", ("http://am.example:9093",), stats, ("target=a@100",), "")
+    server = serve(state, notify_status=lambda: notify)
     try:
         data = requests.get(server.url + "api/v1/status", timeout=5).json()["data"]
     finally:
@@ -115,15 +118,32 @@ def test_status_includes_reload_and_extra(empty: tuple[WebServer, DaemonState]) 
         "attempts": [{"ts": 100.0, "ok": False, "message": "rules.yml:3: bad expr"}],
     }
     assert data["scheduler_events"] == {"missed": 1}
-    assert data["notify"] == {"slack": {"ok": True}}
+    assert data["notify"] == {
+        "slack": "bot",
+        "alertmanager": ["http://am.example:9093"],
+        "outbox": {
+            "pending": 1,
+            "done": 2,
+            "dead": 0,
+            "quarantined": 0,
+            "last_error": "",
+            "unsaved": 0,
+            "write_failures_total": 0,
+            "quarantined_total": 0,
+            "write_error": "",
+            "failing_since": None,
+        },
+        "open_incidents": ["target=a@100"],
+        "alertmanager_last_error": "",
+    }
     assert data["ready"] is False and data["evaluation"]["ts"] is None
 
 
 def test_status_survives_a_failing_extra() -> None:
-    def broken() -> dict:  # type: ignore[type-arg]
+    def broken() -> NotifyStatus:
         raise RuntimeError("secret-token-xyz leaked?")
 
-    server = serve(DaemonState(), extra_status=broken)
+    server = serve(DaemonState(), notify_status=broken)
     try:
         r = requests.get(server.url + "api/v1/status", timeout=5)
     finally:

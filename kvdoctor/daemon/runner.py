@@ -29,6 +29,7 @@ from kvdoctor.report.live import report_response
 from kvdoctor.rules.loader import RuleGroup
 from kvdoctor.sources.daemon import DaemonSource
 from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.health import NotifyStatus
 from kvdoctor.targets import target_facts
 from kvdoctor.verdicts import Diagnosis
 from kvdoctor.web.server import WebServer, health_listener
@@ -80,7 +81,7 @@ class Daemon:
         first scrapes are in)."""
         if web:  # first: links in notifications point at the address it is bound to
             self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
-                                 reload=self.reload, extra_status=self._notify_status,
+                                 reload=self.reload, notify_status=self._notify_status,
                                  rules=lambda: self.pipeline.rules.groups,
                                  report=lambda part, query: report_response(self.history, query, part))  # fmt: skip
             self.web.start()
@@ -292,9 +293,9 @@ class Daemon:
         bound, tls = self._bound()
         return (self.cfg.external_url or default_external_url(bound or self.cfg.listen, tls)).rstrip("/")
 
-    def _notify_status(self) -> dict[str, Any]:
+    def _notify_status(self) -> NotifyStatus | None:
         # the web server starts before the notifier (its address is in the links), so there may be none yet
-        return {"notify": self.notifier.status()} if self.notifier is not None else {}
+        return self.notifier.status() if self.notifier is not None else None
 
     def _start_notifier(self) -> None:
         self.notifier = build_notifier(self.cfg, self._external_url(), self.pipeline.targets)

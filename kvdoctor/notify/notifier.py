@@ -6,7 +6,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kvdoctor.notify.alertmanager import AlertmanagerSink
 from kvdoctor.notify.blocks import Links
@@ -16,6 +15,7 @@ from kvdoctor.notify.outbox import Outbox
 from kvdoctor.notify.redact import redact, redacting_logger
 from kvdoctor.notify.slack import SlackSink
 from kvdoctor.notify.worker import Sink, Worker
+from kvdoctor.status.health import NotifyStatus
 from kvdoctor.verdicts import Diagnosis
 
 log = redacting_logger("kvdoctor.notify")
@@ -107,15 +107,15 @@ class Notifier:
             out += self.alertmanager.send_test(self.clock())
         return out
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> NotifyStatus:
         """Redacted delivery status for /api: sinks, outbox counts, open incidents."""
-        return {
-            "slack": self.config.slack.mode or "off",
-            "alertmanager": [redact(u) for u in self.config.alertmanager.urls],
-            "outbox": self.outbox.stats(),
-            "open_incidents": sorted(g.incident for g in self.lifecycle.groups.values()),
-            "alertmanager_last_error": self.alertmanager.last_error if self.alertmanager else "",
-        }
+        return NotifyStatus(
+            slack=self.config.slack.mode or "off",
+            alertmanager=tuple(redact(u) for u in self.config.alertmanager.urls),
+            outbox=self.outbox.stats(),
+            open_incidents=tuple(sorted(g.incident for g in self.lifecycle.groups.values())),
+            alertmanager_last_error=self.alertmanager.last_error if self.alertmanager else "",
+        )
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything owed is delivered (or timeout); True when nothing is pending."""
