@@ -10,6 +10,7 @@ import pytest
 
 from kvdoctor.cli import main
 from kvdoctor.report.build import ReportError, build_report
+from kvdoctor.report.document import Report
 from kvdoctor.report.economics import Prices
 from kvdoctor.report.history import History
 from tests.support.fleet import DIRS, HOURS, PLAN, STEP_S, T0, Fleet
@@ -23,8 +24,13 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def doc(fleet: Fleet) -> dict:  # type: ignore[type-arg]
+def report(fleet: Fleet) -> Report:
     return build_report(fleet.history, PRICES, now=T0 + 7 * 3600)
+
+
+@pytest.fixture(scope="module")
+def doc(report: Report) -> dict:  # type: ignore[type-arg]
+    return report.to_json()  # what `--format json` prints
 
 
 def by_target(doc: dict) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -143,10 +149,10 @@ def test_json_carries_the_documented_fields(fleet: Fleet, tmp_path: Path) -> Non
     assert any("--gpu-hour-cost" in n for n in doc["notes"])
 
 
-def test_markdown_names_the_numbers(doc: dict) -> None:  # type: ignore[type-arg]
+def test_markdown_names_the_numbers(report: Report, doc: dict) -> None:  # type: ignore[type-arg]
     from kvdoctor.report.markdown import render_markdown
 
-    md = render_markdown(doc)
+    md = render_markdown(report)
     f = doc["fleet"]
     assert f"**{f['generation_tokens']:,}** generation tokens" in md
     assert "| gpu-b | tiny |" in md and "batch_cap" in md
@@ -209,14 +215,14 @@ def test_traffic_shape_by_hour_of_day(fleet: Fleet, doc: dict) -> None:  # type:
 
 def test_history_survives_the_state_file_round_trip(fleet: Fleet, doc: dict) -> None:  # type: ignore[type-arg]
     again = History.from_state(json.loads(json.dumps(fleet.history.to_state())))
-    assert build_report(again, PRICES, now=T0 + 7 * 3600) == doc
+    assert build_report(again, PRICES, now=T0 + 7 * 3600).to_json() == doc
 
 
 def test_daemon_history_from_diagnoses_integrates_rates(fleet: Fleet) -> None:
     h = History("daemon")
     for c in fleet.cycles:
         h.observe(c.diagnoses, c.t, STEP_S)
-    doc = build_report(h, PRICES)
+    doc = build_report(h, PRICES).to_json()
     gen = by_target(doc)["gpu-b"]["generation_tokens"]
     assert gen == pytest.approx(fleet.hand("gpu-b", "generation_tokens"), rel=0.1)  # 1m rates × interval
     assert by_target(doc)["gpu-b"]["hours"]["batch_cap"] == pytest.approx(1.0, abs=0.1)

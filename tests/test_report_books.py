@@ -12,17 +12,20 @@ import pytest
 
 from kvdoctor.cli import main
 from kvdoctor.ingest.recording import Frame, load_frames
-from kvdoctor.report.markdown import render_markdown
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 SHORT, LATER = PAIRS / "batchcap_before.jsonl.gz", PAIRS / "kv2x_before.jsonl.gz"
 
 
-def _report(*argv: str) -> dict:
+def _report(*argv: str, fmt: str = "json") -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["report", *argv, "--format", "json"]) == 0
-    return json.loads(out.getvalue())
+        assert main(["report", *argv, "--format", fmt]) == 0
+    return out.getvalue()
+
+
+def _json(*argv: str) -> dict:  # type: ignore[type-arg]
+    return json.loads(_report(*argv))
 
 
 def _span_h(frames: list[Frame]) -> float:
@@ -41,7 +44,7 @@ def _write(path: Path, frames: list[Frame], shift: float = 0.0) -> None:
 
 
 def test_recordings_of_different_spans_are_each_charged_only_their_own_hours():
-    doc = _report(str(SHORT), str(LATER), "--gpu-hour-cost", "2", "--step", "5s")
+    doc = _json(str(SHORT), str(LATER), "--gpu-hour-cost", "2", "--step", "5s")
     by = {e["target"]: e for e in doc["targets"]}
     for path in (SHORT, LATER):
         e, own = by[path.name.removesuffix(".jsonl.gz")], _span_h(load_frames(path))
@@ -67,7 +70,7 @@ def test_an_autoscaled_fleet_is_billed_for_the_replicas_that_ran(tmp_path):
     _write(tmp_path / "r3b.jsonl.gz", part["r3b"], shift=600.0)  # scraped again 10 minutes later
     for f in ("r3a", "r3b"):
         (tmp_path / f"{f}.target").write_text("r3:8000\n")
-    doc = _report(*(str(tmp_path / f"{n}.jsonl.gz") for n in ("r1", "r2", "r3a", "r3b")),
+    doc = _json(*(str(tmp_path / f"{n}.jsonl.gz") for n in ("r1", "r2", "r3a", "r3b")),
                   "--gpu-hour-cost", "3", "--gpus-per-target", "2", "--step", "5s")  # fmt: skip
     by = {e["target"]: e for e in doc["targets"]}
     assert set(by) == {"r1", "r2", "r3:8000"}  # the two r3 files are one target, named by their sidecar
@@ -90,7 +93,8 @@ def test_an_empty_sidecar_is_an_error_naming_it(tmp_path, capsys):
 
 
 def test_with_an_slo_the_report_adds_what_the_plans_configuration_would_have_cost():
-    doc = _report(str(SHORT), "--gpu-hour-cost", "2", "--slo", "ttft_p95=2s")
+    argv = (str(SHORT), "--gpu-hour-cost", "2", "--slo", "ttft_p95=2s")
+    doc = _json(*argv)
     pl = doc["planned"]
     assert pl["slos"] == {"ttft_p95_s": 2.0}
     (row,) = pl["targets"]
@@ -101,7 +105,7 @@ def test_with_an_slo_the_report_adds_what_the_plans_configuration_would_have_cos
     by_hand = sum(h["replicas"] * h["hours"] for h in row["hourly"])
     assert row["replica_hours"] == pytest.approx(by_hand, abs=1e-4)
     assert row["cost_usd"] == pytest.approx(2 * row["gpu_hours"], abs=0.01)
-    md = render_markdown(doc)
+    md = _report(*argv, fmt="md")
     assert "## Planned for ttft_p95 ≤ 2 s" in md and "| batchcap_before | --max-num-seqs" in md
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from dataclasses import replace
 
 from kvdoctor.report.build import build_report
+from kvdoctor.report.document import Report
 from kvdoctor.report.economics import Prices
 from kvdoctor.report.history import History
 from kvdoctor.report.markdown import render_markdown
@@ -17,7 +18,7 @@ HOSTILE = "evil|model\n| x | <script>alert(1)</script> [click](https://evil.exam
 T0 = 1796000400.0
 
 
-def hostile_doc() -> dict[str, Any]:
+def hostile_doc() -> Report:
     """Two hours of a target and model named HOSTILE, KV-bound for 20 minutes (an incident) in the middle."""
     history = History("kvdoctor serve")
     ev = {"requests_per_s": 2.0, "generation_tokens_per_s": 400.0, "prompt_tokens_per_s": 900.0, "kv_usage": 0.5,
@@ -31,9 +32,8 @@ def hostile_doc() -> dict[str, Any]:
                       evidence={**ev, "kv_usage": 0.97} if bound else ev)  # fmt: skip
         history.observe([d], t, 15.0)
     doc = build_report(history, Prices(2.5, 1, None, None), now=T0 + 7200)
-    doc["notes"].append(HOSTILE)
-    assert doc["targets"] and doc["incidents"], doc["incidents"]
-    return doc
+    assert doc.targets and doc.incidents, doc.incidents
+    return replace(doc, notes=(*doc.notes, HOSTILE))
 
 
 def _table_rows(md: str, header: str) -> list[str]:

@@ -42,7 +42,7 @@ def page(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     doc = build_report(fleet.history, Prices(2.5, 2, 0.5, 1.5), now=T0 + 7 * 3600)
     path = tmp_path_factory.mktemp("page") / "report.html"
     path.write_text(render_html(doc), encoding="utf-8")
-    return path, doc
+    return path, doc.to_json()
 
 
 def chart_state(tmp_path: Path, path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess[str]]:  # type: ignore[type-arg]

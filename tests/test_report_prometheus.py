@@ -59,7 +59,7 @@ def prometheus_pack(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def test_same_report_as_from_the_recordings(fleet: Fleet, prometheus: str, tmp_path: Path) -> None:
-    want = build_report(fleet.history, PRICES, now=0)
+    want = build_report(fleet.history, PRICES, now=0).to_json()
     out = tmp_path / "r.json"
     args = ["report", "--prometheus-url", prometheus, "--start", str(T0), "--end", str(LAST_GRID),
             "--step", "60s", "--gpu-hour-cost", "2.5", "--gpus-per-target", "2", "--api-price-in", "0.5",
@@ -74,10 +74,10 @@ def test_same_report_as_from_the_recordings(fleet: Fleet, prometheus: str, tmp_p
 
 
 def test_same_report_from_the_rule_packs_series_alone(fleet: Fleet, prometheus_pack: str) -> None:
-    want = build_report(fleet.history, PRICES, now=0)
+    want = build_report(fleet.history, PRICES, now=0).to_json()
     history = from_prometheus(PromClient(prometheus_pack), T0, LAST_GRID, STEP_S)
     assert history.source.endswith("(classified from the rule pack's series)")
-    got = build_report(history, PRICES, now=0)
+    got = build_report(history, PRICES, now=0).to_json()
     for doc in (got, want):
         doc.pop("source")
     assert got == want

@@ -26,7 +26,7 @@ def test_replicas_that_take_turns_are_not_counted_as_running_together() -> None:
     for i in range(30):
         h.add("first", "m", Step(T0 + 60 * i, 60.0, "healthy", generation_tokens=60.0, gen_tps=1.0))
         h.add("second", "m", Step(T0 + 1800 + 60 * i, 60.0, "healthy", generation_tokens=120.0, gen_tps=2.0))
-    doc = build_report(h, Prices())
+    doc = build_report(h, Prices()).to_json()
     f = doc["fleet"]
     assert f["generation_tokens"] == 30 * 60 + 30 * 120
     assert f["generation_tokens_per_s"] == pytest.approx((30 * 60 + 30 * 120) / 3600)
@@ -109,11 +109,11 @@ def test_running_over_cap_is_unknown_where_no_cap_is_known() -> None:
         h.add(
             "capped", "m", Step(T0 + 60 * i, 60.0, "batch_cap", generation_tokens=60.0, running=4.0, cap=4.0)
         )
-    doc = build_report(h, Prices())
-    by = {e["target"]: e for e in doc["targets"]}
+    report = build_report(h, Prices())
+    by = {e["target"]: e for e in report.to_json()["targets"]}
     assert by["nocap"]["running_over_cap"]["max"] is None  # not "0 %" of a cap nobody knows
     assert by["capped"]["running_over_cap"]["max"] == 1.0
-    md = render_markdown(doc)
+    md = render_markdown(report)
     traffic = md[md.index("## Traffic and capacity use") :]
     row = next(x for x in traffic.splitlines() if x.startswith("| nocap |"))
     assert row.split("|")[10].strip() == "–"
