@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.cli import main
-from kvdoctor.report.build import ReportError, build_report
+from kvdoctor.report.build import build_report
 from kvdoctor.report.document import Report
 from kvdoctor.report.economics import Prices
-from kvdoctor.report.history import History
+from kvdoctor.report.history import History, ReportError
 from tests.support.fleet import DIRS, HOURS, PLAN, STEP_S, T0, Fleet
 
 PRICES = Prices(gpu_hour_usd=2.5, gpus_per_target=2, api_in_usd=0.5, api_out_usd=1.5)

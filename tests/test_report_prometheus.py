@@ -11,8 +11,9 @@ import pytest
 
 from kvdoctor.cli import main
 from kvdoctor.export.openmetrics import export_openmetrics
-from kvdoctor.report.build import ReportError, build_report
+from kvdoctor.report.build import build_report
 from kvdoctor.report.economics import Prices
+from kvdoctor.report.history import ReportError
 from kvdoctor.report.promrange import from_prometheus
 from kvdoctor.sources.client import PromClient
 from tests.support.fleet import LAST_GRID, STEP_S, T0, Fleet

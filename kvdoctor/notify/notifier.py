@@ -42,7 +42,7 @@ class Notifier:
             self.outbox.start_over(f"its lifecycle state does not load ({type(exc).__name__}: {exc})")
             self.lifecycle = Lifecycle(config)
         self._lock = threading.Lock()
-        self._saved_sig: tuple = ()
+        self._saved_sig: tuple[object, ...] = ()
         self._saved_at = float("-inf")
         self._pruned_at = 0.0
         links = Links(config.status_page_url, config.grafana_url)
@@ -93,7 +93,7 @@ class Notifier:
             log.info("notification %s %s (%d alerts)", ev.kind, ev.key, len(ev.alerts))
         return events
 
-    def _signature(self) -> tuple:
+    def _signature(self) -> tuple[object, ...]:
         lc = self.lifecycle
         alerts = tuple((a.key, a.status, a.announced, a.silenced, a.severity) for a in lc.alerts.values())
         return alerts, tuple((g.key, g.seq) for g in lc.groups.values()), len(lc.recently_resolved)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import html
 import json
 
-from kvdoctor.report.build import ReportError, build_report
+from kvdoctor.report.build import build_report
 from kvdoctor.report.document import scrubbed
 from kvdoctor.report.economics import Prices, parse_usd
-from kvdoctor.report.history import History
+from kvdoctor.report.history import History, ReportError
 from kvdoctor.report.markdown import render_markdown
 from kvdoctor.report.page import ASSETS, asset, render_html
 

@@ -222,7 +222,7 @@ def storage_families(storage: Mapping[str, FileHealth]) -> Iterator[Metric]:
 def make_registry(state: DaemonState) -> CollectorRegistry:
     """A private registry: kvdoctor's collector plus the process_* metrics every exporter has."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(DiagnosisCollector(state))  # type: ignore[arg-type]
+    reg.register(DiagnosisCollector(state))
     # resident memory, CPU seconds, open fds…: what watching the watcher needs (read from /proc on Linux)
     ProcessCollector(registry=reg)
     return reg
