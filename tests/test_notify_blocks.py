@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from kvdoctor import fmt
+from kvdoctor.notify.alerts import Event
 from kvdoctor.notify.blocks import Links, event_message, probe_message
 from kvdoctor.notify.config import NotifyConfig
-from kvdoctor.notify.lifecycle import Event, Lifecycle
+from kvdoctor.notify.lifecycle import Lifecycle
 from tests.notify_support.diagnoses import kv_incident
 
 LINKS = Links("http://kvdoctor:9400", "http://grafana/d/kvdoctor")

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kvdoctor.notify import Notifier, parse_notify_config
+from kvdoctor.notify.alerts import Event
 from kvdoctor.notify.blocks import Links, escape, event_message, link_url
-from kvdoctor.notify.lifecycle import Event
 from kvdoctor.verdicts import Advice, Diagnosis, Finding
 from tests.notify_support.fake_slack import FakeSlack
 

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from slack_sdk.models.blocks import Block
 
 from kvdoctor import fmt
-from kvdoctor.notify.lifecycle import Event
+from kvdoctor.notify.alerts import Event
 from kvdoctor.signals import FINDINGS, SIGNALS
 
 ICONS = {"critical": ":red_circle:", "warning": ":large_orange_circle:", "info": ":large_blue_circle:"}

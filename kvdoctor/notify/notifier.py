@@ -8,9 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvdoctor.notify.alertmanager import AlertmanagerSink
+from kvdoctor.notify.alerts import Event
 from kvdoctor.notify.blocks import Links
 from kvdoctor.notify.config import NotifyConfig
-from kvdoctor.notify.lifecycle import Event, Lifecycle
+from kvdoctor.notify.lifecycle import Lifecycle
 from kvdoctor.notify.outbox import Outbox
 from kvdoctor.notify.redact import redact, redacting_logger
 from kvdoctor.notify.slack import SlackSink

@@ -11,9 +11,9 @@ from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
 from slack_sdk.webhook import WebhookClient
 
+from kvdoctor.notify.alerts import Event
 from kvdoctor.notify.blocks import Links, event_message, probe_message
 from kvdoctor.notify.config import SlackConfig
-from kvdoctor.notify.lifecycle import Event
 from kvdoctor.notify.outbox import Item, Outbox
 from kvdoctor.notify.redact import describe_error, redact, redacting_logger
 from kvdoctor.notify.worker import Result

@@ -7,7 +7,6 @@ from dataclasses import replace
 
 from kvdoctor.report.document import (
     FleetFigures,
-    FleetSizing,
     HourRow,
     ModelCapacity,
     PriceEcho,
@@ -19,6 +18,7 @@ from kvdoctor.report.document import (
 from kvdoctor.report.economics import Prices, capacity, costs, sizing
 from kvdoctor.report.history import History, Key, KeyHistory, ReportError
 from kvdoctor.report.recommend import recommendations
+from kvdoctor.report.rows import FleetSizing
 from kvdoctor.report.summary import (
     covered,
     hour_tps,

@@ -6,8 +6,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from kvdoctor.report.document import Costs, FleetSizing, Sizing, Summary
 from kvdoctor.report.history import Hour
+from kvdoctor.report.rows import Costs, FleetSizing, Sizing, Summary
 from kvdoctor.report.summary import covered, hour_tps
 
 QUIET_QUANTILE = 0.25  # "quiet hours": the fleet's traffic at its 25th-percentile hour

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvdoctor.report.document import Costs, FleetSizing, Sizing, Summary
+from kvdoctor.report.rows import Costs, FleetSizing, Sizing, Summary
 
 
 def exact(v: float | int | None, digits: int = 1) -> str:

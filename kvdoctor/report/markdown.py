@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 
-from kvdoctor.report.document import Closeness, Planned, Report
+from kvdoctor.report.document import Planned, Report
 from kvdoctor.report.figures import Row
 from kvdoctor.report.figures import dollars as _usd
 from kvdoctor.report.figures import exact as _n
 from kvdoctor.report.figures import percent as _pct
 from kvdoctor.report.history import CLASSES
+from kvdoctor.report.rows import Closeness
 
 # ASCII punctuation that starts Markdown syntax (emphasis, links, tables, HTML): backslash-escaped in outside text
 _MARKUP = re.compile(r"([\\`*_\[\]{}<>|#!~&])")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kvdoctor.report.document import Closeness, Incident, Number, Recommendation, Report
+from kvdoctor.report.document import Incident, Number, Recommendation, Report
 from kvdoctor.report.economics import Prices
+from kvdoctor.report.rows import Closeness
 
 WEEK_H = 168.0
 IDLE_HEAVY = 0.5  # a replica idle at least half the time

@@ -6,9 +6,10 @@ import time
 from collections.abc import Iterable
 
 from kvdoctor.promql.quantile import quantile
-from kvdoctor.report.document import Closeness, Distribution, HeatCell, Incident, Summary, Traffic
+from kvdoctor.report.document import Incident
 from kvdoctor.report.figures import percent as pct
 from kvdoctor.report.history import BINS, CLASSES, Hour, KeyHistory, Segment
+from kvdoctor.report.rows import Closeness, Distribution, HeatCell, Summary, Traffic
 from kvdoctor.verdicts import LIMITS
 
 KV_LIMIT = 0.85  # the pack's kv_cache threshold on peak KV usage
