@@ -174,10 +174,22 @@ def test_a_malformed_listen_flag_is_a_usage_error(command, capsys):
 def test_serve_names_a_missing_web_config_instead_of_a_traceback(tmp_path):
     missing = tmp_path / "web.yml"
     proc = subprocess.run(
-        [sys.executable, "-m", "kvdoctor", "serve", "--target", "http://127.0.0.1:9/metrics", "--listen",
-         "127.0.0.1:0", "--web-config", str(missing)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "kvdoctor",
+            "serve",
+            "--target",
+            "http://127.0.0.1:9/metrics",
+            "--listen",
+            "127.0.0.1:0",
+            "--web-config",
+            str(missing),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"kvdoctor serve: {missing}: No such file or directory" in proc.stderr
     assert "Traceback" not in proc.stderr

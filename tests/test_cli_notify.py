@@ -49,8 +49,11 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str],
 def test_bot_and_alertmanager_one_line_each(
     tmp_path: Path, slack: FakeSlack, am: Recorder, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = write(tmp_path, f"notify:\n  slack: {{token: {TOKEN}, channel: '#vllm', base_url: '{slack.api_url}'}}\n"
-                          f"  alertmanager: {{url: '{am.url}'}}\n")  # fmt: skip
+    cfg = write(
+        tmp_path,
+        f"notify:\n  slack: {{token: {TOKEN}, channel: '#vllm', base_url: '{slack.api_url}'}}\n"
+        f"  alertmanager: {{url: '{am.url}'}}\n",
+    )
     rc, lines, err = run(capsys, "--config", cfg)
     assert rc == 0, err
     assert lines == [
@@ -86,8 +89,11 @@ def test_one_failing_sink_exits_3(
     broken = Recorder(status=500)
     try:
         slack.set_mode("error:channel_not_found")
-        cfg = write(tmp_path, f"notify:\n  slack: {{token: {TOKEN}, channel: '#nope', base_url: '{slack.api_url}'}}\n"
-                              f"  alertmanager: {{urls: ['{broken.url}', 'http://admin:hunter22@127.0.0.1:9']}}\n")  # fmt: skip
+        cfg = write(
+            tmp_path,
+            f"notify:\n  slack: {{token: {TOKEN}, channel: '#nope', base_url: '{slack.api_url}'}}\n"
+            f"  alertmanager: {{urls: ['{broken.url}', 'http://admin:hunter22@127.0.0.1:9']}}\n",
+        )
         rc, lines, err = run(capsys, "--config", cfg)
     finally:
         broken.close()
@@ -109,14 +115,17 @@ def test_no_sink_configured_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_every_config_error_listed_with_file_and_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = write(tmp_path, "interval: 15s\n"
-                          "notify:\n"
-                          f"  slack: {{token: {TOKEN}}}\n"
-                          "  alertmanager:\n"
-                          "    url: not-a-url\n"
-                          "  repeat_interval: soon\n"
-                          "  silences:\n"
-                          "    - comment: no matchers\n")  # fmt: skip
+    cfg = write(
+        tmp_path,
+        "interval: 15s\n"
+        "notify:\n"
+        f"  slack: {{token: {TOKEN}}}\n"
+        "  alertmanager:\n"
+        "    url: not-a-url\n"
+        "  repeat_interval: soon\n"
+        "  silences:\n"
+        "    - comment: no matchers\n",
+    )
     monkeypatch.setenv("KVDOCTOR_SLACK_BASE_URL", "ftp://proxy")
     rc, lines, err = run(capsys, "--config", cfg)
     assert rc == 2 and lines == []

@@ -21,15 +21,42 @@ from tests.support.prometheus import PrometheusServer, backfill, binaries
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BATCHCAP = PAIRS / "batchcap_before.jsonl.gz"  # max_num_seqs 4, 24 closed-loop clients: 20 wait
-Q_KEYS = {"ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s", "queue_time_p95_s", "generation_tokens_per_s",
-          "requests_per_s", "running", "waiting", "kv_usage_max", "preemptions_per_s", "bottleneck"}  # fmt: skip
-SATURATION_KEYS = {"overloaded", "arrivals_requests_per_s", "capacity_requests_per_s",
-                   "capacity_generation_tokens_per_s", "capacity_requests_per_s_per_replica",
-                   "capacity_generation_tokens_per_s_per_replica", "queue_growth_requests_per_s",
-                   "ttft_growth_s_per_minute", "ttft_reaches_s", "ttft_reaches_after_s",
-                   "duration_dependent"}  # fmt: skip
-SHAPE = {"changes", "replicas", "predicted", "margins", "meets_slos", "cost_per_hour_usd",
-         "cost_per_1m_generation_tokens_usd"}  # fmt: skip
+Q_KEYS = {
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "itl_p50_s",
+    "itl_p95_s",
+    "queue_time_p95_s",
+    "generation_tokens_per_s",
+    "requests_per_s",
+    "running",
+    "waiting",
+    "kv_usage_max",
+    "preemptions_per_s",
+    "bottleneck",
+}
+SATURATION_KEYS = {
+    "overloaded",
+    "arrivals_requests_per_s",
+    "capacity_requests_per_s",
+    "capacity_generation_tokens_per_s",
+    "capacity_requests_per_s_per_replica",
+    "capacity_generation_tokens_per_s_per_replica",
+    "queue_growth_requests_per_s",
+    "ttft_growth_s_per_minute",
+    "ttft_reaches_s",
+    "ttft_reaches_after_s",
+    "duration_dependent",
+}
+SHAPE = {
+    "changes",
+    "replicas",
+    "predicted",
+    "margins",
+    "meets_slos",
+    "cost_per_hour_usd",
+    "cost_per_1m_generation_tokens_usd",
+}
 
 
 def _plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
@@ -42,8 +69,19 @@ def plan_2s() -> dict:
     """The batch-capped recording planned for TTFT p95 ≤ 2 s and ITL p50 ≤ 50 ms at $2.50 per GPU-hour."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = main(["plan", str(BATCHCAP), "--slo", "ttft_p95=2s", "--slo", "itl_p50=50ms",
-                   "--gpu-hour-cost", "2.5", "--json"])  # fmt: skip
+        rc = main(
+            [
+                "plan",
+                str(BATCHCAP),
+                "--slo",
+                "ttft_p95=2s",
+                "--slo",
+                "itl_p50=50ms",
+                "--gpu-hour-cost",
+                "2.5",
+                "--json",
+            ]
+        )
     assert rc == 0
     return json.loads(out.getvalue())
 
@@ -93,8 +131,9 @@ def test_an_impossible_slo_is_infeasible_and_names_the_closest(capsys):
 def test_twice_the_rate_needs_at_least_as_many_replicas(plan_2s, capsys):
     snaps = recording_snaps(BATCHCAP)
     rate = measure(in_window(snaps, *default_window(snaps))).requests_per_s
-    rc, x2 = _plan(capsys, str(BATCHCAP), "--slo", "ttft_p95=2s", "--slo", "itl_p50=50ms",
-                   "--rate", f"{2 * rate:.6f}")  # fmt: skip
+    rc, x2 = _plan(
+        capsys, str(BATCHCAP), "--slo", "ttft_p95=2s", "--slo", "itl_p50=50ms", "--rate", f"{2 * rate:.6f}"
+    )
     assert rc == 0 and x2["load"] == pytest.approx(2.0, rel=1e-3)
     assert x2["chosen"]["meets_slos"]
     assert x2["chosen"]["replicas"] >= plan_2s["chosen"]["replicas"]
@@ -158,8 +197,17 @@ def test_a_prometheus_target_is_planned_from_what_prometheus_holds(tmp_path, cap
     recordings_to_openmetrics([(str(BATCHCAP), "gpu-1:8000", time.time() - 120 - last)], om)
     backfill(om, tmp_path / "tsdb", promtool=found[1])
     with PrometheusServer(tmp_path / "tsdb", tmp_path, binary=found[0]) as prom:
-        rc, doc = _plan(capsys, "--prometheus-url", prom.url, "--target", "gpu-1:8000", "--duration", "10m",
-                        "--slo", "ttft_p95=2s")  # fmt: skip
+        rc, doc = _plan(
+            capsys,
+            "--prometheus-url",
+            prom.url,
+            "--target",
+            "gpu-1:8000",
+            "--duration",
+            "10m",
+            "--slo",
+            "ttft_p95=2s",
+        )
     assert rc == 0 and doc["feasible"]
     assert doc["current"]["predicted"]["ttft_p95_s"] > 2.0
     assert doc["chosen"]["changes"].get("max_num_seqs", 4) > 4 or doc["chosen"]["replicas"] > 1

@@ -15,13 +15,33 @@ from tests.support.prometheus import PrometheusServer, backfill, binaries
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BEFORE = PAIRS / "batchcap_before.jsonl.gz"
-Q_KEYS = {"ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s", "queue_time_p95_s", "generation_tokens_per_s",
-          "requests_per_s", "running", "waiting", "kv_usage_max", "preemptions_per_s", "bottleneck"}  # fmt: skip
-SATURATION_KEYS = {"overloaded", "arrivals_requests_per_s", "capacity_requests_per_s",
-                   "capacity_generation_tokens_per_s", "capacity_requests_per_s_per_replica",
-                   "capacity_generation_tokens_per_s_per_replica", "queue_growth_requests_per_s",
-                   "ttft_growth_s_per_minute", "ttft_reaches_s", "ttft_reaches_after_s",
-                   "duration_dependent"}  # fmt: skip
+Q_KEYS = {
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "itl_p50_s",
+    "itl_p95_s",
+    "queue_time_p95_s",
+    "generation_tokens_per_s",
+    "requests_per_s",
+    "running",
+    "waiting",
+    "kv_usage_max",
+    "preemptions_per_s",
+    "bottleneck",
+}
+SATURATION_KEYS = {
+    "overloaded",
+    "arrivals_requests_per_s",
+    "capacity_requests_per_s",
+    "capacity_generation_tokens_per_s",
+    "capacity_requests_per_s_per_replica",
+    "capacity_generation_tokens_per_s_per_replica",
+    "queue_growth_requests_per_s",
+    "ttft_growth_s_per_minute",
+    "ttft_reaches_s",
+    "ttft_reaches_after_s",
+    "duration_dependent",
+}
 
 
 def test_json_has_the_documented_shape_and_the_change_shows(capsys):
@@ -76,15 +96,17 @@ def test_throughput_above_a_thousand_is_written_out_not_in_exponent_notation(sha
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(["--set", "max_num_sequences=12"], "unknown knob 'max_num_sequences'"),
-     (["--set", "max_num_seqs=0"], "max_num_seqs must be a positive whole number"),
-     (["--set", "max_num_seqs=4096"], "above max_num_batched_tokens"),
-     (["--set", "gpu_memory_utilization=0.95"], "needs --gpu"),
-     ([], "at least one change"),
-     (["--set", "load=2", "--window", "0:5"], "needs at least 5"),
-     (["--set", "load=2", "--window", "9:1"], "FROM < TO"),
-     (["--set", "load=2", "--window", "0:5.9"], "the what-if needs at least 5")],
-)  # fmt: skip
+    [
+        (["--set", "max_num_sequences=12"], "unknown knob 'max_num_sequences'"),
+        (["--set", "max_num_seqs=0"], "max_num_seqs must be a positive whole number"),
+        (["--set", "max_num_seqs=4096"], "above max_num_batched_tokens"),
+        (["--set", "gpu_memory_utilization=0.95"], "needs --gpu"),
+        ([], "at least one change"),
+        (["--set", "load=2", "--window", "0:5"], "needs at least 5"),
+        (["--set", "load=2", "--window", "9:1"], "FROM < TO"),
+        (["--set", "load=2", "--window", "0:5.9"], "the what-if needs at least 5"),
+    ],
+)
 def test_bad_input_exits_two_naming_the_flag_or_window(argv, message, capsys):
     assert main(["whatif", str(BEFORE), *argv]) == 2
     err = capsys.readouterr().err
@@ -109,8 +131,21 @@ def test_missing_recording_exits_two(tmp_path, capsys):
 def test_live_server_is_sampled_like_check(shared_032, capsys):
     server = ReplayServer(Playlist([shared_032 / "batch_cap.jsonl.gz"], start_offset_s=60)).start()
     try:
-        code = main(["whatif", server.url, "--duration", "8", "--interval", "1", "--set", "max_num_seqs=8",
-                     "--max-num-seqs", "4", "--json"])  # fmt: skip
+        code = main(
+            [
+                "whatif",
+                server.url,
+                "--duration",
+                "8",
+                "--interval",
+                "1",
+                "--set",
+                "max_num_seqs=8",
+                "--max-num-seqs",
+                "4",
+                "--json",
+            ]
+        )
     finally:
         server.stop()
     out = capsys.readouterr()
@@ -131,8 +166,22 @@ def test_prometheus_target(tmp_path, capsys):
     storage = tmp_path / "tsdb"
     backfill(om, storage, promtool=found[1])
     with PrometheusServer(storage, tmp_path, binary=found[0]) as prom:
-        code = main(["whatif", "--prometheus-url", prom.url, "--target", "gpu-1:8000", "--duration", "10m",
-                     "--interval", "1", "--set", "max_num_seqs=12", "--json"])  # fmt: skip
+        code = main(
+            [
+                "whatif",
+                "--prometheus-url",
+                prom.url,
+                "--target",
+                "gpu-1:8000",
+                "--duration",
+                "10m",
+                "--interval",
+                "1",
+                "--set",
+                "max_num_seqs=12",
+                "--json",
+            ]
+        )
         out = capsys.readouterr()
         assert code == 0, out.err
         doc = json.loads(out.out)

@@ -61,8 +61,16 @@ def test_credentials_never_show(tmp_path):
 
 def test_file_sd_targets_and_facts(tmp_path):
     sd = tmp_path / "targets.json"
-    sd.write_text(json.dumps([{"targets": ["gpu-1:8000", "gpu-2:8000"],
-                               "labels": {"kvdoctor_max_num_seqs": "256", "team": "llm"}}]))  # fmt: skip
+    sd.write_text(
+        json.dumps(
+            [
+                {
+                    "targets": ["gpu-1:8000", "gpu-2:8000"],
+                    "labels": {"kvdoctor_max_num_seqs": "256", "team": "llm"},
+                }
+            ]
+        )
+    )
     f = tmp_path / "k.yml"
     f.write_text(f"file_sd:\n  - files: ['{tmp_path}/*.json']\n")
     disc = FileDiscovery(load_config(str(f), {}).file_sd)

@@ -28,6 +28,7 @@ SCHEMA_FLOOR = 39  # Grafana migrates older schemas forward; emit nothing newer 
 DATASOURCE_UIDS = {"${datasource}", "$datasource", "-- Grafana --"}
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|([A-Za-z_][A-Za-z0-9_]*))")
 _HIST_SUFFIXES = ("_bucket", "_sum", "_count")
+# A data table, the class → colour map as the dashboards' value mappings hold it (fmt: skip keeps it two lines).
 CLASS_COLOURS = {"unknown": "#8e8e8e", "idle": "blue", "healthy": "green", "batch_cap": "yellow",
                  "compute": "orange", "kv_cache": "red"}  # fmt: skip
 

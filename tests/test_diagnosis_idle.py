@@ -23,9 +23,14 @@ CADENCES = pytest.mark.parametrize("cadence", [1.0, 5.0, 15.0, 30.0], ids=["1s",
 WINDOW_S = 15.0  # no verdict before two scrapes this far apart (kvdoctor:window:ready)
 # Light loads with lulls: open loop at 1 and 2 req/s (V0 and V1), one closed-loop worker with long prompts, open loop
 # 1 req/s with a shared prefix (running 0 in most scrapes).
-LIGHT = {("vllm-0.8.5-cpu", "healthy_rate1.jsonl.gz"), ("vllm-0.8.5-cpu", "healthy.jsonl.gz"),
-         ("vllm-0.32-cpu-field", "longprompt.jsonl.gz"), ("vllm-0.32-cpu-field", "prefix_head.jsonl.gz"),
-         ("vllm-0.32-cpu", "healthy.jsonl.gz"), ("vllm-0.10.2-cpu", "healthy.jsonl.gz")}  # fmt: skip
+LIGHT = {
+    ("vllm-0.8.5-cpu", "healthy_rate1.jsonl.gz"),
+    ("vllm-0.8.5-cpu", "healthy.jsonl.gz"),
+    ("vllm-0.32-cpu-field", "longprompt.jsonl.gz"),
+    ("vllm-0.32-cpu-field", "prefix_head.jsonl.gz"),
+    ("vllm-0.32-cpu", "healthy.jsonl.gz"),
+    ("vllm-0.10.2-cpu", "healthy.jsonl.gz"),
+}
 WINDOWS = labelled_windows()
 LIGHT_WINDOWS = [w for w in WINDOWS if (w["dir"], w["file"]) in LIGHT and w["expected"] == "healthy"]
 # and the light open-loop phases (0.1-0.4 req/s) that open the ramps on two model shapes (head_dim 64 and 128)

@@ -26,7 +26,10 @@ def test_prefill_bound_load_is_compute_with_prefill_advice(cadence):
     assert d.evidence["prefill_decode_ratio"] >= 8
     flags = [a.flag for a in d.advice]
     assert flags[:5] == [
-        "prefill", "--enable-prefix-caching", "--max-num-batched-tokens", "--long-prefill-token-threshold",
+        "prefill",
+        "--enable-prefix-caching",
+        "--max-num-batched-tokens",
+        "--long-prefill-token-threshold",
         "disaggregated prefill",
-    ]  # fmt: skip
+    ]
     assert "mean inter-token latency" in d.advice[0].text and "TTFT" in d.advice[2].text

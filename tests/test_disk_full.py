@@ -80,8 +80,13 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
 ) -> None:
     slack = FakeSlack()
     with running_alertmanager(tmp_path) as (am_url, rx):
-        section = {"for": "1m", "resolve_after": "1m", "retry": {"initial": 0.05, "max": 0.2},
-                   "slack": {"timeout": 1, "retries": 0}, "alertmanager": {"url": am_url}}  # fmt: skip
+        section = {
+            "for": "1m",
+            "resolve_after": "1m",
+            "retry": {"initial": 0.05, "max": 0.2},
+            "slack": {"timeout": 1, "retries": 0},
+            "alertmanager": {"url": am_url},
+        }
         env = {
             "KVDOCTOR_SLACK_TOKEN": TOKEN,
             "KVDOCTOR_SLACK_CHANNEL": "#vllm",
@@ -151,8 +156,11 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
 
 
 def _daemon(state: Path, clock: ManualClock) -> Daemon:
-    d = Daemon(Config(targets=[], state_file=str(state / "state.json"), interval_s=5.0),
-               load_files(default_rule_files()), clock=clock)  # fmt: skip
+    d = Daemon(
+        Config(targets=[], state_file=str(state / "state.json"), interval_s=5.0),
+        load_files(default_rule_files()),
+        clock=clock,
+    )
     d.storage_grace_s = 0.0  # report an outage at once (the default waits 5 minutes)
     return d
 

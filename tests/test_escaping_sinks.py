@@ -78,8 +78,15 @@ def test_the_runbook_page_shows_a_hostile_rule_as_text(tmp_path: Path) -> None:
 
 
 def test_alertmanager_annotations_carry_text_as_written_and_only_web_runbook_links() -> None:
-    alert = {"target": "t", "model_name": "<!channel>", "finding": "kv_cache", "severity": "warning",
-             "summary": "KV full on <!channel>\nline two", "advice": [], "runbook": "javascript:alert(1)"}  # fmt: skip
+    alert = {
+        "target": "t",
+        "model_name": "<!channel>",
+        "finding": "kv_cache",
+        "severity": "warning",
+        "summary": "KV full on <!channel>\nline two",
+        "advice": [],
+        "runbook": "javascript:alert(1)",
+    }
     out = to_alert(alert, AlertmanagerConfig(urls=["http://am"]), 1.0e9)
     assert (
         out["labels"]["model_name"] == "<!channel>"

@@ -36,8 +36,13 @@ def web_server(timeouts: Timeouts = SHORT) -> Iterator[WebServer]:
         target.record(1.0, True, duration_s=0.02, samples=381)
         state.set_target(target)
     state.publish([], 1000.0, 0.01, 0)
-    web = WebServer(state, make_registry(state), listen="127.0.0.1:0", reload=lambda: (True, "reloaded"),
-                    timeouts=timeouts)  # fmt: skip
+    web = WebServer(
+        state,
+        make_registry(state),
+        listen="127.0.0.1:0",
+        reload=lambda: (True, "reloaded"),
+        timeouts=timeouts,
+    )
     web.start()
     try:
         yield web
@@ -62,13 +67,19 @@ def test_a_hundred_slow_connections_do_not_delay_metrics_or_health(server: WebSe
     sources = [f"127.0.0.{2 + i}" if clients == "a hundred clients" else "" for i in range(100)]
     slow = [SlowClient(server.address, every=0.2, source=src) for src in sources]
     try:
-        until(lambda: all(c.sent >= 2 or c.closed_after is not None for c in slow), timeout=20,
-              what="every slow client to be mid-request")  # fmt: skip
+        until(
+            lambda: all(c.sent >= 2 or c.closed_after is not None for c in slow),
+            timeout=20,
+            what="every slow client to be mid-request",
+        )
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(_ok, [server.url + p for p in ("metrics", "-/healthy") * 20]))
         # each is cut off: made room for a newer connection, or ran out of time for its headers
-        until(lambda: all(c.closed_after is not None for c in slow), timeout=SHORT.header + 10,
-              what="the server to cut off every slow client")  # fmt: skip
+        until(
+            lambda: all(c.closed_after is not None for c in slow),
+            timeout=SHORT.header + 10,
+            what="the server to cut off every slow client",
+        )
     finally:
         for c in slow:
             c.stop()
@@ -145,10 +156,18 @@ def test_idle_connections_to_a_tls_server_are_cut_off_after_the_handshake_timeou
     cfg.write_text(f"tls_server_config:\n  cert_file: {pki}/server.pem\n  key_file: {pki}/server.key\n")
     state = DaemonState()
     # a handshake timeout longer than the client's: an answer proves the idle connections do not hold it up
-    web = WebServer(state, make_registry(state), listen="127.0.0.1:0", web_config=str(cfg),
-                    timeouts=Timeouts(handshake=5.0))  # fmt: skip
+    web = WebServer(
+        state,
+        make_registry(state),
+        listen="127.0.0.1:0",
+        web_config=str(cfg),
+        timeouts=Timeouts(handshake=5.0),
+    )
     web.start()
-    idle = [socket.create_connection(web.address, timeout=15, source_address=(f"127.0.0.{2 + i}", 0)) for i in range(50)]  # fmt: skip
+    idle = [
+        socket.create_connection(web.address, timeout=15, source_address=(f"127.0.0.{2 + i}", 0))
+        for i in range(50)
+    ]
     try:
         r = requests.get(web.url + "-/healthy", verify=str(pki / "ca.pem"), timeout=4)
         assert r.status_code == 200

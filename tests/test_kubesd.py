@@ -59,8 +59,13 @@ def names(d: KubeDiscovery) -> set[str]:
 
 
 def test_a_pod_becomes_a_target_named_ip_port_with_namespace_pod_and_model() -> None:
-    pod = make_pod("llama-0", "10.0.0.7", labels=STACK, ports={"container-port": 8000, "zmq-port": 55555},
-                   args=["meta-llama/Llama-3.1-8B", "--port", "8000", "--max-num-seqs", "48"])  # fmt: skip
+    pod = make_pod(
+        "llama-0",
+        "10.0.0.7",
+        labels=STACK,
+        ports={"container-port": 8000, "zmq-port": 55555},
+        args=["meta-llama/Llama-3.1-8B", "--port", "8000", "--max-num-seqs", "48"],
+    )
     t = pod_target(pod, KubernetesSD(port="container-port"))
     assert t is not None
     assert (t.name, t.url) == ("10.0.0.7:8000", "http://10.0.0.7:8000/metrics")
@@ -211,12 +216,23 @@ def test_410_gone_relists_and_catches_up_with_what_changed_meanwhile(api: KubeAP
 
 def test_the_daemon_diagnoses_the_pods_it_discovers(api: KubeAPI, tmp_path: Path) -> None:
     clock = ManualClock()  # replay servers and daemon share one clock: a cycle a second, no sleeping
-    servers = {rec: ReplayServer(Playlist([DEMO / f"{rec}.jsonl.gz"], start_offset_s=off, loop=True), clock=clock).start()
-               for rec, off in (("kv_bound", 40.0), ("healthy", 85.0))}  # fmt: skip
+    servers = {
+        rec: ReplayServer(
+            Playlist([DEMO / f"{rec}.jsonl.gz"], start_offset_s=off, loop=True), clock=clock
+        ).start()
+        for rec, off in (("kv_bound", 40.0), ("healthy", 85.0))
+    }
     ports = {rec: int(s.url.rsplit(":", 1)[1].split("/")[0]) for rec, s in servers.items()}
     for rec, port in ports.items():  # each "pod" is a replay server on loopback
-        api.put(make_pod(f"vllm-{rec}", "127.0.0.1", labels=STACK, ports={"container-port": port},
-                         args=["org/model", "--port", str(port)]))  # fmt: skip
+        api.put(
+            make_pod(
+                f"vllm-{rec}",
+                "127.0.0.1",
+                labels=STACK,
+                ports={"container-port": port},
+                args=["org/model", "--port", str(port)],
+            )
+        )
     kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
     cfg = sd_config(
         tmp_path,

@@ -24,16 +24,36 @@ def test_alertname_and_payload_shape() -> None:
         alertname({"bottleneck": "", "finding": "prefix_cache_low_hit_rate"}) == "VLLMPrefixCacheLowHitRate"
     )
     assert rfc3339(T0) == "2025-10-09T08:53:20.000Z"
-    view = {"target": "a:8000", "model_name": "m", "finding": "kv_cache", "severity": "warning",
-            "bottleneck": "kv_cache", "summary": "KV full", "description": "d", "runbook": "https://r",
-            "advice": [{"flag": "--max-num-seqs 48", "text": "cap"}], "status": "firing", "fired_at": T0}  # fmt: skip
+    view = {
+        "target": "a:8000",
+        "model_name": "m",
+        "finding": "kv_cache",
+        "severity": "warning",
+        "bottleneck": "kv_cache",
+        "summary": "KV full",
+        "description": "d",
+        "runbook": "https://r",
+        "advice": [{"flag": "--max-num-seqs 48", "text": "cap"}],
+        "status": "firing",
+        "fired_at": T0,
+    }
     cfg = AlertmanagerConfig(urls=("http://am",), generator_url="http://kvdoctor:9400/")
     a = to_alert(view, cfg, T0 + 30)
-    assert a["labels"] == {"alertname": "VLLMKVCacheBound", "job": "vllm", "instance": "a:8000",
-                           "model_name": "m", "finding": "kv_cache", "severity": "warning",
-                           "bottleneck": "kv_cache"}  # fmt: skip
-    assert a["annotations"] == {"summary": "KV full", "description": "d", "advice": "--max-num-seqs 48: cap",
-                                "runbook_url": "https://r"}  # fmt: skip
+    assert a["labels"] == {
+        "alertname": "VLLMKVCacheBound",
+        "job": "vllm",
+        "instance": "a:8000",
+        "model_name": "m",
+        "finding": "kv_cache",
+        "severity": "warning",
+        "bottleneck": "kv_cache",
+    }
+    assert a["annotations"] == {
+        "summary": "KV full",
+        "description": "d",
+        "advice": "--max-num-seqs 48: cap",
+        "runbook_url": "https://r",
+    }
     assert a["startsAt"] == rfc3339(T0) and a["endsAt"] == rfc3339(T0 + 30 + 240)
     assert a["generatorURL"] == "http://kvdoctor:9400/?target=a%3A8000&model_name=m"
     resolved = to_alert({**view, "status": "resolved", "resolved_at": T0 + 600}, cfg, T0 + 630)
@@ -91,8 +111,14 @@ def test_alerts_carry_the_job_prometheus_scrapes_the_target_in(tmp_path: Path) -
     from kvdoctor.daemon.notifying import build_notifier
     from kvdoctor.diagnosis.target import Target, TargetFacts
 
-    view = {"target": "a:8000", "model_name": "m", "finding": "stalled", "severity": "critical",
-            "status": "firing", "fired_at": T0}  # fmt: skip
+    view = {
+        "target": "a:8000",
+        "model_name": "m",
+        "finding": "stalled",
+        "severity": "critical",
+        "status": "firing",
+        "fired_at": T0,
+    }
     cfg = AlertmanagerConfig(urls=("http://am",), job="vllm")
     assert to_alert(view, cfg, T0)["labels"]["job"] == "vllm"
     assert to_alert(view, cfg, T0, "vllm-prod")["labels"]["job"] == "vllm-prod"

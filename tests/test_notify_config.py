@@ -73,28 +73,47 @@ def test_environment_overrides_yaml() -> None:
 
 def test_every_error_at_once_never_raises() -> None:
     section = {
-        "for": "soon", "resolve_after": -1, "repeat_interval": True, "group_by": ["pod"], "bogus": 1,
+        "for": "soon",
+        "resolve_after": -1,
+        "repeat_interval": True,
+        "group_by": ["pod"],
+        "bogus": 1,
         "slack": {"channel": 5, "webhook_url": "not a url", "timeout": "x", "extra": 1},
         "alertmanager": {"url": "ftp://am", "urls": "http://am"},
-        "silences": [{"matchers": ['target=~"("', "pod=x", 'finding="a"'], "starts": "yesterday"},
-                     {"starts": 10, "ends": 5, "matchers": []}, "nope"],
+        "silences": [
+            {"matchers": ['target=~"("', "pod=x", 'finding="a"'], "starts": "yesterday"},
+            {"starts": 10, "ends": 5, "matchers": []},
+            "nope",
+        ],
         "routes": [{"matchers": ["severity=critical"]}],
-        "status_page_url": 3, "enabled": "yes", "retry": {"initial": "fast"},
-    }  # fmt: skip
+        "status_page_url": 3,
+        "enabled": "yes",
+        "retry": {"initial": "fast"},
+    }
     cfg, errors = parse_notify_config(section, {})
     assert isinstance(cfg, NotifyConfig)
     expected = [
-        "notify.bogus: unknown key", "notify.slack.extra: unknown key", "notify.slack.channel: must be a string",
-        "notify.slack.webhook_url: must be an http(s) URL", "notify.slack.timeout: must be a duration",
-        "notify.alertmanager.url: must be an http(s) URL", "notify.alertmanager.urls: must be a list",
-        "notify.for: must be a duration", "notify.resolve_after: must not be negative",
-        "notify.repeat_interval: must be a duration", "notify.group_by: must be a list of labels",
-        "notify.silences[0].matchers[0]: invalid regex", "notify.silences[0].matchers[1]: unknown label 'pod'",
-        "notify.silences[0].starts: must be an RFC 3339 time", "notify.silences[1].ends: must be after starts",
-        "notify.silences[2]: must be a mapping", "notify.routes[0].channel: must be a string",
-        "notify.status_page_url: must be an http(s) URL", "notify.enabled: must be true or false",
+        "notify.bogus: unknown key",
+        "notify.slack.extra: unknown key",
+        "notify.slack.channel: must be a string",
+        "notify.slack.webhook_url: must be an http(s) URL",
+        "notify.slack.timeout: must be a duration",
+        "notify.alertmanager.url: must be an http(s) URL",
+        "notify.alertmanager.urls: must be a list",
+        "notify.for: must be a duration",
+        "notify.resolve_after: must not be negative",
+        "notify.repeat_interval: must be a duration",
+        "notify.group_by: must be a list of labels",
+        "notify.silences[0].matchers[0]: invalid regex",
+        "notify.silences[0].matchers[1]: unknown label 'pod'",
+        "notify.silences[0].starts: must be an RFC 3339 time",
+        "notify.silences[1].ends: must be after starts",
+        "notify.silences[2]: must be a mapping",
+        "notify.routes[0].channel: must be a string",
+        "notify.status_page_url: must be an http(s) URL",
+        "notify.enabled: must be true or false",
         "notify.retry.initial: must be a duration",
-    ]  # fmt: skip
+    ]
     for e in expected:
         assert any(x.startswith(e) for x in errors), (e, errors)
     assert parse_notify_config("garbage", {})[1] == ["notify: must be a mapping"]  # type: ignore[arg-type]

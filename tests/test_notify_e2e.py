@@ -100,9 +100,12 @@ def assert_one_incident(slack: FakeSlack) -> tuple[Request, list[Request], Reque
 
 
 def test_bot_token_real_recording_one_root_updates_one_resolution(
-    incident: tuple[Path, list], slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    incident: tuple[Path, list],
+    slack: FakeSlack,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     bot_env(monkeypatch, slack)
     rc, output = replay(incident[0], bot_config(tmp_path), capsys)
     assert rc == 0, output
@@ -128,9 +131,12 @@ def test_webhook_one_firing_one_resolved(
 
 
 def test_restart_in_the_middle_loses_and_duplicates_nothing(
-    incident: tuple[Path, list], slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    incident: tuple[Path, list],
+    slack: FakeSlack,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     bot_env(monkeypatch, slack)
     rec, spans = incident
     kv_to = spans[1][1]
@@ -150,15 +156,22 @@ def test_restart_in_the_middle_loses_and_duplicates_nothing(
 
 @pytest.mark.parametrize("retries", [2, 0], ids=["slack-sdk-retries", "outbox-retries"])
 def test_slack_outage_still_one_root_and_one_resolution(
-    incident: tuple[Path, list], slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, retries: int,
-) -> None:  # fmt: skip
+    incident: tuple[Path, list],
+    slack: FakeSlack,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    retries: int,
+) -> None:
     bot_env(monkeypatch, slack)
     slack.fail("500", 2)
     slack.fail("429", 2)
     slack.fail("hang", 1)  # the client times out; the fake never processes it
     cfg = tmp_path / "kvdoctor.yml"
-    cfg.write_text(f"notify:\n  slack: {{retries: {retries}, timeout: 1s}}\n  retry: {{initial: 0.2, max: 1}}\n")  # fmt: skip
+    cfg.write_text(
+        f"notify:\n  slack: {{retries: {retries}, timeout: 1s}}\n  retry: {{initial: 0.2, max: 1}}\n"
+    )
     rc, output = replay(incident[0], str(cfg), capsys)
     assert rc == 0, output
     assert [r.status for r in slack.requests[:4]] == [500, 500, 429, 429]
@@ -171,9 +184,11 @@ CASSETTE = Path(__file__).parent / "cassettes" / "test_notify_e2e" / "replay_bot
 
 
 def test_replay_bot_token_flow_from_scrubbed_cassette(
-    incident: tuple[Path, list], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    incident: tuple[Path, list],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     """Recorded (KVDOCTOR_RECORD_CASSETTES=1) against the fake Slack; CI replays it with nothing listening."""
     monkeypatch.setenv("KVDOCTOR_SLACK_TOKEN", TOKEN)
     monkeypatch.setenv("KVDOCTOR_SLACK_CHANNEL", "#vllm-alerts")
@@ -211,9 +226,11 @@ def firing_alerts(payloads: list[dict]) -> list[dict]:
 
 @pytest.mark.integration
 def test_real_alertmanager_gets_the_kv_alert_with_advice_moved_to_now(
-    incident: tuple[Path, list], am_stack: tuple[str, Recorder], tmp_path: Path,
+    incident: tuple[Path, list],
+    am_stack: tuple[str, Recorder],
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     url, rx = am_stack
     cfg = tmp_path / "kvdoctor.yml"
     cfg.write_text(f"notify:\n  alertmanager: {{url: '{url}', generator_url: 'http://kvdoctor:9860/'}}\n")

@@ -19,17 +19,25 @@ HOSTILE = "<!channel> <!here> <https://evil.example|click> & <@U012AB3CD>"
 TOKEN = "xoxb-" + "1234567890-1234567890123-abcdefghijklmnopqrstuvwx"
 T0 = 1_760_000_000.0
 # The only links a message may carry: kvdoctor's own, from its templates.
-OURS = re.compile(r"^https?://(kvdoctor\.local:9400/\?|grafana\.local/d/kvdoctor\?|runbook\.local/)[^<>| ]*"
-                  r"\|(Status page|Grafana|Runbook)$")  # fmt: skip
+OURS = re.compile(
+    r"^https?://(kvdoctor\.local:9400/\?|grafana\.local/d/kvdoctor\?|runbook\.local/)[^<>| ]*"
+    r"\|(Status page|Grafana|Runbook)$"
+)
 
 
 def hostile_incident() -> list[Diagnosis]:
     """A KV-bound incident whose model name, target, summary, evidence, advice and change notes are all hostile."""
     finding = Finding(
-        "kv_cache", "warning", f"KV cache full on {HOSTILE}", f"model {HOSTILE}\nsecond line",
-        {"kv_usage_max_1m": 0.97, "error": HOSTILE}, [Advice(f"--served-model-name {HOSTILE}", HOSTILE, HOSTILE)],
-        runbook="http://runbook.local/runbook#kv_cache", bottleneck="kv_cache", since=T0 + 30,
-    )  # fmt: skip
+        "kv_cache",
+        "warning",
+        f"KV cache full on {HOSTILE}",
+        f"model {HOSTILE}\nsecond line",
+        {"kv_usage_max_1m": 0.97, "error": HOSTILE},
+        [Advice(f"--served-model-name {HOSTILE}", HOSTILE, HOSTILE)],
+        runbook="http://runbook.local/runbook#kv_cache",
+        bottleneck="kv_cache",
+        since=T0 + 30,
+    )
     target = "vllm <!everyone>:8000"
     out = [Diagnosis(target, HOSTILE, T0 + 15 * i, "healthy", T0, []) for i in range(2)]
     out += [Diagnosis(target, HOSTILE, T0 + 15 * i, "kv_cache", T0 + 30, [finding]) for i in range(2, 12)]
@@ -65,9 +73,14 @@ def slack() -> Iterator[FakeSlack]:
 def test_a_hostile_model_name_reaches_slack_inert_in_every_field(
     mode: str, slack: FakeSlack, tmp_path: Path
 ) -> None:
-    section = {"for": "15s", "resolve_after": "30s", "retry": {"initial": 0.05, "max": 0.2},
-               "slack": {"timeout": 1, "retries": 1}, "status_page_url": "http://kvdoctor.local:9400",
-               "grafana_url": "http://grafana.local/d/kvdoctor"}  # fmt: skip
+    section = {
+        "for": "15s",
+        "resolve_after": "30s",
+        "retry": {"initial": 0.05, "max": 0.2},
+        "slack": {"timeout": 1, "retries": 1},
+        "status_page_url": "http://kvdoctor.local:9400",
+        "grafana_url": "http://grafana.local/d/kvdoctor",
+    }
     env = {"KVDOCTOR_SLACK_CHANNEL": "#vllm", "KVDOCTOR_SLACK_BASE_URL": slack.api_url}
     env |= (
         {"KVDOCTOR_SLACK_TOKEN": TOKEN}
@@ -107,11 +120,19 @@ def test_a_hostile_model_name_reaches_slack_inert_in_every_field(
 
 def test_every_text_object_is_verbatim_and_every_field_escaped() -> None:
     d = hostile_incident()[5]
-    alert = {"finding": "kv_cache", "severity": "warning", "status": "firing", "bottleneck": "kv_cache",
-             "target": d.target, "model_name": d.model_name, "summary": d.findings[0].summary,
-             "description": d.findings[0].description, "evidence": d.findings[0].evidence,
-             "advice": [{"flag": a.flag, "text": a.text, "source": a.source} for a in d.findings[0].advice],
-             "runbook": "javascript:alert(1)"}  # fmt: skip
+    alert = {
+        "finding": "kv_cache",
+        "severity": "warning",
+        "status": "firing",
+        "bottleneck": "kv_cache",
+        "target": d.target,
+        "model_name": d.model_name,
+        "summary": d.findings[0].summary,
+        "description": d.findings[0].description,
+        "evidence": d.findings[0].evidence,
+        "advice": [{"flag": a.flag, "text": a.text, "source": a.source} for a in d.findings[0].advice],
+        "runbook": "javascript:alert(1)",
+    }
     ev = Event(
         "firing", "i", "g", {"target": d.target}, 1, d.t, d.t - 60, "", [alert, dict(alert)], [HOSTILE]
     )

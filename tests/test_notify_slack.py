@@ -24,11 +24,20 @@ def slack() -> Iterator[FakeSlack]:
 
 
 def bot_config(fake: FakeSlack, **extra: object) -> NotifyConfig:
-    section = {"for": "1m", "resolve_after": "1m", "retry": {"initial": 0.05, "max": 0.2},
-               "slack": {"timeout": 1, "retries": 1}, "status_page_url": "http://kvdoctor.local:9400",
-               "grafana_url": "http://grafana.local/d/kvdoctor", **extra}  # fmt: skip
-    env = {"KVDOCTOR_SLACK_TOKEN": TOKEN, "KVDOCTOR_SLACK_CHANNEL": "#vllm-alerts",
-           "KVDOCTOR_SLACK_BASE_URL": fake.api_url}  # fmt: skip
+    section = {
+        "for": "1m",
+        "resolve_after": "1m",
+        "retry": {"initial": 0.05, "max": 0.2},
+        "slack": {"timeout": 1, "retries": 1},
+        "status_page_url": "http://kvdoctor.local:9400",
+        "grafana_url": "http://grafana.local/d/kvdoctor",
+        **extra,
+    }
+    env = {
+        "KVDOCTOR_SLACK_TOKEN": TOKEN,
+        "KVDOCTOR_SLACK_CHANNEL": "#vllm-alerts",
+        "KVDOCTOR_SLACK_BASE_URL": fake.api_url,
+    }
     cfg, errors = parse_notify_config(section, env)
     assert errors == []
     return cfg

@@ -28,8 +28,12 @@ def slack() -> Iterator[FakeSlack]:
 
 
 def config(fake: FakeSlack) -> NotifyConfig:
-    section = {"for": "1m", "resolve_after": "1m", "retry": {"initial": 0.05, "max": 0.2},
-               "slack": {"timeout": 1, "retries": 0}}  # fmt: skip
+    section = {
+        "for": "1m",
+        "resolve_after": "1m",
+        "retry": {"initial": 0.05, "max": 0.2},
+        "slack": {"timeout": 1, "retries": 0},
+    }
     env = {
         "KVDOCTOR_SLACK_TOKEN": TOKEN,
         "KVDOCTOR_SLACK_CHANNEL": "#vllm",
@@ -106,8 +110,10 @@ def test_a_poison_row_is_quarantined_after_some_attempts_and_blocks_nothing(payl
     seq = kv_incident()
     n.observe([seq[0]], seq[0].t)
     db = sqlite3.connect(tmp_path / "notify.sqlite")
-    db.execute("INSERT INTO outbox (key, incident, sink, payload, created) VALUES (?,?,?,?,0)",
-               ("slack:poison#0", "target=vllm-a:8000@1", "slack", payload))  # fmt: skip
+    db.execute(
+        "INSERT INTO outbox (key, incident, sink, payload, created) VALUES (?,?,?,?,0)",
+        ("slack:poison#0", "target=vllm-a:8000@1", "slack", payload),
+    )
     db.commit()
     db.close()
     for d in seq[1:]:

@@ -135,9 +135,18 @@ def test_json_carries_the_documented_fields(fleet: Fleet, tmp_path: Path) -> Non
     assert rc == 0
     doc = json.loads(out.read_text())
     for entry in [*doc["targets"], doc["fleet"]]:
-        for key in ("hours", "requests", "prompt_tokens", "generation_tokens", "gpu_hours", "cost_usd",
-                    "cost_per_1m_generation_tokens_usd", "idle_share", "peak_replicas_needed",
-                    "quiet_replicas_needed"):  # fmt: skip
+        for key in (
+            "hours",
+            "requests",
+            "prompt_tokens",
+            "generation_tokens",
+            "gpu_hours",
+            "cost_usd",
+            "cost_per_1m_generation_tokens_usd",
+            "idle_share",
+            "peak_replicas_needed",
+            "quiet_replicas_needed",
+        ):
             assert key in entry, key
         assert (
             entry["cost_usd"] is None and entry["cost_per_1m_generation_tokens_usd"] is None

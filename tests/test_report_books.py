@@ -62,21 +62,33 @@ def test_an_autoscaled_fleet_is_billed_for_the_replicas_that_ran(tmp_path):
     """r1 runs throughout; r2 appears after 20 s and vanishes at 60 s; r3 is two files 10 minutes apart."""
     frames = [f for f in load_frames(SHORT) if f.text]
     t0 = frames[0].t
-    part = {n: [f for f in frames if lo <= f.t - t0 <= hi] for n, (lo, hi) in
-            {"r1": (0, 80), "r2": (20, 60), "r3a": (0, 30), "r3b": (50, 80)}.items()}  # fmt: skip
+    part = {
+        n: [f for f in frames if lo <= f.t - t0 <= hi]
+        for n, (lo, hi) in {"r1": (0, 80), "r2": (20, 60), "r3a": (0, 30), "r3b": (50, 80)}.items()
+    }
     _write(tmp_path / "r1.jsonl.gz", part["r1"])
     _write(tmp_path / "r2.jsonl.gz", part["r2"])
     _write(tmp_path / "r3a.jsonl.gz", part["r3a"])
     _write(tmp_path / "r3b.jsonl.gz", part["r3b"], shift=600.0)  # scraped again 10 minutes later
     for f in ("r3a", "r3b"):
         (tmp_path / f"{f}.target").write_text("r3:8000\n")
-    doc = _json(*(str(tmp_path / f"{n}.jsonl.gz") for n in ("r1", "r2", "r3a", "r3b")),
-                  "--gpu-hour-cost", "3", "--gpus-per-target", "2", "--step", "5s")  # fmt: skip
+    doc = _json(
+        *(str(tmp_path / f"{n}.jsonl.gz") for n in ("r1", "r2", "r3a", "r3b")),
+        "--gpu-hour-cost",
+        "3",
+        "--gpus-per-target",
+        "2",
+        "--step",
+        "5s",
+    )
     by = {e["target"]: e for e in doc["targets"]}
     assert set(by) == {"r1", "r2", "r3:8000"}  # the two r3 files are one target, named by their sidecar
     # by hand: the seconds between each file's first and last scrape, in GPU-hours at 2 GPUs per replica
-    watched = {"r1": _span_h(part["r1"]), "r2": _span_h(part["r2"]),
-               "r3:8000": _span_h(part["r3a"]) + _span_h(part["r3b"])}  # fmt: skip
+    watched = {
+        "r1": _span_h(part["r1"]),
+        "r2": _span_h(part["r2"]),
+        "r3:8000": _span_h(part["r3a"]) + _span_h(part["r3b"]),
+    }
     for name, hours in watched.items():
         assert by[name]["gpu_hours"] == pytest.approx(2 * hours, abs=2 * 5.5 / 3600), name
         assert by[name]["cost_usd"] == pytest.approx(3 * by[name]["gpu_hours"], abs=0.01)

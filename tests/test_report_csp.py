@@ -25,8 +25,14 @@ T0 = 1796000400.0
 
 def fill(history: History) -> None:
     """Three hours of one target: healthy, KV-bound for half an hour, healthy again."""
-    ev = {"requests_per_s": 2.0, "generation_tokens_per_s": 400.0, "prompt_tokens_per_s": 900.0, "kv_usage": 0.5,
-          "running": 8.0, "batch_cap_configured": 64.0}  # fmt: skip
+    ev = {
+        "requests_per_s": 2.0,
+        "generation_tokens_per_s": 400.0,
+        "prompt_tokens_per_s": 900.0,
+        "kv_usage": 0.5,
+        "running": 8.0,
+        "batch_cap_configured": 64.0,
+    }
     for k in range(720):
         t = T0 + 15 * k
         bound = 300 <= k < 420
@@ -36,8 +42,11 @@ def fill(history: History) -> None:
             if bound
             else []
         )
-        history.observe([Diagnosis("vllm-a:8000", "llama", t, "kv_cache" if bound else "healthy", T0, findings, e)],
-                        t, 15.0)  # fmt: skip
+        history.observe(
+            [Diagnosis("vllm-a:8000", "llama", t, "kv_cache" if bound else "healthy", T0, findings, e)],
+            t,
+            15.0,
+        )
 
 
 @pytest.fixture
@@ -84,10 +93,24 @@ def test_report_page_links_its_scripts_and_styles_which_the_daemon_serves(daemon
 def test_the_daemons_report_draws_its_charts_under_its_csp_with_no_console_error(
     daemon: Daemon, tmp_path: Path
 ) -> None:
-    cmd = [CHROMIUM or "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
-           "--enable-logging=stderr", "--v=0", "--window-size=1400,1000", "--dump-dom", _url(daemon, "/report")]  # fmt: skip
+    cmd = [
+        CHROMIUM or "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--window-size=1400,1000",
+        "--dump-dom",
+        _url(daemon, "/report"),
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert [ln for ln in run.stderr.splitlines() if "CONSOLE" in ln] == []

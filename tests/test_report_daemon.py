@@ -31,8 +31,12 @@ def kv_server(shared_032: Path) -> Iterator[ReplayServer]:
 
 
 def _daemon(url: str, state: Path, clock: Callable[[], float] = time.time) -> Daemon:
-    cfg = Config(targets=[TargetSpec(url=url, name="gpu-1", http=FAST)], interval_s=1.0, state_file=str(state),
-                 listen="127.0.0.1:0")  # fmt: skip
+    cfg = Config(
+        targets=[TargetSpec(url=url, name="gpu-1", http=FAST)],
+        interval_s=1.0,
+        state_file=str(state),
+        listen="127.0.0.1:0",
+    )
     return Daemon(cfg, load_files(default_rule_files()), clock=clock)
 
 
@@ -71,8 +75,12 @@ def test_history_survives_a_restart_and_is_served(
     assert _seconds(d2, "kv_cache") == _seconds(d, "kv_cache")  # restored, not started over
     d2.start()
     try:
-        until(lambda: _seconds(d2, "kv_cache") >= _seconds(d, "kv_cache") + 3, timeout=20, step=0.2,
-              what="three more kv_cache seconds in the restored history")  # fmt: skip
+        until(
+            lambda: _seconds(d2, "kv_cache") >= _seconds(d, "kv_cache") + 3,
+            timeout=20,
+            step=0.2,
+            what="three more kv_cache seconds in the restored history",
+        )
         base = d2.web.url
         status, ctype, page = _get(base + "report")
         assert status == 200 and ctype.startswith("text/html")

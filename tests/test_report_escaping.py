@@ -21,15 +21,41 @@ T0 = 1796000400.0
 def hostile_doc() -> Report:
     """Two hours of a target and model named HOSTILE, KV-bound for 20 minutes (an incident) in the middle."""
     history = History("kvdoctor serve")
-    ev = {"requests_per_s": 2.0, "generation_tokens_per_s": 400.0, "prompt_tokens_per_s": 900.0, "kv_usage": 0.5,
-          "running": 8.0, "batch_cap_configured": 64.0}  # fmt: skip
+    ev = {
+        "requests_per_s": 2.0,
+        "generation_tokens_per_s": 400.0,
+        "prompt_tokens_per_s": 900.0,
+        "kv_usage": 0.5,
+        "running": 8.0,
+        "batch_cap_configured": 64.0,
+    }
     for k in range(480):
         t = T0 + 15 * k
         bound = 200 <= k < 280
-        findings = [Finding("kv_cache", "warning", HOSTILE, HOSTILE, {**ev, "kv_usage": 0.97}, bottleneck="kv_cache",
-                            since=T0 + 3000)] if bound else []  # fmt: skip
-        d = Diagnosis(f"t{HOSTILE}", HOSTILE, t, "kv_cache" if bound else "healthy", T0, findings,
-                      evidence={**ev, "kv_usage": 0.97} if bound else ev)  # fmt: skip
+        findings = (
+            [
+                Finding(
+                    "kv_cache",
+                    "warning",
+                    HOSTILE,
+                    HOSTILE,
+                    {**ev, "kv_usage": 0.97},
+                    bottleneck="kv_cache",
+                    since=T0 + 3000,
+                )
+            ]
+            if bound
+            else []
+        )
+        d = Diagnosis(
+            f"t{HOSTILE}",
+            HOSTILE,
+            t,
+            "kv_cache" if bound else "healthy",
+            T0,
+            findings,
+            evidence={**ev, "kv_usage": 0.97} if bound else ev,
+        )
         history.observe([d], t, 15.0)
     doc = build_report(history, Prices(2.5, 1, None, None), now=T0 + 7200)
     assert doc.targets and doc.incidents, doc.incidents

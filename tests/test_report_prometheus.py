@@ -62,9 +62,29 @@ def prometheus_pack(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> I
 def test_same_report_as_from_the_recordings(fleet: Fleet, prometheus: str, tmp_path: Path) -> None:
     want = build_report(fleet.history, PRICES, now=0).to_json()
     out = tmp_path / "r.json"
-    args = ["report", "--prometheus-url", prometheus, "--start", str(T0), "--end", str(LAST_GRID),
-            "--step", "60s", "--gpu-hour-cost", "2.5", "--gpus-per-target", "2", "--api-price-in", "0.5",
-            "--api-price-out", "1.5", "--format", "json", "-o", str(out)]  # fmt: skip
+    args = [
+        "report",
+        "--prometheus-url",
+        prometheus,
+        "--start",
+        str(T0),
+        "--end",
+        str(LAST_GRID),
+        "--step",
+        "60s",
+        "--gpu-hour-cost",
+        "2.5",
+        "--gpus-per-target",
+        "2",
+        "--api-price-in",
+        "0.5",
+        "--api-price-out",
+        "1.5",
+        "--format",
+        "json",
+        "-o",
+        str(out),
+    ]
     assert main(args) == 0
     got = json.loads(out.read_text())
     assert got["source"] == f"Prometheus {prometheus}"
@@ -112,8 +132,19 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(
     prometheus: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Three days: a range long enough for several query chunks, which once drew `\r` bars into any stderr.
-    args = ["report", "--prometheus-url", prometheus, "--start", str(T0 - 3 * 86400), "--end", str(LAST_GRID),
-            "--format", "json", "-o", str(tmp_path / "r.json")]  # fmt: skip
+    args = [
+        "report",
+        "--prometheus-url",
+        prometheus,
+        "--start",
+        str(T0 - 3 * 86400),
+        "--end",
+        str(LAST_GRID),
+        "--format",
+        "json",
+        "-o",
+        str(tmp_path / "r.json"),
+    ]
     assert main(args) == 0
     err = capsys.readouterr().err
     assert "\r" not in err and "querying Prometheus" not in err and "wrote" in err

@@ -56,8 +56,15 @@ def test_promtool_checks_and_unit_tests_pass_on_the_export(tmp_path):
 
 
 def test_prometheus_operator_export(tmp_path):
-    out = _export(tmp_path, "--format", "prometheus-operator", "--namespace", "monitoring",
-                  "--label", "release=prometheus")  # fmt: skip
+    out = _export(
+        tmp_path,
+        "--format",
+        "prometheus-operator",
+        "--namespace",
+        "monitoring",
+        "--label",
+        "release=prometheus",
+    )
     [path] = list(out.iterdir())
     doc = yaml.safe_load(path.read_text())
     assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"

@@ -25,8 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DIAGNOSIS = ROOT / "kvdoctor" / "diagnosis"
 PROMTOOL = shutil.which("promtool")
 # the sections issue 10 names; every other finding must have one too (checked below from the code itself)
-NAMED = ("kv_cache", "batch_cap", "compute", "preemption_storm", "prefix_cache_low_hit_rate", "spec_decode",
-         "target_down")  # fmt: skip
+NAMED = (
+    "kv_cache",
+    "batch_cap",
+    "compute",
+    "preemption_storm",
+    "prefix_cache_low_hit_rate",
+    "spec_decode",
+    "target_down",
+)
 
 
 class Ids(HTMLParser):

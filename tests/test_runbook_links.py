@@ -78,8 +78,11 @@ def stack(
     partial, slack = PartialVllm(), FakeSlack()
     try:
         with running_alertmanager(tmp) as (am_url, hook):
-            targets = [TargetSpec(url=kv.url, name="gpu-kv"), TargetSpec(url=refused_url(), name="gpu-down", http=FAST),
-                       TargetSpec(url=partial.url, name="gpu-partial", http=FAST)]  # fmt: skip
+            targets = [
+                TargetSpec(url=kv.url, name="gpu-kv"),
+                TargetSpec(url=refused_url(), name="gpu-down", http=FAST),
+                TargetSpec(url=partial.url, name="gpu-partial", http=FAST),
+            ]
             notify = {
                 "for": "0s",
                 "slack": {"webhook_url": slack.webhook_url()},

@@ -29,9 +29,16 @@ groups:
         expr: max_over_time(kvdoctor:waiting[1m])
 """
 NEW = Signal(
-    "waiting_max_1m", "Waiting, 1m peak", "count", "kvdoctor:waiting:max1m", short="waiting max 1m",
-    metric="kvdoctor_requests_waiting_max_1m", help="Peak of waiting requests over 1m.", history=True, summary=True,
-)  # fmt: skip
+    "waiting_max_1m",
+    "Waiting, 1m peak",
+    "count",
+    "kvdoctor:waiting:max1m",
+    short="waiting max 1m",
+    metric="kvdoctor_requests_waiting_max_1m",
+    help="Peak of waiting requests over 1m.",
+    history=True,
+    summary=True,
+)
 
 
 @pytest.fixture

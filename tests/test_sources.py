@@ -82,8 +82,14 @@ def fake_fixture() -> Iterator[Callable[[Answer], FakePrometheus]]:
 
 
 def test_client_parses_vectors_and_scalars_and_sends_auth(fake):
-    srv = fake(lambda q, h: (200, vector(({"__name__": "up", "instance": "a"}, 1)) if q == "up" else
-                             {"status": "success", "data": {"resultType": "scalar", "result": [1, "NaN"]}}))  # fmt: skip
+    srv = fake(
+        lambda q, h: (
+            200,
+            vector(({"__name__": "up", "instance": "a"}, 1))
+            if q == "up"
+            else {"status": "success", "data": {"resultType": "scalar", "result": [1, "NaN"]}},
+        )
+    )
     opts = HttpOptions(bearer_token="s3cret-token", headers=(("X-Scope-OrgID", "team"),))
     client = PromClient(srv.url + "/", opts)
     assert client.query("up", 1.0) == [({"__name__": "up", "instance": "a"}, 1.0)]
@@ -147,13 +153,23 @@ def test_client_down_and_bad_url():
 GROUPS = load_files(default_rule_files())
 KV_ALERT = next(r for g in GROUPS for r in g.rules if r.name == "VLLMKVCacheBound")
 SIGNALS = {
-    "kvdoctor:kv_usage:ratio": 0.97, "kvdoctor:kv_usage:max1m": 0.99, "kvdoctor:kv_usage:max30s": 0.99,
-    "kvdoctor:running:avg1m": 6, "kvdoctor:running:max1m": 6, "kvdoctor:waiting:avg1m": 9,
-    "kvdoctor:preemptions:rate1m": 0.3, "kvdoctor:generation_tokens:rate1m": 50,
-}  # fmt: skip
-HEALTHY = {"kvdoctor:running:avg1m": 2, "kvdoctor:running:max1m": 3, "kvdoctor:waiting:avg1m": 0,
-           "kvdoctor:generation_tokens:rate1m": 40, "kvdoctor:kv_usage:max1m": 0.1,
-           "kvdoctor:window:ready": 4}  # fmt: skip
+    "kvdoctor:kv_usage:ratio": 0.97,
+    "kvdoctor:kv_usage:max1m": 0.99,
+    "kvdoctor:kv_usage:max30s": 0.99,
+    "kvdoctor:running:avg1m": 6,
+    "kvdoctor:running:max1m": 6,
+    "kvdoctor:waiting:avg1m": 9,
+    "kvdoctor:preemptions:rate1m": 0.3,
+    "kvdoctor:generation_tokens:rate1m": 50,
+}
+HEALTHY = {
+    "kvdoctor:running:avg1m": 2,
+    "kvdoctor:running:max1m": 3,
+    "kvdoctor:waiting:avg1m": 0,
+    "kvdoctor:generation_tokens:rate1m": 40,
+    "kvdoctor:kv_usage:max1m": 0.1,
+    "kvdoctor:window:ready": 4,
+}
 
 
 def fleet_answer(n: int) -> Answer:
@@ -193,7 +209,7 @@ def fleet_answer(n: int) -> Answer:
             return 200, vector(({"__name__": "kvdoctor:kv_usage:max30s", **labels(0, model_name="m")}, 0.99))
         return 200, vector()
 
-    return answer  # fmt: skip
+    return answer
 
 
 def test_one_cycle_classifies_the_fleet(fake):

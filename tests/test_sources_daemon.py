@@ -20,8 +20,12 @@ from tests.test_sources import fake_fixture, fleet_answer  # noqa: F401  (the `f
 
 
 def _daemon(url: str, tmp_path, **kw) -> Daemon:
-    cfg = Config(source="prometheus", prometheus=PrometheusSource(url, HttpOptions(bearer_token="tok-xyz")),
-                 state_file=str(tmp_path / "state.json"), **kw)  # fmt: skip
+    cfg = Config(
+        source="prometheus",
+        prometheus=PrometheusSource(url, HttpOptions(bearer_token="tok-xyz")),
+        state_file=str(tmp_path / "state.json"),
+        **kw,
+    )
     return Daemon(cfg, load_files(default_rule_files()))
 
 
@@ -36,8 +40,10 @@ def test_daemon_publishes_diagnoses_targets_and_source_metrics(fake, tmp_path):
     assert diagnoses == {"10.0.0.0:8000": "kv_cache", "10.0.0.1:8000": "unknown", "10.0.0.2:8000": "healthy"}
     snap = d.state.snapshot()
     assert snap.ready and {t: s.up for t, s in snap.targets.items()} == {
-        "10.0.0.0:8000": True, "10.0.0.1:8000": False, "10.0.0.2:8000": True,
-    }  # fmt: skip
+        "10.0.0.0:8000": True,
+        "10.0.0.1:8000": False,
+        "10.0.0.2:8000": True,
+    }
     assert snap.targets["10.0.0.0:8000"].labels == {"job": "vllm", "team": "a"}
     assert "up == 0" in snap.targets["10.0.0.1:8000"].last_error
     text = generate_latest(d.registry).decode()
@@ -96,12 +102,24 @@ def test_serve_flags_build_the_prometheus_section(tmp_path):
     token.write_text("tok-abc\n")
     pw = tmp_path / "pw"
     pw.write_text("pw-123")
-    out = overrides(_args(
-        "--prometheus-url", "https://prom:9090/", "--prometheus-bearer-token-file", str(token),
-        "--prometheus-basic-auth-user", "bob", "--prometheus-basic-auth-password-file", str(pw),
-        "--prometheus-header", "X-Scope-OrgID: tenant-1", "--prometheus-ca-file", "/ca.pem",
-        "--prometheus-timeout", "30s",
-    ))  # fmt: skip
+    out = overrides(
+        _args(
+            "--prometheus-url",
+            "https://prom:9090/",
+            "--prometheus-bearer-token-file",
+            str(token),
+            "--prometheus-basic-auth-user",
+            "bob",
+            "--prometheus-basic-auth-password-file",
+            str(pw),
+            "--prometheus-header",
+            "X-Scope-OrgID: tenant-1",
+            "--prometheus-ca-file",
+            "/ca.pem",
+            "--prometheus-timeout",
+            "30s",
+        )
+    )
     prom = out["prometheus"]
     assert out["source"] == "prometheus" and prom.url == "https://prom:9090/"
     h = prom.http

@@ -38,13 +38,45 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("openssl CLI not installed")
     d = tmp_path_factory.mktemp("pki")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=kvdoctor test CA",
-            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)  # fmt: skip
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=kvdoctor test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=d,
+    )
     for name, san in (("server", "IP:127.0.0.1,DNS:localhost"), ("client", "DNS:prometheus.example")):
         openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
         (d / f"{name}.ext").write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\n")
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d)  # fmt: skip
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            f"{name}.ext",
+            cwd=d,
+        )
     return d
 
 
@@ -86,10 +118,15 @@ colour: blue
     errors = exc.value.errors
     assert f"{path}:7: basic_auth_users.alice: not a bcrypt hash" in "\n".join(errors)
     # each error at file:line of its key (a missing key: the line of the section that lacks it)
-    for line, key in ((3, "tls_server_config.cert_file"), (2, "tls_server_config.key_file"),
-                      (4, "tls_server_config.client_auth_type"), (5, "tls_server_config.min_version"),
-                      (11, "http_server_config.headers.X-Evil"), (12, "http_server_config.headers.X-Frame-Options"),
-                      (13, "colour")):  # fmt: skip
+    for line, key in (
+        (3, "tls_server_config.cert_file"),
+        (2, "tls_server_config.key_file"),
+        (4, "tls_server_config.client_auth_type"),
+        (5, "tls_server_config.min_version"),
+        (11, "http_server_config.headers.X-Evil"),
+        (12, "http_server_config.headers.X-Frame-Options"),
+        (13, "colour"),
+    ):
         assert any(e.startswith(f"{path}:{line}: {key}: ") for e in errors), (key, errors)
     assert not any("bob" in e for e in errors)
 

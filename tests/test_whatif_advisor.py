@@ -106,8 +106,11 @@ def test_restart_with_a_changed_flag_is_compared_with_its_prediction():
         api = requests.get(server.url + "api/v1/diagnoses", timeout=5).json()
     finally:
         server.stop()
-    line = next(x for x in metrics.splitlines() if x.startswith("kvdoctor_prediction_error_ratio{") and
-                'quantity="ttft_p50_s"' in x)  # fmt: skip
+    line = next(
+        x
+        for x in metrics.splitlines()
+        if x.startswith("kvdoctor_prediction_error_ratio{") and 'quantity="ttft_p50_s"' in x
+    )
     assert 'target="batchcap_restart"' in line and float(line.rsplit(" ", 1)[1]) < 0.3
     body = str(api)
     assert "prediction_check" in body and "'effect'" in body

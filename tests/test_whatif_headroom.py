@@ -40,8 +40,11 @@ def _exposition(pipeline: Pipeline, diagnoses: list[Diagnosis], t: float) -> dic
     assert pipeline.headroom is not None
     state.note_headroom(pipeline.headroom.stats())
     text = generate_latest(make_registry(state)).decode()
-    return {(s.name, *sorted(s.labels)): s.value for s in parse(text).samples if "headroom" in s.name
-            or "replicas_needed" in s.name}  # fmt: skip
+    return {
+        (s.name, *sorted(s.labels)): s.value
+        for s in parse(text).samples
+        if "headroom" in s.name or "replicas_needed" in s.name
+    }
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +55,11 @@ def replayed(tmp_path_factory):
     for p in paths:
         shutil.copy(BATCHCAP, p)
     advisor = Advisor()
-    pipeline = Pipeline(load_files(default_rule_files()), advisor=advisor,
-                        headroom=HeadroomWorker(advisor.snaps, refresh_s=600.0))  # fmt: skip
+    pipeline = Pipeline(
+        load_files(default_rule_files()),
+        advisor=advisor,
+        headroom=HeadroomWorker(advisor.snaps, refresh_s=600.0),
+    )
     for name in ("a", "b"):
         pipeline.add_target(name, TargetFacts(slo_ttft_p95_s=2.0, slo_itl_p95_s=0.5))
     pipeline.add_target("c", TargetFacts())

@@ -27,8 +27,19 @@ from kvdoctor.whatif.window import Quantities, in_window
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BEFORE = PAIRS / "batchcap_before.jsonl.gz"
-NUMERIC = {"ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s", "queue_time_p95_s", "generation_tokens_per_s",
-           "requests_per_s", "running", "waiting", "kv_usage_max", "preemptions_per_s"}  # fmt: skip
+NUMERIC = {
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "itl_p50_s",
+    "itl_p95_s",
+    "queue_time_p95_s",
+    "generation_tokens_per_s",
+    "requests_per_s",
+    "running",
+    "waiting",
+    "kv_usage_max",
+    "preemptions_per_s",
+}
 
 
 @pytest.fixture(scope="module")

@@ -72,18 +72,29 @@ def test_step_model_reproduces_the_step_times_the_server_showed(shared_032):
 
 @pytest.mark.parametrize(
     ("text", "expect"),
-    [("load=x1.5", ("load", 1.5)), ("load=×2", ("load", 2.0)), ("load=1.5", ("load", 1.5)),
-     ("max-num-seqs=16", ("max_num_seqs", 16)), ("kv_cache_dtype=fp8", ("kv_cache_dtype", "fp8"))],
-)  # fmt: skip
+    [
+        ("load=x1.5", ("load", 1.5)),
+        ("load=×2", ("load", 2.0)),
+        ("load=1.5", ("load", 1.5)),
+        ("max-num-seqs=16", ("max_num_seqs", 16)),
+        ("kv_cache_dtype=fp8", ("kv_cache_dtype", "fp8")),
+    ],
+)
 def test_knobs_parse(text, expect):
     assert parse_knob(text) == expect
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("max_num_seqs", "NAME=VALUE"), ("batch=4", "unknown knob 'batch'"), ("max_num_seqs=4.5", "whole number"),
-     ("gpu_memory_utilization=1.5", "fraction"), ("kv_cache_dtype=int4", "fp8"), ("load=fast", "not a number")],
-)  # fmt: skip
+    [
+        ("max_num_seqs", "NAME=VALUE"),
+        ("batch=4", "unknown knob 'batch'"),
+        ("max_num_seqs=4.5", "whole number"),
+        ("gpu_memory_utilization=1.5", "fraction"),
+        ("kv_cache_dtype=int4", "fp8"),
+        ("load=fast", "not a number"),
+    ],
+)
 def test_bad_knobs_name_the_flag(text, message):
     with pytest.raises(KnobError, match=message) as err:
         parse_knob(text)
@@ -91,8 +102,12 @@ def test_bad_knobs_name_the_flag(text, message):
 
 
 def test_unchanged_prediction_reproduces_each_limit(shared_032):
-    for name, lo, hi, cls in (("batch_cap", 65, 95, "batch_cap"), ("kv_bound", 70, 125, "kv_cache"),
-                              ("compute_bound", 30, 120, "compute"), ("healthy", 10, 90, "healthy")):  # fmt: skip
+    for name, lo, hi, cls in (
+        ("batch_cap", 65, 95, "batch_cap"),
+        ("kv_bound", 70, 125, "kv_cache"),
+        ("compute_bound", 30, 120, "compute"),
+        ("healthy", 10, 90, "healthy"),
+    ):
         snaps, window = _window(shared_032, name, lo, hi)
         p = predict(snaps, window, {})
         assert p.unchanged.bottleneck == cls, name
@@ -123,8 +138,12 @@ KNOWN_WRONG: set[tuple[str, str]] = set()
 # the buckets that is 1.63 s predicted against 0.96 s measured (p50 within 5 %).
 KNOWN_FAR = {("max_num_batched_tokens_2048_to_512", "changed", "ttft_p95_s")}
 # generous bounds (unchanged, changed): the benchmark reports the real errors; these catch a model that falls apart
-BOUNDS = {"ttft_p50_s": (0.3, 0.5), "generation_tokens_per_s": (0.3, 0.5), "ttft_p95_s": (0.6, 0.6),
-          "itl_p50_s": (0.8, 0.8)}  # fmt: skip
+BOUNDS = {
+    "ttft_p50_s": (0.3, 0.5),
+    "generation_tokens_per_s": (0.3, 0.5),
+    "ttft_p95_s": (0.6, 0.6),
+    "itl_p50_s": (0.8, 0.8),
+}
 
 
 @pytest.mark.parametrize("pair", PAIR_LIST, ids=[str(p["name"]) for p in PAIR_LIST])

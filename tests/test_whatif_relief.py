@@ -18,8 +18,12 @@ def test_a_clear_cap_is_not_second_guessed():
     # --max-num-seqs 4 with 20 waiting, tokens at light-load speed: only the advice's own change is simulated
     advisor = Advisor()
     pipeline = Pipeline(load_files(default_rule_files()), advisor=advisor)
-    capped = [d for c in replay(pipeline, [PAIRS / "batchcap_before.jsonl.gz"], 5.0) for d in c.diagnoses
-              if d.verdict == "batch_cap"]  # fmt: skip
+    capped = [
+        d
+        for c in replay(pipeline, [PAIRS / "batchcap_before.jsonl.gz"], 5.0)
+        for d in c.diagnoses
+        if d.verdict == "batch_cap"
+    ]
     assert capped
     simulated = {next(iter(dict(k[1]))) for k in advisor._effects}
     assert simulated == {"max_num_seqs"}, simulated
@@ -40,8 +44,16 @@ def _capped() -> Diagnosis:
         "itl_p50_s": 0.06,
         "itl_batch_baseline_s": 0.01,
     }  # ITL 6x its light-load value: compute is borderline
-    return Diagnosis("gpu-1:8000", "m", 0.0, "batch_cap", 0.0, [], ev,
-                     [Advice("--max-num-seqs", "raise `--max-num-seqs` from 32", "signals", {"max_num_seqs": 64})])  # fmt: skip
+    return Diagnosis(
+        "gpu-1:8000",
+        "m",
+        0.0,
+        "batch_cap",
+        0.0,
+        [],
+        ev,
+        [Advice("--max-num-seqs", "raise `--max-num-seqs` from 32", "signals", {"max_num_seqs": 64})],
+    )
 
 
 def _predicted(cap_after, cache_after, replica_after):

@@ -131,13 +131,24 @@ def rule_layers(needed: set[str]) -> list[list[dict[str, Any]]]:
     return layers
 
 
-def _backfill_rules(prom: PrometheusServer, promtool: str, layer: list[dict[str, Any]], start: int, end: int,
-                    work: Path) -> None:  # fmt: skip
+def _backfill_rules(
+    prom: PrometheusServer, promtool: str, layer: list[dict[str, Any]], start: int, end: int, work: Path
+) -> None:
     rules = work / "layer.rules.yml"
     rules.write_text(yaml.safe_dump({"groups": [{"name": "layer", "interval": "15s", "rules": layer}]}))
     out = work / "blocks"
-    cmd = [promtool, "tsdb", "create-blocks-from", "rules", f"--start={start}", f"--end={end}",
-           f"--url={prom.url}", f"--output-dir={out}", "--quiet", str(rules)]  # fmt: skip
+    cmd = [
+        promtool,
+        "tsdb",
+        "create-blocks-from",
+        "rules",
+        f"--start={start}",
+        f"--end={end}",
+        f"--url={prom.url}",
+        f"--output-dir={out}",
+        "--quiet",
+        str(rules),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     prom.stop()

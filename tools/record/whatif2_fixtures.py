@@ -21,27 +21,47 @@ F = "--dtype float32"
 C = "prompt_min=100,prompt_max=300,out_min=32,out_max=96"
 # (pair, change as knobs (None: the after recording's cache size), before flags, after flags, load)
 PAIRS = [
-    ("tiny_kvhalf", None, f"--max-model-len 1024 --kv-cache-memory-bytes 33554432 {F}",
-     f"--max-model-len 1024 --kv-cache-memory-bytes 16777216 {F}",
-     "tiny model; light: 2 workers 30 s (seed 401); heavy: closed loop 16 workers 60 s, prompt 100-200, out 400-600 "
-     "(seed 402); KV cache halved under long outputs"),
-    ("llama_cap", {"max_num_seqs": 24}, f"--max-model-len 2048 --max-num-seqs 8 {F}",
-     f"--max-model-len 2048 --max-num-seqs 24 {F}",
-     f"llama-shaped model; light: 2 workers 30 s (seed 411); heavy: closed loop 24 workers 90 s, {C} (seed 412)"),
-    ("llama_mnbt", {"max_num_batched_tokens": 1024}, f"--max-model-len 2048 --max-num-batched-tokens 256 {F}",
-     f"--max-model-len 2048 --max-num-batched-tokens 1024 {F}",
-     "llama-shaped model; light: 1 worker 30 s (seed 421); heavy: closed loop 6 workers 90 s, prompt 500-1000, "
-     "out 16-48 (seed 422)"),
-    ("llama_loadx2", {"load": 2.0}, f"--max-model-len 2048 --max-num-seqs 32 {F}",
-     f"--max-model-len 2048 --max-num-seqs 32 {F}",
-     f"llama-shaped model; light: 2 workers 30 s (seed 431); heavy: open loop 0.5 req/s before, 1.0 after, at most "
-     f"44 in flight, 90 s, {C} (seed 432): the after side crosses into saturation"),
+    (
+        "tiny_kvhalf",
+        None,
+        f"--max-model-len 1024 --kv-cache-memory-bytes 33554432 {F}",
+        f"--max-model-len 1024 --kv-cache-memory-bytes 16777216 {F}",
+        "tiny model; light: 2 workers 30 s (seed 401); heavy: closed loop 16 workers 60 s, prompt 100-200, out 400-600 "
+        "(seed 402); KV cache halved under long outputs",
+    ),
+    (
+        "llama_cap",
+        {"max_num_seqs": 24},
+        f"--max-model-len 2048 --max-num-seqs 8 {F}",
+        f"--max-model-len 2048 --max-num-seqs 24 {F}",
+        f"llama-shaped model; light: 2 workers 30 s (seed 411); heavy: closed loop 24 workers 90 s, {C} (seed 412)",
+    ),
+    (
+        "llama_mnbt",
+        {"max_num_batched_tokens": 1024},
+        f"--max-model-len 2048 --max-num-batched-tokens 256 {F}",
+        f"--max-model-len 2048 --max-num-batched-tokens 1024 {F}",
+        "llama-shaped model; light: 1 worker 30 s (seed 421); heavy: closed loop 6 workers 90 s, prompt 500-1000, "
+        "out 16-48 (seed 422)",
+    ),
+    (
+        "llama_loadx2",
+        {"load": 2.0},
+        f"--max-model-len 2048 --max-num-seqs 32 {F}",
+        f"--max-model-len 2048 --max-num-seqs 32 {F}",
+        f"llama-shaped model; light: 2 workers 30 s (seed 431); heavy: open loop 0.5 req/s before, 1.0 after, at most "
+        f"44 in flight, 90 s, {C} (seed 432): the after side crosses into saturation",
+    ),
     ("tiny_prefix", "prefix caching on -> off", "", "", ""),
-    ("tiny_caplow", {"max_num_seqs": 6}, f"--max-model-len 2048 --max-num-seqs 16 {F}",
-     f"--max-model-len 2048 --max-num-seqs 6 {F}",
-     "tiny model; light: 2 workers 30 s (seed 451); heavy: closed loop 24 workers 60 s, prompt 100-300, "
-     "out 64-256 (seed 452)"),
-]  # fmt: skip
+    (
+        "tiny_caplow",
+        {"max_num_seqs": 6},
+        f"--max-model-len 2048 --max-num-seqs 16 {F}",
+        f"--max-model-len 2048 --max-num-seqs 6 {F}",
+        "tiny model; light: 2 workers 30 s (seed 451); heavy: closed loop 24 workers 60 s, prompt 100-300, "
+        "out 64-256 (seed 452)",
+    ),
+]
 KV_SPACE = {"tiny_kvhalf": ""}  # the others ran with VLLM_CPU_KVCACHE_SPACE=1
 
 
@@ -75,9 +95,15 @@ def main() -> int:
         if change is None:
             change = {"kv_cache_tokens": cache_tokens(raw["after"])}
         env = KV_SPACE.get(name, "VLLM_CPU_KVCACHE_SPACE=1 ")
-        entry: dict = {"name": name, "before": f"{name}_before.jsonl.gz", "after": f"{name}_after.jsonl.gz",
-                       "change": change, "before_flags": f"{env}{bf} {SERVE}", "after_flags": f"{env}{af} {SERVE}",
-                       "load": load}  # fmt: skip
+        entry: dict = {
+            "name": name,
+            "before": f"{name}_before.jsonl.gz",
+            "after": f"{name}_after.jsonl.gz",
+            "change": change,
+            "before_flags": f"{env}{bf} {SERVE}",
+            "after_flags": f"{env}{af} {SERVE}",
+            "load": load,
+        }
         notes = []
         for side in ("before", "after"):
             dst = a.out / f"{name}_{side}.jsonl.gz"
@@ -90,8 +116,10 @@ def main() -> int:
                 kind = "heavy" if p is ps[-1] else "light"
                 entry[f"{kind}_{side}"] = list(p["window"])
                 o = observe(dst, p["window"])
-                notes.append(f"{kind}_{side}: {describe(o)}, generation {o['gen']:.0f} tok/s, client TTFT p50/p95 "
-                             f"{p['client_ttft_p50']:.2f}/{p['client_ttft_p95']:.2f} s, {p['requests_ok']} requests")  # fmt: skip
+                notes.append(
+                    f"{kind}_{side}: {describe(o)}, generation {o['gen']:.0f} tok/s, client TTFT p50/p95 "
+                    f"{p['client_ttft_p50']:.2f}/{p['client_ttft_p95']:.2f} s, {p['requests_ok']} requests"
+                )
         entry["notes"] = "recorded alone on the machine (session 5 campaign); " + "; ".join(notes)
         pairs.append(entry)
     (a.out / "pairs.json").write_text(json.dumps(pairs, indent=1, ensure_ascii=False) + "\n")
