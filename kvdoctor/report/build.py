@@ -10,10 +10,10 @@ from kvdoctor.report.document import (
     HourRow,
     ModelCapacity,
     PriceEcho,
-    Range,
     Report,
     TargetFigures,
     Timeline,
+    TimeRange,
 )
 from kvdoctor.report.economics import Prices, capacity, costs, sizing
 from kvdoctor.report.history import History, Key, KeyHistory, ReportError
@@ -113,7 +113,7 @@ def build_report(
         version=VERSION,
         source=history.source,
         generated=_iso(now if now is not None else time.time()),
-        range=Range(
+        range=TimeRange(
             start=start,
             end=end,
             start_iso=_iso(start),

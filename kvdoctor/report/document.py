@@ -57,7 +57,7 @@ def scrubbed(value: T) -> T:
 
 
 @dataclass(frozen=True)
-class Incident:
+class IncidentSpan:
     """A run of a limit class or of a down target, with the finding that explained it."""
 
     target: str
@@ -81,7 +81,7 @@ class TargetFigures:
     summary: Summary = field(metadata=FLATTEN)
     sizing: Sizing = field(metadata=FLATTEN)
     costs: Costs = field(metadata=FLATTEN)
-    incidents: tuple[Incident, ...]
+    incidents: tuple[IncidentSpan, ...]
     traffic: Traffic
 
 
@@ -98,7 +98,7 @@ class FleetFigures:
 
 
 @dataclass(frozen=True)
-class Range:
+class TimeRange:
     """The span the report covers: first to last observation, and the first and last UTC hour."""
 
     start: float
@@ -209,7 +209,7 @@ class Report:
     version: int = field(metadata={"json": "kvdoctor_report"})
     source: str
     generated: str
-    range: Range
+    range: TimeRange
     prices: PriceEcho
     headroom: float
     capacity: dict[str, ModelCapacity]
@@ -217,7 +217,7 @@ class Report:
     fleet: FleetFigures
     hourly: tuple[HourRow, ...]
     timeline: tuple[Timeline, ...]
-    incidents: tuple[Incident, ...]
+    incidents: tuple[IncidentSpan, ...]
     recommendations: tuple[Recommendation, ...] = ()
     notes: tuple[str, ...] = ()
     planned: Planned | None = field(default=None, metadata=OMIT_NONE)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvdoctor.report.document import Incident, Number, Recommendation, Report
+from kvdoctor.report.document import IncidentSpan, Number, Recommendation, Report
 from kvdoctor.report.economics import Prices
 from kvdoctor.report.rows import Closeness
 
@@ -138,7 +138,7 @@ def _limits(doc: Report) -> list[Recommendation]:
     hour = doc.fleet.summary.busiest_hour
     busiest = hour.start if hour else None
     for e in doc.targets:
-        by_cls: dict[str, list[Incident]] = {}
+        by_cls: dict[str, list[IncidentSpan]] = {}
         for i in e.incidents:
             by_cls.setdefault(i.cls, []).append(i)
         for cls, items in by_cls.items():

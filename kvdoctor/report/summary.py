@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 
 from kvdoctor.promql.quantile import quantile
-from kvdoctor.report.document import Incident
+from kvdoctor.report.document import IncidentSpan
 from kvdoctor.report.figures import percent as pct
 from kvdoctor.report.history import BINS, CLASSES, Hour, KeyHistory, Segment
 from kvdoctor.report.rows import Closeness, Distribution, HeatCell, Summary, Traffic
@@ -98,10 +98,10 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(t))
 
 
-def incidents(segments: list[Segment], target: str, model: str) -> tuple[Incident, ...]:
+def incidents(segments: list[Segment], target: str, model: str) -> tuple[IncidentSpan, ...]:
     """Runs of a limit class or of a down target, with the finding that explained them and the peaks within."""
     return tuple(
-        Incident(
+        IncidentSpan(
             target=target,
             model_name=model,
             cls=s.cls,
