@@ -5,26 +5,20 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from kvdoctor.diagnosis.target import TargetFacts
 from kvdoctor.export.openmetrics import export_openmetrics, format_timestamp
 from kvdoctor.ingest.recording import load_frames
-from kvdoctor.pipeline import Cycle, Pipeline
+from kvdoctor.pipeline import Cycle
 from kvdoctor.query import recording_instance
-from kvdoctor.replay import replay
 from kvdoctor.rules.evaluate import Evaluation
-from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.verdicts import VERDICTS, Diagnosis, Finding
 from tests.conftest import labelled_windows
 from tests.support.prometheus import PrometheusServer, backfill, binaries
-
-# --max-num-seqs the recordings were made with, told to kvdoctor as an operator would (labels.json has no flags).
-MAX_NUM_SEQS = {"batch_cap": 4, "compute_bound": 128}
+from tests.support.replays import replay_all
 
 
 def _cycle(t: float, diagnoses: list[Diagnosis], errors: int = 0) -> Cycle:
@@ -107,16 +101,6 @@ def alias(path: Path, tmp: Path) -> Path:
     if not link.exists():
         link.symlink_to(path)
     return link
-
-
-def replay_all(paths: Iterable[Path], interval_s: float = 15.0) -> Iterator[Cycle]:
-    """Replay every recording as one target of a single pipeline, as one kvdoctor watching them all would."""
-    p = Pipeline(load_files(default_rule_files()))
-    paths = list(paths)
-    for path in paths:
-        stem = recording_instance(path).split("--")[-1]
-        p.add_target(recording_instance(path), TargetFacts(max_num_seqs=MAX_NUM_SEQS.get(stem)))
-    return replay(p, paths, interval_s)
 
 
 @pytest.mark.integration

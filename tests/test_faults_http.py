@@ -20,8 +20,8 @@ from kvdoctor.web import WebServer
 from kvdoctor.web.conns import Timeouts
 from kvdoctor.web.server import MAX_PER_CLIENT
 from tests.faults import SlowClient
+from tests.support.pki import pki_fixture  # noqa: F401  (the `pki` fixture: the test CA and certificates)
 from tests.support.wait import until
-from tests.test_web_config import pki  # noqa: F401  (the test CA and certificates)
 
 # short enough that a test need not wait out the 5 s defaults, long enough for a busy machine to answer within
 SHORT = Timeouts(handshake=1.0, header=3.0, body=1.0)
@@ -151,7 +151,7 @@ def test_oversized_and_malformed_requests_get_plain_errors(server: WebServer) ->
     assert _raw(server, chunked, half_close=False).startswith(b"HTTP/1.1 411 ")
 
 
-def test_idle_connections_to_a_tls_server_are_cut_off_after_the_handshake_timeout(pki, tmp_path) -> None:  # noqa: F811
+def test_idle_connections_to_a_tls_server_are_cut_off_after_the_handshake_timeout(pki, tmp_path) -> None:
     cfg = tmp_path / "web.yml"
     cfg.write_text(f"tls_server_config:\n  cert_file: {pki}/server.pem\n  key_file: {pki}/server.key\n")
     state = DaemonState()

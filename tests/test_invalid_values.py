@@ -28,9 +28,9 @@ from kvdoctor.verdicts import Diagnosis
 from kvdoctor.web import WebServer
 from tests.faults import FaultServer
 from tests.notify_support.alertmanager import running_alertmanager
+from tests.support.chromium import CHROMIUM, Cards, chromium
 from tests.support.daemon import watched
 from tests.support.wait import until
-from tests.test_web_page import CHROMIUM, Cards, chromium
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
 

@@ -13,10 +13,10 @@ import requests
 
 from kvdoctor.cli import main
 from tests.notify_support.alertmanager import running_alertmanager
+from tests.notify_support.cassettes import RECORD, find_secrets, recorder
 from tests.notify_support.fake_slack import FakeSlack, Request
 from tests.notify_support.http_recorder import Recorder
 from tests.notify_support.recordings import concat, split
-from tests.test_notify_cassettes import RECORD, find_secrets, recorder
 
 TOKEN = "xoxb-" + "3141592653-5897932384626-PiPiPiPiPiPiPiPiPiPiPiPi"
 LIMITS_ELSEWHERE = ("Batch cap hit", "Compute bound")

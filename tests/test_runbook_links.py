@@ -23,9 +23,8 @@ from tests.faults import GOOD, refused_url
 from tests.notify_support.alertmanager import running_alertmanager
 from tests.notify_support.fake_slack import FakeSlack
 from tests.notify_support.http_recorder import Recorder
+from tests.support.chromium import CHROMIUM, Ids, chromium
 from tests.support.wait import until
-from tests.test_runbook import Ids
-from tests.test_web_page import CHROMIUM, chromium
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5)
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

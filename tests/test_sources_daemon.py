@@ -16,7 +16,7 @@ from kvdoctor.daemon.runner import Daemon
 from kvdoctor.ingest.fetch import HttpOptions
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.verdicts import VERDICTS
-from tests.test_sources import fake_fixture, fleet_answer  # noqa: F401  (the `fake` fixture)
+from tests.support.fakeprom import fake_fixture, fleet_answer  # noqa: F401  (the `fake` fixture)
 
 
 def _daemon(url: str, tmp_path, **kw) -> Daemon:

@@ -6,7 +6,6 @@ import http.client
 import shutil
 import socket
 import ssl
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web import WebConfigError, WebServer, load_web_config
 from kvdoctor.web.webconfig import WebConfigWatcher
+from tests.support.pki import openssl, pki_fixture  # noqa: F401  (the `pki` fixture)
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
 
@@ -25,59 +25,6 @@ HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
 def write(path: Path, text: str) -> str:
     path.write_text(text)
     return str(path)
-
-
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A test CA, a server certificate for 127.0.0.1 and a client certificate, made with the openssl CLI."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl CLI not installed")
-    d = tmp_path_factory.mktemp("pki")
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=kvdoctor test CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-        cwd=d,
-    )
-    for name, san in (("server", "IP:127.0.0.1,DNS:localhost"), ("client", "DNS:prometheus.example")):
-        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-        (d / f"{name}.ext").write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\n")
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{name}.pem",
-            "-days",
-            "2",
-            "-extfile",
-            f"{name}.ext",
-            cwd=d,
-        )
-    return d
 
 
 def serve(web_config: str) -> WebServer:

@@ -18,8 +18,8 @@ from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web import WebServer
 from kvdoctor.whatif.advisor import Advisor
+from tests.support.chromium import CHROMIUM, chromium
 from tests.support.wait import until
-from tests.test_web_page import CHROMIUM, chromium
 
 PAIRS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif"
 

@@ -23,10 +23,10 @@ import yaml
 
 from kvdoctor.export.openmetrics import export_openmetrics
 from tests.conftest import FIXTURES, SHARED, labelled_windows
+from tests.support.dashboards import RULES, dashboard_files, load, metric_names, queries, substitute
 from tests.support.openmetrics import read_frames, recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
-from tests.test_dashboards import RULES, dashboard_files, load, metric_names, queries, substitute
-from tests.test_export_openmetrics import replay_all
+from tests.support.replays import replay_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # backfills a Prometheus first: ~20 s
 
