@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kvdoctor.daemon.logs import TextFormatter, setup_logging
 from kvdoctor.notify.alertmanager import to_alert
+from kvdoctor.notify.alerts import AlertView
 from kvdoctor.notify.config import AlertmanagerConfig
 from kvdoctor.rules.loader import load_files
 from kvdoctor.web.runbook import render
@@ -87,13 +88,15 @@ def test_alertmanager_annotations_carry_text_as_written_and_only_web_runbook_lin
         "advice": [],
         "runbook": "javascript:alert(1)",
     }
-    out = to_alert(alert, AlertmanagerConfig(urls=["http://am"]), 1.0e9)
+    out = to_alert(AlertView.from_dict(alert), AlertmanagerConfig(urls=["http://am"]), 1.0e9)
     assert (
         out["labels"]["model_name"] == "<!channel>"
     )  # a label value is data; receivers' templates escape it
     assert "runbook_url" not in out["annotations"]
     alert["runbook"] = "https://kvdoctor.example/runbook#kv_cache"
     assert (
-        to_alert(alert, AlertmanagerConfig(urls=["http://am"]), 1.0e9)["annotations"]["runbook_url"]
+        to_alert(AlertView.from_dict(alert), AlertmanagerConfig(urls=["http://am"]), 1.0e9)["annotations"][
+            "runbook_url"
+        ]
         == alert["runbook"]
     )

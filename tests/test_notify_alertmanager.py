@@ -11,6 +11,7 @@ import requests
 
 from kvdoctor.notify import Notifier, parse_notify_config
 from kvdoctor.notify.alertmanager import alertname, rfc3339, to_alert
+from kvdoctor.notify.alerts import AlertView
 from kvdoctor.notify.config import AlertmanagerConfig
 from kvdoctor.verdicts import Diagnosis
 from tests.notify_support.alertmanager import running_alertmanager
@@ -19,10 +20,8 @@ from tests.notify_support.http_recorder import Recorder
 
 
 def test_alertname_and_payload_shape() -> None:
-    assert alertname({"bottleneck": "kv_cache", "finding": "kv_cache"}) == "VLLMKVCacheBound"
-    assert (
-        alertname({"bottleneck": "", "finding": "prefix_cache_low_hit_rate"}) == "VLLMPrefixCacheLowHitRate"
-    )
+    assert alertname(AlertView(bottleneck="kv_cache", finding="kv_cache")) == "VLLMKVCacheBound"
+    assert alertname(AlertView(finding="prefix_cache_low_hit_rate")) == "VLLMPrefixCacheLowHitRate"
     assert rfc3339(T0) == "2025-10-09T08:53:20.000Z"
     view = {
         "target": "a:8000",
@@ -38,7 +37,7 @@ def test_alertname_and_payload_shape() -> None:
         "fired_at": T0,
     }
     cfg = AlertmanagerConfig(urls=("http://am",), generator_url="http://kvdoctor:9400/")
-    a = to_alert(view, cfg, T0 + 30)
+    a = to_alert(AlertView.from_dict(view), cfg, T0 + 30)
     assert a["labels"] == {
         "alertname": "VLLMKVCacheBound",
         "job": "vllm",
@@ -56,7 +55,9 @@ def test_alertname_and_payload_shape() -> None:
     }
     assert a["startsAt"] == rfc3339(T0) and a["endsAt"] == rfc3339(T0 + 30 + 240)
     assert a["generatorURL"] == "http://kvdoctor:9400/?target=a%3A8000&model_name=m"
-    resolved = to_alert({**view, "status": "resolved", "resolved_at": T0 + 600}, cfg, T0 + 630)
+    resolved = to_alert(
+        AlertView.from_dict({**view, "status": "resolved", "resolved_at": T0 + 600}), cfg, T0 + 630
+    )
     assert resolved["endsAt"] == rfc3339(T0 + 600)
 
 
@@ -120,8 +121,8 @@ def test_alerts_carry_the_job_prometheus_scrapes_the_target_in(tmp_path: Path) -
         "fired_at": T0,
     }
     cfg = AlertmanagerConfig(urls=("http://am",), job="vllm")
-    assert to_alert(view, cfg, T0)["labels"]["job"] == "vllm"
-    assert to_alert(view, cfg, T0, "vllm-prod")["labels"]["job"] == "vllm-prod"
+    assert to_alert(AlertView.from_dict(view), cfg, T0)["labels"]["job"] == "vllm"
+    assert to_alert(AlertView.from_dict(view), cfg, T0, "vllm-prod")["labels"]["job"] == "vllm-prod"
     targets = {"a:8000": Target("a:8000", TargetFacts(labels={"job": "vllm-prod"}))}
     notify = {"alertmanager": {"url": "http://127.0.0.1:9"}}
     for source, job in (("prometheus", "vllm-prod"), ("scrape", None)):

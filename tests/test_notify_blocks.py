@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvdoctor import fmt
-from kvdoctor.notify.alerts import Event
+from kvdoctor.notify.alerts import AdviceView, Event
 from kvdoctor.notify.blocks import Links, event_message, probe_message
 from kvdoctor.notify.config import NotifyConfig
 from kvdoctor.notify.lifecycle import Lifecycle
@@ -66,12 +68,14 @@ def test_update_reply_and_resolved() -> None:
 
 def test_limits_hold_for_oversized_input() -> None:
     ev = events()[0]
-    a = ev.alerts[0]
-    a["evidence"] = {f"metric_{i}_seconds": float(i) for i in range(30)}
-    a["summary"] = "x" * 5000
-    a["advice"] = [{"flag": f"--flag-{i}", "text": "y" * 400, "source": ""} for i in range(40)]
-    a["model_name"] = "m" * 300
-    ev.alerts += [dict(a, finding=f"f{i}", bottleneck="", status="firing") for i in range(60)]
+    a = replace(
+        ev.alerts[0],
+        evidence={f"metric_{i}_seconds": float(i) for i in range(30)},
+        summary="x" * 5000,
+        advice=tuple(AdviceView(f"--flag-{i}", "y" * 400) for i in range(40)),
+        model_name="m" * 300,
+    )
+    ev.alerts = [a, *(replace(a, finding=f"f{i}", bottleneck="", status="firing") for i in range(60))]
     text, blocks = event_message(ev, LINKS)  # validated by slack_sdk.models.blocks inside event_message
     assert len(blocks) <= 50 and len(blocks[0]["text"]["text"]) <= 150
     assert len(next(b for b in blocks if "fields" in b)["fields"]) == 10

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kvdoctor.notify import Notifier, parse_notify_config
-from kvdoctor.notify.alerts import Event
+from kvdoctor.notify.alerts import AlertView, Event
 from kvdoctor.notify.blocks import Links, escape, event_message, link_url
 from kvdoctor.verdicts import Advice, Diagnosis, Finding
 from tests.notify_support.fake_slack import FakeSlack
@@ -133,9 +133,8 @@ def test_every_text_object_is_verbatim_and_every_field_escaped() -> None:
         "advice": [{"flag": a.flag, "text": a.text, "source": a.source} for a in d.findings[0].advice],
         "runbook": "javascript:alert(1)",
     }
-    ev = Event(
-        "firing", "i", "g", {"target": d.target}, 1, d.t, d.t - 60, "", [alert, dict(alert)], [HOSTILE]
-    )
+    view = AlertView.from_dict(alert)
+    ev = Event("firing", "i", "g", {"target": d.target}, 1, d.t, d.t - 60, "", [view, view], [HOSTILE])
     text, blocks = event_message(ev, Links("http://kvdoctor.local:9400"))
     seen = {b["type"] for b in blocks}
     assert {"header", "section", "context"} <= seen

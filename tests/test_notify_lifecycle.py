@@ -40,10 +40,7 @@ def test_kv_incident_fires_once_updates_few_resolves_once() -> None:
     )
     first = events[0]
     assert first.t == T0 + 12 * 15  # `for` 1m after the finding started at cycle 8
-    assert (
-        first.alerts[0]["finding"] == "kv_cache"
-        and first.alerts[0]["evidence"]["batch_cap_configured"] == 256
-    )
+    assert first.alerts[0].finding == "kv_cache" and first.alerts[0].evidence["batch_cap_configured"] == 256
     assert events[-1].t == T0 + (8 + 23 + 4) * 15  # last seen + 1m of absence
 
 
@@ -71,7 +68,7 @@ def test_grouping_per_target_and_separate_targets() -> None:
         ("firing", "target=vllm-a:8000"),
         ("firing", "target=vllm-b:8000"),
     ]
-    assert [a["finding"] for a in out[0].alerts] == ["kv_cache", "preemption_storm"]  # the limit first
+    assert [a.finding for a in out[0].alerts] == ["kv_cache", "preemption_storm"]  # the limit first
 
 
 def test_target_down_holds_other_findings() -> None:
@@ -109,7 +106,7 @@ def test_silence_suppresses_then_announces_when_it_expires() -> None:
         for e in lc.observe([with_findings(T0 + 15 * k, f)], T0 + 15 * k)
     ]
     assert got == [("firing", 600)]
-    assert [a["finding"] for a in lc.active_alerts()] == ["kv_cache"]
+    assert [a.finding for a in lc.active_alerts()] == ["kv_cache"]
 
 
 def test_routes_pick_channel_by_severity() -> None:

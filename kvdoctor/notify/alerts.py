@@ -3,11 +3,56 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from kvdoctor import fmt
 from kvdoctor.verdicts import Diagnosis, Finding
+
+Evidence = dict[str, float | int | str | None]  # JSON-ready: NaN is None
+
+
+@dataclass(frozen=True)
+class AdviceView:
+    """One piece of advice as an alert shows it: the flag, what to do, where the numbers come from, the effect."""
+
+    flag: str = ""
+    text: str = ""
+    source: str = ""
+    predicted: str = ""
+
+
+@dataclass(frozen=True)
+class AlertView:
+    """What renderers and sinks need of one alert; asdict() is its JSON, from_dict() reads that back."""
+
+    summary: str = ""
+    description: str = ""
+    evidence: Evidence = field(default_factory=dict)
+    runbook: str = ""
+    bottleneck: str = ""
+    since: float | None = None
+    advice: tuple[AdviceView, ...] = ()
+    target: str = ""
+    model_name: str = ""
+    finding: str = ""
+    severity: str = "info"
+    status: str = "pending"  # pending | firing | resolved
+    started: float | None = None
+    last_seen: float | None = None
+    fired_at: float | None = None
+    resolved_at: float | None = None
+    fired_evidence: Evidence = field(default_factory=dict)  # the evidence when it started firing
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AlertView:
+        """A view from its JSON (keys it does not know are left out; missing ones take their defaults)."""
+        known = {f.name for f in fields(cls)} - {"advice"}
+        said = {f.name for f in fields(AdviceView)}
+        advice = tuple(
+            AdviceView(**{k: str(v or "") for k, v in a.items() if k in said}) for a in d.get("advice") or ()
+        )
+        return cls(**{k: v for k, v in d.items() if k in known}, advice=advice)
 
 
 @dataclass
@@ -45,18 +90,20 @@ class TrackedFinding:
             "bottleneck": bottleneck,
         }
 
-    def view(self) -> dict[str, Any]:
-        """What renderers and sinks need, JSON-ready."""
-        return {
-            **self.snapshot,
-            **self.labels(),
-            "status": self.status,
-            "started": self.started,
-            "last_seen": self.last_seen,
-            "fired_at": self.fired_at,
-            "resolved_at": self.resolved_at,
-            "fired_evidence": self.fired_evidence,
-        }
+    def view(self) -> AlertView:
+        """What renderers and sinks need of it."""
+        return AlertView.from_dict(
+            {
+                **self.snapshot,
+                **self.labels(),
+                "status": self.status,
+                "started": self.started,
+                "last_seen": self.last_seen,
+                "fired_at": self.fired_at,
+                "resolved_at": self.resolved_at,
+                "fired_evidence": self.fired_evidence,
+            }
+        )
 
 
 @dataclass
@@ -84,7 +131,7 @@ class Event:
     t: float
     opened: float
     channel: str
-    alerts: list[dict[str, Any]]
+    alerts: list[AlertView]
     changes: list[str] = field(default_factory=list)
 
     @property
@@ -98,8 +145,8 @@ class Event:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Event:
-        """Inverse of to_dict."""
-        return cls(**d)
+        """Inverse of to_dict (an outbox row written by an older kvdoctor reads too)."""
+        return cls(**{**d, "alerts": [AlertView.from_dict(a) for a in d.get("alerts", [])]})
 
 
 def snapshot_of(f: Finding, d: Diagnosis) -> dict[str, Any]:

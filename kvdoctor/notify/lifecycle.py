@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from kvdoctor import fmt
-from kvdoctor.notify.alerts import Event, Incident, TrackedFinding, material_changes, snapshot_of
+from kvdoctor.notify.alerts import AlertView, Event, Incident, TrackedFinding, material_changes, snapshot_of
 from kvdoctor.notify.config import NotifyConfig
 from kvdoctor.verdicts import Diagnosis, Finding
 
@@ -151,7 +151,7 @@ class Lifecycle:
             changes,
         )
 
-    def active_alerts(self) -> list[dict[str, Any]]:
+    def active_alerts(self) -> list[AlertView]:
         """Announced firing alerts and recently resolved ones (for Alertmanager)."""
         live = [a.view() for a in self.alerts.values() if a.status == "firing" and not a.silenced]
         return live + [a.view() for a in self.recently_resolved]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from slack_sdk import WebClient
@@ -109,7 +110,7 @@ class SlackSink:
         root = outbox.thread(ev.incident, SINK)
         if root is None and ev.kind != "firing":
             # The root was never posted (rejected for good, or state lost): start a fresh root.
-            ev = Event(**{**ev.to_dict(), "kind": "firing" if ev.kind != "resolved" else ev.kind})
+            ev = replace(ev, kind="firing" if ev.kind != "resolved" else ev.kind)
         if root is None:
             text, blocks = event_message(ev, self.links)
             resp = self.web.chat_postMessage(
