@@ -51,7 +51,7 @@ OLD_NAMES = {
 EXPECTED_EMPTY: dict[str, tuple[str, str]] = {
     "SLO headroom": (
         "kvdoctor_slo_headroom_ratio",
-        "the replayed targets configure no SLO (tests/test_whatif_headroom.py reads the series off /metrics)",
+        "the replayed targets configure no SLO (tests/whatif/test_headroom.py reads the series off /metrics)",
     ),
 }
 FIXTURE_PREFERENCE = ("kv_cache", "batch_cap", "healthy", "compute")
