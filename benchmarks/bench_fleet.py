@@ -104,8 +104,18 @@ def backfill_rules(prom: PrometheusServer, promtool: str, start: int, end: int, 
             yaml.safe_dump({"groups": [{"name": f"layer{i}", "interval": "15s", "rules": layer}]})
         )
         out = work / "rule-blocks"
-        cmd = [promtool, "tsdb", "create-blocks-from", "rules", f"--start={start}", f"--end={end}",
-               f"--url={prom.url}", f"--output-dir={out}", "--quiet", str(rules)]  # fmt: skip
+        cmd = [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            "rules",
+            f"--start={start}",
+            f"--end={end}",
+            f"--url={prom.url}",
+            f"--output-dir={out}",
+            "--quiet",
+            str(rules),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
             raise RuntimeError(f"rule backfill failed: {proc.stdout}{proc.stderr}")
@@ -242,10 +252,14 @@ def main() -> int:
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
-    print(f"\n{'targets':>8} | {'prometheus source':>17} | {'queries':>7} | {'scrape source':>13} | {'per target':>10} "
-          f"| {'of which':>8} | {'ratio':>11} | {'RSS per target':>14}")  # fmt: skip
-    print(f"{'':>8} | {'s per cycle':>17} | {'/cycle':>7} | {'s per cycle':>13} | {'CPU ms':>10} "
-          f"| {'eval ms':>8} | {'scrape/prom':>11} | {'MB at 30m/15s':>14}")  # fmt: skip
+    print(
+        f"\n{'targets':>8} | {'prometheus source':>17} | {'queries':>7} | {'scrape source':>13} | {'per target':>10} "
+        f"| {'of which':>8} | {'ratio':>11} | {'RSS per target':>14}"
+    )
+    print(
+        f"{'':>8} | {'s per cycle':>17} | {'/cycle':>7} | {'s per cycle':>13} | {'CPU ms':>10} "
+        f"| {'eval ms':>8} | {'scrape/prom':>11} | {'MB at 30m/15s':>14}"
+    )
     for n, prom, s_s, c_s, e_s, _, rss in rows:
         p_s, p_q = (f"{prom[0]:.3f}", str(prom[1])) if prom else ("-", "-")
         ratio = f"{s_s / prom[0]:.1f}×" if prom else "-"
@@ -254,11 +268,15 @@ def main() -> int:
             if rss
             else "-"
         )
-        print(f"{n:>8} | {p_s:>17} | {p_q:>7} | {s_s:>13.3f} | {c_s / n * 1e3:>10.3f} | {e_s / n * 1e3:>8.3f} "
-              f"| {ratio:>11} | {mb:>14}")  # fmt: skip
+        print(
+            f"{n:>8} | {p_s:>17} | {p_q:>7} | {s_s:>13.3f} | {c_s / n * 1e3:>10.3f} | {e_s / n * 1e3:>8.3f} "
+            f"| {ratio:>11} | {mb:>14}"
+        )
     if any(r[6] and r[6]["pre_parsed"] for r in rows):
-        print("* scrapes pre-parsed once per frame and shared by the targets (parser caches not counted), the pack "
-              "evaluated once a minute (recorded series hold a quarter of their samples)")  # fmt: skip
+        print(
+            "* scrapes pre-parsed once per frame and shared by the targets (parser caches not counted), the pack "
+            "evaluated once a minute (recorded series hold a quarter of their samples)"
+        )
     print(
         "(seconds per cycle are wall time; per target is CPU time of the cycle: the machine may be shared)\n"
     )
@@ -267,8 +285,10 @@ def main() -> int:
         print(f"classes at {n}: prometheus source {pc}; scrape source {dict(sorted(sc.items()))}")
     per_target = [r[3] / r[0] for r in rows]
     spread = max(per_target) / min(per_target)
-    print(f"\nscrape source CPU per target: {min(per_target) * 1e3:.3f}-{max(per_target) * 1e3:.3f} ms, "
-          f"max/min {spread:.2f}")  # fmt: skip
+    print(
+        f"\nscrape source CPU per target: {min(per_target) * 1e3:.3f}-{max(per_target) * 1e3:.3f} ms, "
+        f"max/min {spread:.2f}"
+    )
     queries = {r[1][1] for r in rows if r[1]}
     constant = len(queries) <= 1
     print(f"queries per cycle constant over {prom_sizes}: {'yes' if constant else 'NO'}")

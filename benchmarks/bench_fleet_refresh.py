@@ -110,8 +110,10 @@ def main() -> int:
     asked_at: float | None = None
     w_cpu0 = w_cpu = w_prev = 0.0
     last: tuple[dict[str, int], dict[str, int]] | None = None
-    print(f"{args.targets} targets at a limit, interval {args.interval:g}s, refresh {args.refresh:g}s, "
-          f"{args.distinct} distinct offsets, pinned to CPU {cpu}")  # fmt: skip
+    print(
+        f"{args.targets} targets at a limit, interval {args.interval:g}s, refresh {args.refresh:g}s, "
+        f"{args.distinct} distinct offsets, pinned to CPU {cpu}"
+    )
     while True:
         slot = start + k * args.interval
         time.sleep(max(0.0, slot - time.time()))  # a benchmark on the wall clock, as the daemon paces cycles
@@ -142,13 +144,18 @@ def main() -> int:
         want, eff, head = fresh(cycle.diagnoses, asked_at or 1e18)
         busy = asked_at is not None and refreshed_at is None and not quiet
         rows.append((phase if phase == "fill" else ("busy" if busy else "idle"), wall, cpu_s, eff, head))
-        print(f"cycle {k:3d} {rows[-1][0]:5s} wall {wall:6.2f}s cpu {cpu_s:6.2f}s  effects {eff}/{want} "
-              f"headroom {head}  whatif {counts[0]}  headroom {counts[1]}", flush=True)  # fmt: skip
+        print(
+            f"cycle {k:3d} {rows[-1][0]:5s} wall {wall:6.2f}s cpu {cpu_s:6.2f}s  effects {eff}/{want} "
+            f"headroom {head}  whatif {counts[0]}  headroom {counts[1]}",
+            flush=True,
+        )
         if asked_at is not None and refreshed_at is None and quiet:
             refreshed_at = time.time()
             w_cpu = workers_cpu_s(workers) - w_cpu0
-            print(f"refreshed: effects on {eff} of the {want} targets whose advice names a change, headroom on "
-                  f"{head} of {args.targets}")  # fmt: skip
+            print(
+                f"refreshed: effects on {eff} of the {want} targets whose advice names a change, headroom on "
+                f"{head} of {args.targets}"
+            )
         if refreshed_at is not None and t - refreshed_at >= args.refresh:
             break
         if asked_at is not None and t - asked_at > 3 * args.refresh:
@@ -167,9 +174,11 @@ def main() -> int:
         f"\ncycle wall, no predictions: {med('fill', 1)}; workers busy: {med('busy', 1)}; idle: {med('idle', 1)}"
     )
     print(f"cycle thread CPU, no predictions: {med('fill', 2)}; workers busy: {med('busy', 2)}")
-    print(f"first full refresh of {args.targets} targets (effects and headroom): {took} of the {args.refresh:g} s "
-          f"period; the workers' CPU {w_cpu:.1f} s; whatif {advisor.stats()}; headroom {headroom.stats()}; "
-          f"load average {' '.join(load)}")  # fmt: skip
+    print(
+        f"first full refresh of {args.targets} targets (effects and headroom): {took} of the {args.refresh:g} s "
+        f"period; the workers' CPU {w_cpu:.1f} s; whatif {advisor.stats()}; headroom {headroom.stats()}; "
+        f"load average {' '.join(load)}"
+    )
     return 0
 
 

@@ -21,87 +21,22 @@ under benchmarks/sampling_profile.py and writes its hottest functions to DIR/<sc
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from fleet_data import recording_dir  # noqa: E402
+from procs import cpu_s, free_port, get, metric_sum, wait_for  # noqa: E402
 
 SCENARIOS = {"healthy": ("healthy",), "limit": ("compute_bound", "kv_bound")}
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    """A TCP port free now on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stat(pid: int) -> list[str]:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        return fh.read().rsplit(")", 1)[1].split()
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, all threads) a process and its children (its simulation process) have used."""
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError):  # a process that just ended
-                kids.setdefault(int(_stat(int(entry))[1]), []).append(int(entry))
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            f = _stat(p)
-        except OSError:
-            continue
-        # utime, stime, cutime, cstime: fields 14-17 of proc(5); children that ended were waited for
-        total += sum(int(x) for x in f[11:15]) / TICK
-        todo.extend(kids.get(p, []))
-    return total
-
-
-def get(url: str, timeout: float = 60.0) -> str:
-    """The body of a GET."""
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return str(resp.read().decode("utf-8"))
-
-
-def metric_sum(text: str, name: str, where: str = "") -> float:
-    """The sum of a family's samples in an exposition (those whose labels contain `where`)."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and where in line and line[len(name) : len(name) + 1] in ("{", " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def wait_for(what: str, check: object, deadline_s: float) -> None:
-    """Poll check() until it is true, or fail naming what did not happen."""
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            if check():  # type: ignore[operator]
-                return
-        except OSError:
-            pass
-        if time.monotonic() > end:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def start_servers(
@@ -113,8 +48,18 @@ def start_servers(
     procs = []
     for i, port in enumerate(ports):
         rec = src / f"{recs[i % len(recs)]}.jsonl.gz"
-        cmd = [sys.executable, "-m", "kvdoctor", "replay-server", str(rec), "--loop", "--from", "40",
-               "--listen", f"127.0.0.1:{port}"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "kvdoctor",
+            "replay-server",
+            str(rec),
+            "--loop",
+            "--from",
+            "40",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT))
     for port in ports:
         wait_for(f"replay server on {port}", lambda p=port: get(f"http://127.0.0.1:{p}/metrics"), 60)
@@ -129,8 +74,13 @@ def targets(ports: list[int], n: int) -> list[tuple[str, int, int]]:
 def prometheus_config(tmp: Path, fleet: list[tuple[str, int, int]], interval: float) -> Path:
     """prometheus.yml scraping the fleet (instance = the target's name, as kvdoctor labels it) with the pack."""
     rules = tmp / "kvdoctor-rules.yml"
-    out = subprocess.run([sys.executable, "-m", "kvdoctor", "rules", "export", "--interval", f"{interval:g}s"],
-                         cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "kvdoctor", "rules", "export", "--interval", f"{interval:g}s"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rules.write_text(out.stdout)
     lines = [
         "global:",
@@ -173,8 +123,13 @@ def run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, object]
     prom_cfg = prometheus_config(tmp, fleet, args.interval)
     kvd_cfg = kvdoctor_config(tmp, fleet, args.interval, kvd_port, args.slo)
     storage = tmp / f"tsdb-{scenario}"
-    prom_cmd = [shutil.which("prometheus") or "prometheus", f"--config.file={prom_cfg}",
-                f"--storage.tsdb.path={storage}", f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"]  # fmt: skip
+    prom_cmd = [
+        shutil.which("prometheus") or "prometheus",
+        f"--config.file={prom_cfg}",
+        f"--storage.tsdb.path={storage}",
+        f"--web.listen-address=127.0.0.1:{prom_port}",
+        "--log.level=warn",
+    ]
     kvd_cmd = [sys.executable, "-m", "kvdoctor", "serve", "--config", str(kvd_cfg), "--log-format", "json"]
     if args.profile:
         out = Path(args.profile) / f"{scenario}.txt"
@@ -193,11 +148,16 @@ def run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, object]
         prom_url, kvd_url = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{kvd_port}"
         n = args.targets
         up = f"{prom_url}/api/v1/query?query=count(up%3D%3D1)"
-        wait_for("Prometheus to scrape every target",
-                 lambda: (r := json.loads(get(up))["data"]["result"]) and int(float(r[0]["value"][1])) >= n,
-                 120 + 4 * args.interval)  # fmt: skip
-        wait_for("kvdoctor to scrape every target",
-                 lambda: metric_sum(get(f"{kvd_url}/metrics"), "kvdoctor_target_up") >= n, 120)  # fmt: skip
+        wait_for(
+            "Prometheus to scrape every target",
+            lambda: (r := json.loads(get(up))["data"]["result"]) and int(float(r[0]["value"][1])) >= n,
+            120 + 4 * args.interval,
+        )
+        wait_for(
+            "kvdoctor to scrape every target",
+            lambda: metric_sum(get(f"{kvd_url}/metrics"), "kvdoctor_target_up") >= n,
+            120,
+        )
         # a benchmark on the wall clock: the advisor's first simulations start in here
         time.sleep(args.warmup)
         p0, k0 = get(f"{prom_url}/metrics"), get(f"{kvd_url}/metrics")
@@ -222,17 +182,25 @@ def run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, object]
     )
     kvd_tc = n * max(1.0, wall / args.interval - missed)
     prom_ms, kvd_ms = (c1[0] - c0[0]) / prom_tc * 1e3, (c1[1] - c0[1]) / kvd_tc * 1e3
-    whatif = {m.group(1): float(m.group(2)) for m in re.finditer(
-        r"^(kvdoctor_(?:whatif|headroom)_[a-z_]+(?:\{[^}]*\})?) (\S+)$", k1, re.M)}  # fmt: skip
+    whatif = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(kvdoctor_(?:whatif|headroom)_[a-z_]+(?:\{[^}]*\})?) (\S+)$", k1, re.M)
+    }
     return {
-        "scenario": scenario, "targets": n, "wall_s": round(wall, 1), "load_avg": load,
-        "prometheus_ms_per_target_cycle": round(prom_ms, 3), "prometheus_target_cycles": prom_tc,
-        "kvdoctor_ms_per_target_cycle": round(kvd_ms, 3), "kvdoctor_target_cycles": kvd_tc,
-        "kvdoctor_missed_slots": missed, "ratio_kvdoctor_to_prometheus": round(kvd_ms / prom_ms, 3),
+        "scenario": scenario,
+        "targets": n,
+        "wall_s": round(wall, 1),
+        "load_avg": load,
+        "prometheus_ms_per_target_cycle": round(prom_ms, 3),
+        "prometheus_target_cycles": prom_tc,
+        "kvdoctor_ms_per_target_cycle": round(kvd_ms, 3),
+        "kvdoctor_target_cycles": kvd_tc,
+        "kvdoctor_missed_slots": missed,
+        "ratio_kvdoctor_to_prometheus": round(kvd_ms / prom_ms, 3),
         "kvdoctor_cycle_duration_s": metric_sum(k1, "kvdoctor_cycle_duration_seconds"),
         "prometheus_rule_eval_failures": metric_sum(p1, "prometheus_rule_evaluation_failures_total"),
         "kvdoctor_whatif": whatif,
-    }  # fmt: skip
+    }
 
 
 def main() -> int:
@@ -269,9 +237,11 @@ def main() -> int:
         f"\n{'scenario':9s} {'targets':>7s} {'prometheus ms':>13s} {'kvdoctor ms':>11s} {'ratio':>6s}  load avg"
     )
     for r in rows:
-        print(f"{r['scenario']!s:9s} {r['targets']!s:>7s} {r['prometheus_ms_per_target_cycle']!s:>13s} "
-              f"{r['kvdoctor_ms_per_target_cycle']!s:>11s} {r['ratio_kvdoctor_to_prometheus']!s:>6s}  "
-              f"{' '.join(r['load_avg'])}")  # type: ignore[arg-type]  # fmt: skip
+        print(
+            f"{r['scenario']!s:9s} {r['targets']!s:>7s} {r['prometheus_ms_per_target_cycle']!s:>13s} "
+            f"{r['kvdoctor_ms_per_target_cycle']!s:>11s} {r['ratio_kvdoctor_to_prometheus']!s:>6s}  "
+            f"{' '.join(r['load_avg'])}"
+        )  # type: ignore[arg-type]
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

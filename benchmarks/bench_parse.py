@@ -67,8 +67,10 @@ def against(old_path: str, rounds: int = 15) -> None:
                 for t in texts:
                     fn(t)
                 best[kind] = min(best[kind], (time.process_time() - start) / len(texts))
-        print(f"{label}: old {best['old'] * 1e3:.3f} ms, new {best['new'] * 1e3:.3f} ms per page, "
-              f"new/old {best['new'] / best['old']:.3f}")  # fmt: skip
+        print(
+            f"{label}: old {best['old'] * 1e3:.3f} ms, new {best['new'] * 1e3:.3f} ms per page, "
+            f"new/old {best['new'] / best['old']:.3f}"
+        )
 
 
 def main() -> None:

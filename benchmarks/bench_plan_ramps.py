@@ -51,8 +51,16 @@ def slo_flags(slos: dict[str, float]) -> list[str]:
 
 def run_plan(rec: Path, window: tuple[float, float], slos: dict[str, float], cap: int) -> tuple[dict, float]:
     """`kvdoctor plan --json` on one window of a recording, and the seconds it took."""
-    argv = ["plan", str(rec), "--window", f"{window[0]:g}:{window[1]:g}", *slo_flags(slos),
-            "--max-num-seqs", str(cap), "--json"]  # fmt: skip
+    argv = [
+        "plan",
+        str(rec),
+        "--window",
+        f"{window[0]:g}:{window[1]:g}",
+        *slo_flags(slos),
+        "--max-num-seqs",
+        str(cap),
+        "--json",
+    ]
     out = io.StringIO()
     t = time.perf_counter()
     with contextlib.redirect_stdout(out):
@@ -80,12 +88,16 @@ def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], float]:
     snaps = recording_snaps(rec)
     window = in_window(snaps, *light["window_unix"])
     params = wva_baseline.fit(window, r["max_num_seqs"])
-    print(f"\n{r['name']}: light step {light['rate']} req/s (plan's ×1: {rate_now:.3g} req/s), plan "
-          f"{took:.1f} s, {doc['simulations']} simulations; WVA fit α {params.alpha * 1e3:.3g} ms β "
-          f"{params.beta * 1e3:.3g} ms γ {params.gamma * 1e3:.3g} ms δ {params.delta * 1e6:.3g} µs/token, "
-          f"stability limit {wva_baseline.max_rate(params):.3g} req/s")  # fmt: skip
-    print(f"  {'slo':17s} {'objective':>9s} {'measured':>8s} {'between':>9s} {'headroom':>8s} "
-          f"{'kvdoctor':>8s} {'err':>5s} {'WVA':>6s} {'err':>5s}  done")  # fmt: skip
+    print(
+        f"\n{r['name']}: light step {light['rate']} req/s (plan's ×1: {rate_now:.3g} req/s), plan "
+        f"{took:.1f} s, {doc['simulations']} simulations; WVA fit α {params.alpha * 1e3:.3g} ms β "
+        f"{params.beta * 1e3:.3g} ms γ {params.gamma * 1e3:.3g} ms δ {params.delta * 1e6:.3g} µs/token, "
+        f"stability limit {wva_baseline.max_rate(params):.3g} req/s"
+    )
+    print(
+        f"  {'slo':17s} {'objective':>9s} {'measured':>8s} {'between':>9s} {'headroom':>8s} "
+        f"{'kvdoctor':>8s} {'err':>5s} {'WVA':>6s} {'err':>5s}  done"
+    )
     done = []
     for key, objective in r["slos"].items():
         b = r["breaking"][key]
@@ -100,8 +112,10 @@ def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], float]:
             ok = ek <= WITHIN and ek < eb
             done.append(ok)
             e_k, e_b, verdict = f"{ek:.0%}", f"{eb:.0%}", "yes" if ok else "NO"
-        print(f"  {key:17s} {objective:>9g} {_f(b['rate']):>8s} {between:>9s} {_f(head):>8s} {_f(pred):>8s} "
-              f"{e_k:>5s} {base:>6.3g} {e_b:>5s}  {verdict}")  # fmt: skip
+        print(
+            f"  {key:17s} {objective:>9g} {_f(b['rate']):>8s} {between:>9s} {_f(head):>8s} {_f(pred):>8s} "
+            f"{e_k:>5s} {base:>6.3g} {e_b:>5s}  {verdict}"
+        )
     return done, took
 
 

@@ -58,8 +58,12 @@ def hang_server() -> tuple[socket.socket, str]:
     return srv, f"http://127.0.0.1:{srv.getsockname()[1]}/metrics"
 
 
-def threads_round(specs: list[TargetSpec], sessions: dict[str, requests.Session], parsers: dict[str, Parser],
-                  pool: ThreadPoolExecutor) -> int:  # fmt: skip
+def threads_round(
+    specs: list[TargetSpec],
+    sessions: dict[str, requests.Session],
+    parsers: dict[str, Parser],
+    pool: ThreadPoolExecutor,
+) -> int:
     def one(spec: TargetSpec) -> bool:
         s = sessions.setdefault(spec.name, requests.Session())
         try:
@@ -82,8 +86,24 @@ def main() -> int:
     rec = ROOT.parent / "shared" / "recordings" / "vllm-0.32-cpu"
     rec = rec if (rec / "kv_bound.jsonl.gz").exists() else ROOT / "kvdoctor" / "demo"
     ports = [free_port() for _ in RECORDINGS]
-    procs = [subprocess.Popen([sys.executable, "-m", "kvdoctor", "replay-server", str(rec / f"{r}.jsonl.gz"), "--loop",
-                               "--from", "40", "--listen", f"127.0.0.1:{p}"], cwd=ROOT) for r, p in zip(RECORDINGS, ports, strict=True)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kvdoctor",
+                "replay-server",
+                str(rec / f"{r}.jsonl.gz"),
+                "--loop",
+                "--from",
+                "40",
+                "--listen",
+                f"127.0.0.1:{p}",
+            ],
+            cwd=ROOT,
+        )
+        for r, p in zip(RECORDINGS, ports, strict=True)
+    ]
     hang, hang_url = hang_server()
     try:
         for p in ports:
@@ -132,10 +152,14 @@ def main() -> int:
         cpu = statistics.median(r[0] for r in rows)
         wall = statistics.median(r[1] for r in rows)
         med[kind] = (cpu, wall)
-        print(f"  {kind:8s} cpu {1000 * cpu / args.targets:6.2f} ms/target   round {wall:6.2f} s   "
-              f"scraped {rows[-1][2]}/{args.targets}")  # fmt: skip
-    print(f"  threads/asyncio: cpu x{med['threads'][0] / med['asyncio'][0]:.2f}, "
-          f"wall x{med['threads'][1] / med['asyncio'][1]:.2f}")  # fmt: skip
+        print(
+            f"  {kind:8s} cpu {1000 * cpu / args.targets:6.2f} ms/target   round {wall:6.2f} s   "
+            f"scraped {rows[-1][2]}/{args.targets}"
+        )
+    print(
+        f"  threads/asyncio: cpu x{med['threads'][0] / med['asyncio'][0]:.2f}, "
+        f"wall x{med['threads'][1] / med['asyncio'][1]:.2f}"
+    )
     return 0
 
 

@@ -64,8 +64,10 @@ def main() -> int:
     web = _server()
     try:
         idle = _round(web, args.requests)
-        slow = [SlowClient(web.address, every=0.5, source=f"127.0.{1 + i // 250}.{2 + i % 250}")
-                for i in range(args.slow)]  # fmt: skip
+        slow = [
+            SlowClient(web.address, every=0.5, source=f"127.0.{1 + i // 250}.{2 + i % 250}")
+            for i in range(args.slow)
+        ]
         try:
             deadline = time.monotonic() + 10
             while any(c.sent < 2 for c in slow) and time.monotonic() < deadline:

@@ -52,8 +52,10 @@ PAIRS = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-whatif"
 PAIRS2 = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-whatif2"  # recorded in session 5, when present
 COVERAGE_GOAL = (0.70, 0.90)
 # recordings with 5 minutes of traffic for the whatif timing, the first present is used
-LONG = (ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-margins/tiny_ramp_c32.jsonl.gz",
-        ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-margins/tiny_ramp_c32.jsonl")  # fmt: skip
+LONG = (
+    ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-margins/tiny_ramp_c32.jsonl.gz",
+    ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-margins/tiny_ramp_c32.jsonl",
+)
 LONG_WINDOW_S = 300.0
 SHARED = ROOT.parent / "shared/recordings/vllm-0.32-cpu"
 TARGET = {"unchanged": 0.15, "changed": 0.25}
@@ -73,8 +75,10 @@ def speed() -> float:
     t = time.perf_counter()
     res = Simulator(engine, step).run_workload(w, 300.0, 0.0, seed=1)
     took = time.perf_counter() - t
-    print(f"speed: 300 s at 50 req/s simulated in {took:.2f} s ({res.steps} steps, {res.finished} requests done, "
-          f"{res.running_max} max running) — target ≤ {SPEED_TARGET_S:g} s: {'ok' if took <= SPEED_TARGET_S else 'MISSED'}")  # fmt: skip
+    print(
+        f"speed: 300 s at 50 req/s simulated in {took:.2f} s ({res.steps} steps, {res.finished} requests done, "
+        f"{res.running_max} max running) — target ≤ {SPEED_TARGET_S:g} s: {'ok' if took <= SPEED_TARGET_S else 'MISSED'}"
+    )
     return took
 
 
@@ -92,8 +96,10 @@ def whatif_speed(long: Path | None) -> float:
     pred = predict([s for s in snaps if s.t <= hi], window, {"max_num_seqs": 64})
     took = time.perf_counter() - t
     span = window[-1].t - window[0].t
-    print(f"whatif: {found[0].name}, a {span:.0f} s window ({pred.workload.kind} loop), max_num_seqs=64 predicted "
-          f"with intervals in {took:.2f} s — target ≤ {SPEED_TARGET_S:g} s: {'ok' if took <= SPEED_TARGET_S else 'MISSED'}")  # fmt: skip
+    print(
+        f"whatif: {found[0].name}, a {span:.0f} s window ({pred.workload.kind} loop), max_num_seqs=64 predicted "
+        f"with intervals in {took:.2f} s — target ≤ {SPEED_TARGET_S:g} s: {'ok' if took <= SPEED_TARGET_S else 'MISSED'}"
+    )
     return took
 
 
@@ -154,19 +160,36 @@ def accuracy(directories: list[Path], seeds: int, tuned_only: bool = False) -> b
                     resolution[p].setdefault(k, []).append(v)
             if seed == 0:
                 for kind, errs in (("unchanged", r.unchanged_error), ("changed", r.changed_error)):
-                    print(f"{r.name:28s} {part:9s} {kind:10s}" + "".join(f"{_pct(errs[k]):>24s}" for k in HEADLINE))  # fmt: skip
+                    print(
+                        f"{r.name:28s} {part:9s} {kind:10s}"
+                        + "".join(f"{_pct(errs[k]):>24s}" for k in HEADLINE)
+                    )
                 m, u, p_, a = r.prediction.measured, r.prediction.unchanged, r.prediction.predicted, r.after
-                print(f"{'':28s} {'':9s} {'direction':10s}" + "".join(
-                    f"{'right' if r.direction_right[k] else 'WRONG':>9s} {getattr(m, k):.3g}→{getattr(a, k):.3g}"
-                    f" ({getattr(u, k):.3g}→{getattr(p_, k):.3g})".rjust(24) for k in HEADLINE))  # fmt: skip
+                print(
+                    f"{'':28s} {'':9s} {'direction':10s}"
+                    + "".join(
+                        f"{'right' if r.direction_right[k] else 'WRONG':>9s} {getattr(m, k):.3g}→{getattr(a, k):.3g}"
+                        f" ({getattr(u, k):.3g}→{getattr(p_, k):.3g})".rjust(24)
+                        for k in HEADLINE
+                    )
+                )
                 band = r.prediction.band_after
                 if band is not None:
-                    print(f"{'':28s} {'':9s} {'80 %':10s}" + "".join(
-                        (f"{'in' if r.inside_changed.get(k) else 'OUT':>4s} {getattr(band.low, k):.3g}-"
-                         f"{getattr(band.high, k):.3g}").rjust(24) for k in HEADLINE)
-                          + (f"  ({'; '.join(band.unseen)})" if band.unseen else ""))  # fmt: skip
-                print(f"{'':28s} {'':9s} {'bucket ±':10s}" + "".join(
-                    f"{_pct(r.resolution_after.get(k, float('nan'))):>24s}" for k in HEADLINE))  # fmt: skip
+                    print(
+                        f"{'':28s} {'':9s} {'80 %':10s}"
+                        + "".join(
+                            (
+                                f"{'in' if r.inside_changed.get(k) else 'OUT':>4s} {getattr(band.low, k):.3g}-"
+                                f"{getattr(band.high, k):.3g}"
+                            ).rjust(24)
+                            for k in HEADLINE
+                        )
+                        + (f"  ({'; '.join(band.unseen)})" if band.unseen else "")
+                    )
+                print(
+                    f"{'':28s} {'':9s} {'bucket ±':10s}"
+                    + "".join(f"{_pct(r.resolution_after.get(k, float('nan'))):>24s}" for k in HEADLINE)
+                )
                 all_right &= all(r.direction_right.values())
     ok = all_right
     n = {p: sum(1 for q, _, _ in parts if q == p) for p in ("tuned", "set-aside")}
@@ -179,27 +202,40 @@ def accuracy(directories: list[Path], seeds: int, tuned_only: bool = False) -> b
             met = all(meds[f"{p}/{kind}"][k] <= bounds[k] for k in HEADLINE)
             if p == "all":
                 ok &= met
-            print(f"  {p:9s} {kind:10s}" + "".join(f"{k} {_pct(meds[f'{p}/{kind}'][k])} (≤{bounds[k]:.0%})  "
-                                                  for k in HEADLINE) + ("ok" if met else "MISSED"))  # fmt: skip
+            print(
+                f"  {p:9s} {kind:10s}"
+                + "".join(f"{k} {_pct(meds[f'{p}/{kind}'][k])} (≤{bounds[k]:.0%})  " for k in HEADLINE)
+                + ("ok" if met else "MISSED")
+            )
     print(f"  directions: {'all right' if all_right else 'some WRONG'}")
     # what no prediction can beat: half the bucket the measured value is in
     for p in ("all", "tuned", "set-aside"):
-        print(f"  {p:9s} bucket ±  " + "".join(f"{k} {_pct(_median(v))}  " for k, v in resolution[p].items())
-              + "(median after the change; an error below it is as close as vLLM's buckets can tell)")  # fmt: skip
+        print(
+            f"  {p:9s} bucket ±  "
+            + "".join(f"{k} {_pct(_median(v))}  " for k, v in resolution[p].items())
+            + "(median after the change; an error below it is as close as vLLM's buckets can tell)"
+        )
     lo, hi = COVERAGE_GOAL
-    print(f"\n80 % intervals (p10-p90) on {', '.join(COVERED)}: share of measured values inside, goal "
-          f"{lo:.0%}-{hi:.0%} after the change; median width (p90 - p10) / predicted")  # fmt: skip
+    print(
+        f"\n80 % intervals (p10-p90) on {', '.join(COVERED)}: share of measured values inside, goal "
+        f"{lo:.0%}-{hi:.0%} after the change; median width (p90 - p10) / predicted"
+    )
     for p in ("all", "tuned", "set-aside"):
         cov_u, cov_c = _share(inside[p]["unchanged"]), _share(inside[p]["changed"])
         met = lo <= cov_c <= hi
         if p == "all":
             ok &= met
-        print(f"  {p:9s} unchanged {_pct(cov_u)} of {len(inside[p]['unchanged'])}   changed {_pct(cov_c)} of "
-              f"{len(inside[p]['changed'])}   width {_pct(_median(widths[p]))}   "
-              + ("ok" if met else "MISSED"))  # fmt: skip
+        print(
+            f"  {p:9s} unchanged {_pct(cov_u)} of {len(inside[p]['unchanged'])}   changed {_pct(cov_c)} of "
+            f"{len(inside[p]['changed'])}   width {_pct(_median(widths[p]))}   " + ("ok" if met else "MISSED")
+        )
     for kind in ("unchanged", "changed"):
-        ratio = {k: meds[f"set-aside/{kind}"][k] / meds[f"tuned/{kind}"][k] if meds[f"tuned/{kind}"][k] else
-                 float("nan") for k in HEADLINE}  # fmt: skip
+        ratio = {
+            k: meds[f"set-aside/{kind}"][k] / meds[f"tuned/{kind}"][k]
+            if meds[f"tuned/{kind}"][k]
+            else float("nan")
+            for k in HEADLINE
+        }
         print(
             f"  set-aside / tuned median error, {kind:9s}: "
             + "  ".join(f"{k} {v:.2g}×" for k, v in ratio.items())
@@ -224,15 +260,22 @@ def singles() -> None:
         window = in_window(snaps, entry["steady_from"], entry["steady_to"])
         pred = predict([s for s in snaps if s.t <= entry["steady_to"]], window, {})
         errs = errors(pred.unchanged, pred.measured, HEADLINE)
-        print(f"  {entry['file']:30s}" + "".join(f"{k} {_pct(errs[k])}  " for k in HEADLINE)
-              + f"class {pred.measured.bottleneck}/{pred.unchanged.bottleneck}")  # fmt: skip
+        print(
+            f"  {entry['file']:30s}"
+            + "".join(f"{k} {_pct(errs[k])}  " for k in HEADLINE)
+            + f"class {pred.measured.bottleneck}/{pred.unchanged.bottleneck}"
+        )
 
 
 def main() -> int:
     """Run everything; exit 1 when a target is missed."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=Path, action="append", help=f"pair folder(s) (default {PAIRS.name}, "
-                    f"and {PAIRS2.name} when present)")  # fmt: skip
+    ap.add_argument(
+        "--pairs",
+        type=Path,
+        action="append",
+        help=f"pair folder(s) (default {PAIRS.name}, and {PAIRS2.name} when present)",
+    )
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--tuned-only", action="store_true", help="run the tuned part only (while tuning)")
     ap.add_argument("--long", type=Path, help="a recording with 5 minutes of traffic for the whatif timing")

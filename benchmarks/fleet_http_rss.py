@@ -97,8 +97,12 @@ def main() -> int:
     ap.add_argument("--after", type=int, default=16)
     ap.add_argument("--servers", type=int, default=4)
     ap.add_argument("--realtime", action="store_true")
-    ap.add_argument("--speed", type=float, help="replay speed (default: 1 realtime, else the interval; at 2,000 "
-                    "targets a stepped cycle takes seconds, so about interval / cycle seconds)")  # fmt: skip
+    ap.add_argument(
+        "--speed",
+        type=float,
+        help="replay speed (default: 1 realtime, else the interval; at 2,000 "
+        "targets a stepped cycle takes seconds, so about interval / cycle seconds)",
+    )
     args = ap.parse_args()
     rec = recording_dir()
     ports = [free_port() for _ in range(args.servers)]
@@ -141,10 +145,14 @@ def main() -> int:
         if args.realtime:
             d.start(web=False)
         start_rss = rss_mb()
-        print(f"{args.targets} targets on {args.servers} replay servers, interval {args.interval:g}s, retention "
-              f"{args.retention:g}s, {'realtime' if args.realtime else 'stepped clock'}; start RSS {start_rss:.0f} MB")  # fmt: skip
-        print(f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'cpu s':>7s} {'series':>8s} "
-              f"{'py blocks':>10s}")  # fmt: skip
+        print(
+            f"{args.targets} targets on {args.servers} replay servers, interval {args.interval:g}s, retention "
+            f"{args.retention:g}s, {'realtime' if args.realtime else 'stepped clock'}; start RSS {start_rss:.0f} MB"
+        )
+        print(
+            f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'cpu s':>7s} {'series':>8s} "
+            f"{'py blocks':>10s}"
+        )
         cpus: list[float] = []  # CPU of the cycle: every thread of this process (scrapes, parses, evaluation)
 
         def one(phase: str, k: int) -> None:
@@ -162,8 +170,11 @@ def main() -> int:
             row = (phase, k, k * args.interval, rss_mb(), dur, len(d.pipeline.store), blocks)
             rows.append(row)
             cpus.append(cpu)
-            print(f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {cpus[-1]:7.2f} {row[5]:8d} "
-                  f"{blocks:10d}", flush=True)  # fmt: skip
+            print(
+                f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {cpus[-1]:7.2f} {row[5]:8d} "
+                f"{blocks:10d}",
+                flush=True,
+            )
 
         for k in range(args.cycles):
             one("fleet", k)
@@ -171,8 +182,10 @@ def main() -> int:
         memo = sum(len(g.cache) for g in _GROUPINGS.values())  # label sets the evaluator's by/on memo holds
         t0 = time.monotonic()
         ok, message = d.reload()
-        print(f"reload to {args.reload_to} targets: {ok} in {time.monotonic() - t0:.2f}s ({message[:80]}); "
-              f"evaluator memo {memo} label sets before")  # fmt: skip
+        print(
+            f"reload to {args.reload_to} targets: {ok} in {time.monotonic() - t0:.2f}s ({message[:80]}); "
+            f"evaluator memo {memo} label sets before"
+        )
         for k in range(args.cycles, args.cycles + args.after):
             one("reload", k)
         child_pids = shared().pids()
@@ -187,23 +200,31 @@ def main() -> int:
     per_min = growth / max(1e-9, (half[-1][2] - half[0][2]) / 60)
     slowest = max(r[4] for r in fleet[1:]) if len(fleet) > 1 else fleet[0][4]
     after = [r for r in rows if r[0] == "reload"]
-    print(f"RSS after the retention filled: {half[0][3]:.0f} -> {half[-1][3]:.0f} MB ({per_min:+.1f} MB per "
-          f"simulated minute); slowest cycle {slowest:.2f}s of the {args.interval:g}s interval")  # fmt: skip
+    print(
+        f"RSS after the retention filled: {half[0][3]:.0f} -> {half[-1][3]:.0f} MB ({per_min:+.1f} MB per "
+        f"simulated minute); slowest cycle {slowest:.2f}s of the {args.interval:g}s interval"
+    )
     over = sum(1 for r in fleet[1:] if r[4] > args.interval)
     full = [c for r, c in zip(rows, cpus, strict=True) if r[0] == "fleet"][1:]
     if full and not args.realtime:
         med = statistics.median(full)
-        print(f"CPU per cycle (this process, all threads): median {med:.2f}s, {med / args.targets * 1e3:.2f} ms per "
-              f"target; PYTHONMALLOC={os.environ.get('PYTHONMALLOC', '(pymalloc)')}")  # fmt: skip
+        print(
+            f"CPU per cycle (this process, all threads): median {med:.2f}s, {med / args.targets * 1e3:.2f} ms per "
+            f"target; PYTHONMALLOC={os.environ.get('PYTHONMALLOC', '(pymalloc)')}"
+        )
     for pid in child_pids:  # the daemon simulates in a child process: its memory is the pod's too
         print(f"simulation child {pid}: RSS {rss_mb(pid):.0f} MB (not in the curve above)")
-    print(f"cycles longer than the interval: {over} of {len(fleet) - 1}; "
-          f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")  # fmt: skip
+    print(
+        f"cycles longer than the interval: {over} of {len(fleet) - 1}; "
+        f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
+    )
     if after:
         # blocks: Python objects alive; RSS beyond them is memory the allocators keep (freed, not returned)
-        print(f"after the reload to {args.reload_to}: RSS {fleet[-1][3]:.0f} -> {after[0][3]:.0f} -> "
-              f"{after[-1][3]:.0f} MB, series {fleet[-1][5]} -> {after[-1][5]}, Python blocks {fleet[-1][6]} -> "
-              f"{after[-1][6]}; full fleet peak {max(r[3] for r in fleet):.0f} MB; start {start_rss:.0f} MB")  # fmt: skip
+        print(
+            f"after the reload to {args.reload_to}: RSS {fleet[-1][3]:.0f} -> {after[0][3]:.0f} -> "
+            f"{after[-1][3]:.0f} MB, series {fleet[-1][5]} -> {after[-1][5]}, Python blocks {fleet[-1][6]} -> "
+            f"{after[-1][6]}; full fleet peak {max(r[3] for r in fleet):.0f} MB; start {start_rss:.0f} MB"
+        )
     return 0
 
 

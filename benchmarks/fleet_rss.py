@@ -96,12 +96,18 @@ def main() -> int:
     print(
         json.dumps(
             {
-                "targets": args.n, "rss_before": before, "rss_after": after, "rounds": rounds,
-                "series": len(series), "samples": sum(len(s.ts) for s in series), "wall_s": wall,
-                "pre_parsed": args.pre_parsed, "eval_every": args.eval_every,
+                "targets": args.n,
+                "rss_before": before,
+                "rss_after": after,
+                "rounds": rounds,
+                "series": len(series),
+                "samples": sum(len(s.ts) for s in series),
+                "wall_s": wall,
+                "pre_parsed": args.pre_parsed,
+                "eval_every": args.eval_every,
             }
         )
-    )  # fmt: skip
+    )
     return 0
 
 

@@ -176,6 +176,16 @@ SIGNALS: dict[str, Signal] = _signals(
            short="throughput error"),
     Signal("prediction_error_ttft_p95_s", "TTFT p95 prediction error", "pct", short="TTFT p95 error"),
     Signal("prediction_inside_share", "Measured inside the 80 % interval", "pct", short="inside interval"),
+    # annotations kvdoctor writes into the evidence beside the measurements (which engine, which rule, what changed,
+    # the SLO headroom's own figures); labels as they read before they were registered, in name order
+    Signal("batch_cap_per_engine", "Batch cap per engine", "plain"),
+    Signal("change", "Change", "plain"),
+    Signal("co_binding", "Co binding", "plain"),
+    Signal("engine", "Engine", "plain"),
+    Signal("limit_checked", "Limit checked", "plain"),
+    Signal("limit_rule", "Limit rule", "plain"),
+    Signal("replicas_needed", "Replicas needed", "plain"),
+    Signal("slo_headroom_timestamp", "Slo headroom timestamp", "plain"),
 )  # fmt: skip
 
 # A data table too: one FindingKind an entry, its prose as written (fmt: skip).

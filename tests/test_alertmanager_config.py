@@ -50,10 +50,15 @@ def _pack_alerts() -> dict[str, Any]:
 def sink_labels(finding: str, instance: str = "10.0.0.7:8000", model: str = "llama") -> dict[str, str]:
     """The labels kvdoctor's Alertmanager sink pushes for a finding."""
     kind = FINDINGS[finding]
-    view = {"target": instance, "model_name": model, "finding": finding,
-            "severity": kind.severity or _pack_alerts()[finding].labels["severity"],
-            "bottleneck": finding if finding in ("kv_cache", "batch_cap", "compute") else "",
-            "status": "firing", "fired_at": time.time()}  # fmt: skip
+    view = {
+        "target": instance,
+        "model_name": model,
+        "finding": finding,
+        "severity": kind.severity or _pack_alerts()[finding].labels["severity"],
+        "bottleneck": finding if finding in ("kv_cache", "batch_cap", "compute") else "",
+        "status": "firing",
+        "fired_at": time.time(),
+    }
     return dict(to_alert(view, AlertmanagerConfig(urls=("http://am",)), time.time())["labels"])
 
 
@@ -83,8 +88,12 @@ def test_the_sink_uses_the_packs_alertnames_and_prometheus_labels() -> None:
 
 def _route(labels: dict[str, str]) -> str:
     args = [f"{k}={v}" for k, v in labels.items()]
-    proc = subprocess.run([str(AMTOOL), "config", "routes", "test", f"--config.file={CONFIG}", *args],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    proc = subprocess.run(
+        [str(AMTOOL), "config", "routes", "test", f"--config.file={CONFIG}", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 

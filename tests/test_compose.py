@@ -139,8 +139,12 @@ def test_prometheus_config_checks_through_the_mounts(tmp_path: Path) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(host, dest)
     config = next(a.split("=", 1)[1] for a in svc["command"] if a.startswith("--config.file="))
-    proc = subprocess.run([promtool, "check", "config", str(tmp_path / config.lstrip("/"))],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [promtool, "check", "config", str(tmp_path / config.lstrip("/"))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS: 1 rule files found" in proc.stdout + proc.stderr
 
@@ -149,8 +153,12 @@ def test_alertmanager_config() -> None:
     amtool = shutil.which("amtool")
     if amtool is None:
         pytest.skip("amtool not on PATH (scripts/test.sh installs Debian's prometheus-alertmanager)")
-    proc = subprocess.run([amtool, "check-config", str(ROOT / "deploy" / "alertmanager.yml")],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [amtool, "check-config", str(ROOT / "deploy" / "alertmanager.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

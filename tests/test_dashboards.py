@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -10,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import promql_parser as pp
 import pytest
 import yaml
 
@@ -18,78 +16,27 @@ from kvdoctor.diagnosis.target import Target, TargetFacts
 from kvdoctor.status.exposition import DiagnosisCollector, gauges
 from kvdoctor.status.state import DaemonState
 from kvdoctor.verdicts import VERDICTS, Diagnosis, Finding
+from tests.support.dashboards import (
+    DASHBOARD_DIR,
+    ROOT,
+    RULES,
+    VARIABLE,
+    dashboard_files,
+    load,
+    metric_names,
+    panels,
+    queries,
+    substitute,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-DASHBOARD_DIR = ROOT / "dashboards"
 PROVISIONING = DASHBOARD_DIR / "provisioning"
-RULES = ROOT / "rules" / "kvdoctor.yml"
 VLLM_REFERENCE = ROOT.parent / "shared" / "reference" / "vllm-metrics.md"
 SCHEMA_FLOOR = 39  # Grafana migrates older schemas forward; emit nothing newer than the oldest supported
 DATASOURCE_UIDS = {"${datasource}", "$datasource", "-- Grafana --"}
-_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|([A-Za-z_][A-Za-z0-9_]*))")
 _HIST_SUFFIXES = ("_bucket", "_sum", "_count")
+# A data table, the class → colour map as the dashboards' value mappings hold it (fmt: skip keeps it two lines).
 CLASS_COLOURS = {"unknown": "#8e8e8e", "idle": "blue", "healthy": "green", "batch_cap": "yellow",
                  "compute": "orange", "kv_cache": "red"}  # fmt: skip
-
-
-def dashboard_files() -> list[Path]:
-    """The committed dashboard JSON files."""
-    return sorted(DASHBOARD_DIR.glob("*.json"))
-
-
-def load(path: Path) -> dict[str, Any]:
-    """One dashboard as a dict."""
-    return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
-
-
-def panels(dash: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Every panel, rows' collapsed children included."""
-    for p in dash.get("panels", []):
-        yield p
-        yield from p.get("panels", [])
-
-
-def queries(dash: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """(panel, target) for every PromQL target of every panel."""
-    for p in panels(dash):
-        for t in p.get("targets", []):
-            if t.get("expr"):
-                yield p, t
-
-
-def substitute(expr: str, values: dict[str, str], rate_interval: str = "5m") -> str:
-    """Replace Grafana's built-in intervals and the dashboard variables as Grafana would for single values."""
-    out = (
-        expr.replace("$__rate_interval", rate_interval).replace("$__interval", "1m").replace("$__range", "1h")
-    )
-    return _VAR.sub(lambda m: values.get(m.group(1) or m.group(2), "x"), out)
-
-
-def metric_names(expr: str) -> set[str]:
-    """Metric names selected by an expression (variables substituted first)."""
-    names: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, pp.VectorSelector):
-            if node.name:
-                names.add(node.name)
-        elif isinstance(node, pp.MatrixSelector):
-            walk(node.vector_selector)
-        elif isinstance(node, pp.Call):
-            for a in node.args:
-                walk(a)
-        elif isinstance(node, pp.AggregateExpr):
-            walk(node.expr)
-            if node.param is not None:
-                walk(node.param)
-        elif isinstance(node, pp.BinaryExpr):
-            walk(node.lhs)
-            walk(node.rhs)
-        elif isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
-            walk(node.expr)
-
-    walk(pp.parse(substitute(expr, {})))
-    return names
 
 
 def exposed_names() -> set[str]:
@@ -209,7 +156,7 @@ def test_variables_defined(path: Path) -> None:
     assert variables["target"]["query"]["query"] == "label_values(kvdoctor_target_up, target)"
     assert "model_name" in variables["model_name"]["query"]["query"]
     for s in _all_strings(d):
-        for m in _VAR.finditer(s):
+        for m in VARIABLE.finditer(s):
             name = m.group(1) or m.group(2)
             assert name.startswith("__") or name in variables, f"undefined ${name} in {s!r}"
 

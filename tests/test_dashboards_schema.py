@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_dashboards import dashboard_files, load
+from tests.support.dashboards import dashboard_files, load
 
 CHECK = Path(__file__).resolve().parent / "grafana_schema"
 NODE = shutil.which("node")

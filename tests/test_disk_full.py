@@ -80,8 +80,13 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
 ) -> None:
     slack = FakeSlack()
     with running_alertmanager(tmp_path) as (am_url, rx):
-        section = {"for": "1m", "resolve_after": "1m", "retry": {"initial": 0.05, "max": 0.2},
-                   "slack": {"timeout": 1, "retries": 0}, "alertmanager": {"url": am_url}}  # fmt: skip
+        section = {
+            "for": "1m",
+            "resolve_after": "1m",
+            "retry": {"initial": 0.05, "max": 0.2},
+            "slack": {"timeout": 1, "retries": 0},
+            "alertmanager": {"url": am_url},
+        }
         env = {
             "KVDOCTOR_SLACK_TOKEN": TOKEN,
             "KVDOCTOR_SLACK_CHANNEL": "#vllm",
@@ -121,10 +126,10 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
                 n.flush(10) and len(slack.delivered("/chat.update")) == 1
             )  # resolved while the disk is full
         stats = n.outbox.stats()
-        assert stats["write_failures_total"] >= 1, stats
+        assert stats.write_failures_total >= 1, stats
         # Slack up: delivered from memory, nothing owed; Slack down: owed, and only in memory
-        assert stats["unsaved"] == 0 if slack_up else stats["unsaved"] >= 2, stats
-        assert "database or disk is full" in stats["write_error"]
+        assert stats.unsaved == 0 if slack_up else stats.unsaved >= 2, stats
+        assert "database or disk is full" in stats.write_error
         assert (
             sum("cannot write notification outbox" in r.getMessage() for r in caplog.records) == 1
         )  # said once
@@ -134,8 +139,8 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
         tick.t += 120
         assert n.outbox.retry_writes() is True
         after = n.outbox.stats()
-        assert after["failing_since"] is None and after["unsaved"] == 0
-        assert after["pending"] == 0 if slack_up else after["pending"] >= 2  # owed ones now in the file
+        assert after.failing_since is None and after.unsaved == 0
+        assert after.pending == 0 if slack_up else after.pending >= 2  # owed ones now in the file
         n.close()
         assert not [p.name for p in tmpfs.iterdir() if p.suffix == ".tmp"]
         # restart with Slack up: the outage's transitions are delivered from the file, once (and never twice)
@@ -151,8 +156,11 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
 
 
 def _daemon(state: Path, clock: ManualClock) -> Daemon:
-    d = Daemon(Config(targets=[], state_file=str(state / "state.json"), interval_s=5.0),
-               load_files(default_rule_files()), clock=clock)  # fmt: skip
+    d = Daemon(
+        Config(targets=[], state_file=str(state / "state.json"), interval_s=5.0),
+        load_files(default_rule_files()),
+        clock=clock,
+    )
     d.storage_grace_s = 0.0  # report an outage at once (the default waits 5 minutes)
     return d
 
@@ -205,8 +213,8 @@ def test_a_read_only_state_directory_is_named_and_kvdoctor_runs_on(
         str(tmpfs) in r.getMessage() and "Read-only file system" in r.getMessage() for r in caplog.records
     )
     d.cycle()
-    assert d.state.snapshot().storage["state"]["write_failures_total"] == 1
-    assert "Read-only file system" in d.state.snapshot().storage["state"]["error"]
+    assert d.state.snapshot().storage["state"].write_failures_total == 1
+    assert "Read-only file system" in d.state.snapshot().storage["state"].error
 
 
 def test_notifier_start_up_on_a_full_disk_names_the_outbox_and_delivers_from_memory(
@@ -240,7 +248,7 @@ def test_notifier_start_up_on_a_full_disk_names_the_outbox_and_delivers_from_mem
         assert (tmpfs / "notify.sqlite").stat().st_size > 0
         n.close()
         n2 = Notifier(cfg, tmpfs)  # the lifecycle state of the outage was written: nothing is re-announced
-        assert n2.lifecycle.groups == {} and n2.outbox.stats()["pending"] == 0
+        assert n2.lifecycle.groups == {} and n2.outbox.stats().pending == 0
         n2.close()
     finally:
         slack.close()

@@ -47,8 +47,11 @@ def _defined_errors() -> list[type]:
         if info.name == "kvdoctor.__main__":
             continue
         module = importlib.import_module(info.name)
-        out += [o for o in vars(module).values() if inspect.isclass(o) and issubclass(o, KvdoctorError)
-                and o.__module__ == module.__name__]  # fmt: skip
+        out += [
+            o
+            for o in vars(module).values()
+            if inspect.isclass(o) and issubclass(o, KvdoctorError) and o.__module__ == module.__name__
+        ]
     return out
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kvdoctor.daemon.logs import TextFormatter, setup_logging
 from kvdoctor.notify.alertmanager import to_alert
+from kvdoctor.notify.alerts import AlertView
 from kvdoctor.notify.config import AlertmanagerConfig
 from kvdoctor.rules.loader import load_files
 from kvdoctor.web.runbook import render
@@ -78,15 +79,24 @@ def test_the_runbook_page_shows_a_hostile_rule_as_text(tmp_path: Path) -> None:
 
 
 def test_alertmanager_annotations_carry_text_as_written_and_only_web_runbook_links() -> None:
-    alert = {"target": "t", "model_name": "<!channel>", "finding": "kv_cache", "severity": "warning",
-             "summary": "KV full on <!channel>\nline two", "advice": [], "runbook": "javascript:alert(1)"}  # fmt: skip
-    out = to_alert(alert, AlertmanagerConfig(urls=["http://am"]), 1.0e9)
+    alert = {
+        "target": "t",
+        "model_name": "<!channel>",
+        "finding": "kv_cache",
+        "severity": "warning",
+        "summary": "KV full on <!channel>\nline two",
+        "advice": [],
+        "runbook": "javascript:alert(1)",
+    }
+    out = to_alert(AlertView.from_dict(alert), AlertmanagerConfig(urls=["http://am"]), 1.0e9)
     assert (
         out["labels"]["model_name"] == "<!channel>"
     )  # a label value is data; receivers' templates escape it
     assert "runbook_url" not in out["annotations"]
     alert["runbook"] = "https://kvdoctor.example/runbook#kv_cache"
     assert (
-        to_alert(alert, AlertmanagerConfig(urls=["http://am"]), 1.0e9)["annotations"]["runbook_url"]
+        to_alert(AlertView.from_dict(alert), AlertmanagerConfig(urls=["http://am"]), 1.0e9)["annotations"][
+            "runbook_url"
+        ]
         == alert["runbook"]
     )

@@ -59,7 +59,9 @@ def test_a_million_series_target_beside_a_healthy_one(good, serve, tmp_path):
         s.wait_ready()
         _evaluations(s, "good", 0.0, 3)  # three cycles before the baseline
         baseline = s.rss_mb()
-        s.write(f"interval: 2s\ntargets:\n  - {{url: '{good.url}', name: good}}\n  - {{url: '{million.url}', name: million}}\n")  # fmt: skip
+        s.write(
+            f"interval: 2s\ntargets:\n  - {{url: '{good.url}', name: good}}\n  - {{url: '{million.url}', name: million}}\n"
+        )
         assert s.reload().status_code == 200
         peak = [0.0]
 

@@ -89,8 +89,12 @@ def test_a_cycle_near_the_interval_is_exported_and_warned_about_once(caplog):
     try:  # a few cycles: the first overrun warns, the ones after it must not warn again
         until(overran, timeout=20, step=0.05, what="an overrun warning and missed slots")
         snap = d.state.snapshot()
-        until(lambda: d.state.snapshot().evaluation_ts != snap.evaluation_ts, timeout=20, step=0.05,
-              what="one more cycle after the warning")  # fmt: skip
+        until(
+            lambda: d.state.snapshot().evaluation_ts != snap.evaluation_ts,
+            timeout=20,
+            step=0.05,
+            what="one more cycle after the warning",
+        )
     finally:
         d.shutdown()
     text = generate_latest(d.registry).decode()

@@ -20,8 +20,8 @@ from kvdoctor.web import WebServer
 from kvdoctor.web.conns import Timeouts
 from kvdoctor.web.server import MAX_PER_CLIENT
 from tests.faults import SlowClient
+from tests.support.pki import pki_fixture  # noqa: F401  (the `pki` fixture: the test CA and certificates)
 from tests.support.wait import until
-from tests.test_web_config import pki  # noqa: F401  (the test CA and certificates)
 
 # short enough that a test need not wait out the 5 s defaults, long enough for a busy machine to answer within
 SHORT = Timeouts(handshake=1.0, header=3.0, body=1.0)
@@ -36,8 +36,13 @@ def web_server(timeouts: Timeouts = SHORT) -> Iterator[WebServer]:
         target.record(1.0, True, duration_s=0.02, samples=381)
         state.set_target(target)
     state.publish([], 1000.0, 0.01, 0)
-    web = WebServer(state, make_registry(state), listen="127.0.0.1:0", reload=lambda: (True, "reloaded"),
-                    timeouts=timeouts)  # fmt: skip
+    web = WebServer(
+        state,
+        make_registry(state),
+        listen="127.0.0.1:0",
+        reload=lambda: (True, "reloaded"),
+        timeouts=timeouts,
+    )
     web.start()
     try:
         yield web
@@ -62,13 +67,19 @@ def test_a_hundred_slow_connections_do_not_delay_metrics_or_health(server: WebSe
     sources = [f"127.0.0.{2 + i}" if clients == "a hundred clients" else "" for i in range(100)]
     slow = [SlowClient(server.address, every=0.2, source=src) for src in sources]
     try:
-        until(lambda: all(c.sent >= 2 or c.closed_after is not None for c in slow), timeout=20,
-              what="every slow client to be mid-request")  # fmt: skip
+        until(
+            lambda: all(c.sent >= 2 or c.closed_after is not None for c in slow),
+            timeout=20,
+            what="every slow client to be mid-request",
+        )
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(_ok, [server.url + p for p in ("metrics", "-/healthy") * 20]))
         # each is cut off: made room for a newer connection, or ran out of time for its headers
-        until(lambda: all(c.closed_after is not None for c in slow), timeout=SHORT.header + 10,
-              what="the server to cut off every slow client")  # fmt: skip
+        until(
+            lambda: all(c.closed_after is not None for c in slow),
+            timeout=SHORT.header + 10,
+            what="the server to cut off every slow client",
+        )
     finally:
         for c in slow:
             c.stop()
@@ -140,15 +151,23 @@ def test_oversized_and_malformed_requests_get_plain_errors(server: WebServer) ->
     assert _raw(server, chunked, half_close=False).startswith(b"HTTP/1.1 411 ")
 
 
-def test_idle_connections_to_a_tls_server_are_cut_off_after_the_handshake_timeout(pki, tmp_path) -> None:  # noqa: F811
+def test_idle_connections_to_a_tls_server_are_cut_off_after_the_handshake_timeout(pki, tmp_path) -> None:
     cfg = tmp_path / "web.yml"
     cfg.write_text(f"tls_server_config:\n  cert_file: {pki}/server.pem\n  key_file: {pki}/server.key\n")
     state = DaemonState()
     # a handshake timeout longer than the client's: an answer proves the idle connections do not hold it up
-    web = WebServer(state, make_registry(state), listen="127.0.0.1:0", web_config=str(cfg),
-                    timeouts=Timeouts(handshake=5.0))  # fmt: skip
+    web = WebServer(
+        state,
+        make_registry(state),
+        listen="127.0.0.1:0",
+        web_config=str(cfg),
+        timeouts=Timeouts(handshake=5.0),
+    )
     web.start()
-    idle = [socket.create_connection(web.address, timeout=15, source_address=(f"127.0.0.{2 + i}", 0)) for i in range(50)]  # fmt: skip
+    idle = [
+        socket.create_connection(web.address, timeout=15, source_address=(f"127.0.0.{2 + i}", 0))
+        for i in range(50)
+    ]
     try:
         r = requests.get(web.url + "-/healthy", verify=str(pki / "ca.pem"), timeout=4)
         assert r.status_code == 200

@@ -23,10 +23,32 @@ def tls_and_auth(tmp_path: Path) -> str:
     """A web-config with a self-signed certificate for 127.0.0.1 and one basic-auth user."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl CLI not installed")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", "k.pem", "-out", "c.pem", "-days", "1", "-subj", "/CN=kvdoctor",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], cwd=tmp_path, check=True, capture_output=True,
-                   timeout=60)  # fmt: skip
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "k.pem",
+            "-out",
+            "c.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=kvdoctor",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     users = f"basic_auth_users:\n  alice: {bcrypt.hashpw(b's3cret', bcrypt.gensalt(4)).decode()}\n"
     (tmp_path / "web.yml").write_text(f"tls_server_config: {{cert_file: c.pem, key_file: k.pem}}\n{users}")
     return str(tmp_path / "web.yml")
@@ -35,8 +57,12 @@ def tls_and_auth(tmp_path: Path) -> str:
 def test_health_listener_answers_probes_in_plain_http_while_the_main_port_wants_tls_and_auth(
     tls_and_auth: str, tmp_path: Path
 ) -> None:
-    cfg = Config(listen="127.0.0.1:0", health_listen="127.0.0.1:0", web_config=tls_and_auth,
-                 state_file=str(tmp_path / "state.json"))  # fmt: skip
+    cfg = Config(
+        listen="127.0.0.1:0",
+        health_listen="127.0.0.1:0",
+        web_config=tls_and_auth,
+        state_file=str(tmp_path / "state.json"),
+    )
     daemon = Daemon(cfg, load_files(default_rule_files()))
     daemon.start()
     try:
@@ -68,10 +94,32 @@ def test_health_listen_in_the_config_the_environment_and_on_the_command_line(tmp
 
 
 def test_exporter_toolkit_flag_spellings_are_aliases(tmp_path: Path) -> None:
-    toolkit = build_parser().parse_args(["serve", "--web.listen-address", "0.0.0.0:9860", "--web.config.file",
-                                         "web.yml", "--log.format", "json", "--web.external-url", "http://k/"])  # fmt: skip
-    ours = build_parser().parse_args(["serve", "--listen", "0.0.0.0:9860", "--web-config", "web.yml",
-                                      "--log-format", "json", "--external-url", "http://k/"])  # fmt: skip
+    toolkit = build_parser().parse_args(
+        [
+            "serve",
+            "--web.listen-address",
+            "0.0.0.0:9860",
+            "--web.config.file",
+            "web.yml",
+            "--log.format",
+            "json",
+            "--web.external-url",
+            "http://k/",
+        ]
+    )
+    ours = build_parser().parse_args(
+        [
+            "serve",
+            "--listen",
+            "0.0.0.0:9860",
+            "--web-config",
+            "web.yml",
+            "--log-format",
+            "json",
+            "--external-url",
+            "http://k/",
+        ]
+    )
     assert overrides(toolkit) == overrides(ours)
     assert overrides(toolkit)["listen"] == "0.0.0.0:9860" and overrides(toolkit)["web_config"] == "web.yml"
     with pytest.raises(SystemExit):

@@ -28,9 +28,9 @@ from kvdoctor.verdicts import Diagnosis
 from kvdoctor.web import WebServer
 from tests.faults import FaultServer
 from tests.notify_support.alertmanager import running_alertmanager
+from tests.support.chromium import CHROMIUM, Cards, chromium
 from tests.support.daemon import watched
 from tests.support.wait import until
-from tests.test_web_page import CHROMIUM, Cards, chromium
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
 
@@ -83,11 +83,15 @@ def test_an_inf_target_beside_healthy_ones_stops_nothing(
     try:
         with running_alertmanager(tmp_path) as (am, rx):
             cfg = Config(
-                targets=[TargetSpec(url=kv_server.url, name="good", http=FAST),
-                         TargetSpec(url=bad.url, name="bad", http=FAST)],
-                interval_s=1.0, state_file=str(state), listen="127.0.0.1:0",
+                targets=[
+                    TargetSpec(url=kv_server.url, name="good", http=FAST),
+                    TargetSpec(url=bad.url, name="bad", http=FAST),
+                ],
+                interval_s=1.0,
+                state_file=str(state),
+                listen="127.0.0.1:0",
                 notify={"alertmanager": {"url": am}, "for": "0s"},
-            )  # fmt: skip
+            )
             d = watched(Daemon(cfg, load_files(default_rule_files())), "good", kv_server)
             d.start()
             try:
@@ -107,8 +111,9 @@ def test_an_inf_target_beside_healthy_ones_stops_nothing(
                 metrics = requests.get(base + "metrics", timeout=5).text
                 counted = re.search(
                     r'^kvdoctor_target_invalid_values_total\{metric="vllm:kv_cache_usage_perc",target="bad"\} (\S+)$',
-                    metrics, re.M,
-                )  # fmt: skip
+                    metrics,
+                    re.M,
+                )
                 assert counted and float(counted.group(1)) >= 1
                 diagnoses = {
                     x["target"]: x for x in requests.get(base + "api/v1/diagnoses", timeout=5).json()["data"]
@@ -134,8 +139,14 @@ def test_an_inf_target_beside_healthy_ones_stops_nothing(
 
 def test_a_state_file_holding_infinity_loads_without_poisoning_the_report(tmp_path: Path) -> None:
     # what main wrote before the fix: json.dump lets Infinity through into the report history and the alerts
-    hour = {"start": 1_800_000_000 // 3600 * 3600, "seconds": {"kv_cache": 60.0, "healthy": float("inf")},
-            "requests": 10.0, "kv_max": float("inf"), "running_max": 4.0, "kv_bins": [[19, float("inf")]]}  # fmt: skip
+    hour = {
+        "start": 1_800_000_000 // 3600 * 3600,
+        "seconds": {"kv_cache": 60.0, "healthy": float("inf")},
+        "requests": 10.0,
+        "kv_max": float("inf"),
+        "running_max": 4.0,
+        "kv_bins": [[19, float("inf")]],
+    }
     doc = {
         "version": 1,
         "alerts": [

@@ -37,8 +37,9 @@ needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH"
 @functools.cache
 def render(path: str) -> list[dict[str, Any]]:
     """What `kubectl kustomize` makes of a kustomization directory (relative to deploy/kubernetes)."""
-    proc = subprocess.run([KUBECTL or "kubectl", "kustomize", str(KUBE / path)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [KUBECTL or "kubectl", "kustomize", str(KUBE / path)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, f"kubectl kustomize {path} failed:\n{proc.stderr}"
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
@@ -54,8 +55,10 @@ def strict(schema: Any) -> Any:
         return [strict(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: strict(v) if k in ("properties", "items", "additionalProperties", "anyOf", "allOf", "oneOf")
-           else v for k, v in schema.items()}  # fmt: skip
+    out = {
+        k: strict(v) if k in ("properties", "items", "additionalProperties", "anyOf", "allOf", "oneOf") else v
+        for k, v in schema.items()
+    }
     if "properties" in out:
         out["properties"] = {k: strict(v) for k, v in schema["properties"].items()}
         if "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
@@ -82,8 +85,17 @@ def crd_errors(doc: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_overlay_renders_the_objects_an_operator_needs(overlay: str) -> None:
     kinds = {d["kind"] for d in render(f"overlays/{overlay}")}
-    need = {"Deployment", "Service", "ConfigMap", "ServiceAccount", "ServiceMonitor", "PodMonitor",
-            "PrometheusRule", "PodDisruptionBudget", "NetworkPolicy"}  # fmt: skip
+    need = {
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "ServiceAccount",
+        "ServiceMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    }
     assert need <= kinds, need - kinds
     # pod discovery needs its Role only where kvdoctor discovers pods
     assert ("Role" in kinds) == (overlay != "prometheus")
@@ -139,8 +151,18 @@ def test_the_prometheusrule_groups_pass_promtool(tmp_path: Path) -> None:
 
 
 def test_the_shipped_prometheusrule_is_the_current_pack_export() -> None:
-    cmd = ["rules", "export", "--format", "prometheus-operator", "--name", "kvdoctor",
-           "--label", "app.kubernetes.io/name=kvdoctor", "--runbook-url", "http://kvdoctor:9860"]  # fmt: skip
+    cmd = [
+        "rules",
+        "export",
+        "--format",
+        "prometheus-operator",
+        "--name",
+        "kvdoctor",
+        "--label",
+        "app.kubernetes.io/name=kvdoctor",
+        "--runbook-url",
+        "http://kvdoctor:9860",
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "kvdoctor", *cmd], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
@@ -153,8 +175,11 @@ def test_the_shipped_prometheusrule_is_the_current_pack_export() -> None:
 
 @needs_kubectl
 def test_dashboard_configmaps_hold_the_dashboards_byte_for_byte() -> None:
-    maps = [m for m in by_kind(render("overlays/embedded"), "ConfigMap")
-            if m["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]  # fmt: skip
+    maps = [
+        m
+        for m in by_kind(render("overlays/embedded"), "ConfigMap")
+        if m["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
+    ]
     held = {name: text for m in maps for name, text in m["data"].items()}
     files = {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "dashboards").glob("*.json"))}
     assert files and held.keys() == files.keys()

@@ -23,8 +23,17 @@ from kvdoctor.whatif.window import Snap, in_window, measure
 RAMPS = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-ramps"
 DOC = json.loads((RAMPS / "ramps.json").read_text())
 BY_NAME = {r["name"]: r for r in DOC["ramps"]}
-MEASURED = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s", "queue_time_p95_s",
-            "generation_tokens_per_s", "requests_per_s", "running", "waiting")  # fmt: skip
+MEASURED = (
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "itl_p50_s",
+    "itl_p95_s",
+    "queue_time_p95_s",
+    "generation_tokens_per_s",
+    "requests_per_s",
+    "running",
+    "waiting",
+)
 
 
 @cache
@@ -102,8 +111,18 @@ def test_plan_on_the_light_step_alone_gives_every_slo_a_finite_headroom(name):
     slos = [f"--slo={k[:-2]}={v:g}s" for k, v in r["slos"].items()]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = main(["plan", str(RAMPS / r["recording"]), "--window", "{:g}:{:g}".format(*light["window"]),
-                   *slos, "--max-num-seqs", str(r["max_num_seqs"]), "--json"])  # fmt: skip
+        rc = main(
+            [
+                "plan",
+                str(RAMPS / r["recording"]),
+                "--window",
+                "{:g}:{:g}".format(*light["window"]),
+                *slos,
+                "--max-num-seqs",
+                str(r["max_num_seqs"]),
+                "--json",
+            ]
+        )
     assert rc in (0, 1)
     doc = json.loads(out.getvalue())
     # ×1 is the light step's own traffic (Poisson arrivals: a short step's count is noisy)

@@ -50,10 +50,17 @@ def test_sighup_reload_keeps_last_good_and_sigterm_drains(tmp_path):
     port = free_port()
     cfg = tmp_path / "kvdoctor.yml"
     state = tmp_path / "state.json"
-    cfg.write_text(f"interval: 1s\nlisten: 127.0.0.1:{port}\nstate_file: {state}\nrules: ['{rules}']\n"
-                   f"log: {{format: json}}\ntargets: ['{server.url}']\n")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "kvdoctor", "serve", "--config", str(cfg)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    cfg.write_text(
+        f"interval: 1s\nlisten: 127.0.0.1:{port}\nstate_file: {state}\nrules: ['{rules}']\n"
+        f"log: {{format: json}}\ntargets: ['{server.url}']\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvdoctor", "serve", "--config", str(cfg)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(f"{base}/-/ready")
@@ -64,10 +71,16 @@ def test_sighup_reload_keeps_last_good_and_sigterm_drains(tmp_path):
         rules.write_text("groups: [{name: g, rules: [{record: x, expr: 'sum(rate(y[5m])'}]}]\n")
         os.kill(proc.pid, signal.SIGHUP)
         until(
-            lambda: metric(requests.get(f"{base}/metrics", timeout=5).text, "kvdoctor_config_last_reload_successful")
-            == 0,
-            timeout=10, step=0.2, what="SIGHUP to reload (and fail)",
-        )  # fmt: skip
+            lambda: (
+                metric(
+                    requests.get(f"{base}/metrics", timeout=5).text, "kvdoctor_config_last_reload_successful"
+                )
+                == 0
+            ),
+            timeout=10,
+            step=0.2,
+            what="SIGHUP to reload (and fail)",
+        )
         assert requests.get(f"{base}/-/healthy", timeout=5).status_code == 200  # still serving the old pack
         rules.write_text(default_rule_files()[0].read_text())
         assert requests.post(f"{base}/-/reload", timeout=10).status_code == 200
@@ -91,10 +104,25 @@ def test_sighup_reload_keeps_last_good_and_sigterm_drains(tmp_path):
 def test_demo_prints_changes_and_the_status_page():
     port = free_port()
     proc = subprocess.run(
-        [sys.executable, "-m", "kvdoctor", "demo", "--duration", "20", "--interval", "1", "--speed", "4",
-         "--listen", f"127.0.0.1:{port}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=90,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "kvdoctor",
+            "demo",
+            "--duration",
+            "20",
+            "--interval",
+            "1",
+            "--speed",
+            "4",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr
     # the demo's own settings warn about nothing the user can change
     assert "scrape timeout" not in proc.stderr

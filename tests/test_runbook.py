@@ -6,7 +6,6 @@ import ast
 import re
 import shutil
 import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -20,31 +19,21 @@ from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web.app import App
+from tests.support.chromium import Ids
 
 ROOT = Path(__file__).resolve().parents[1]
 DIAGNOSIS = ROOT / "kvdoctor" / "diagnosis"
 PROMTOOL = shutil.which("promtool")
 # the sections issue 10 names; every other finding must have one too (checked below from the code itself)
-NAMED = ("kv_cache", "batch_cap", "compute", "preemption_storm", "prefix_cache_low_hit_rate", "spec_decode",
-         "target_down")  # fmt: skip
-
-
-class Ids(HTMLParser):
-    """Every id attribute in a page, and the subresources it loads."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ids: set[str] = set()
-        self.loads: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        if a.get("id"):
-            self.ids.add(a["id"] or "")
-        if tag == "link" and a.get("href"):
-            self.loads.append(a["href"] or "")
-        if tag in ("script", "img") and a.get("src"):
-            self.loads.append(a["src"] or "")
+NAMED = (
+    "kv_cache",
+    "batch_cap",
+    "compute",
+    "preemption_storm",
+    "prefix_cache_low_hit_rate",
+    "spec_decode",
+    "target_down",
+)
 
 
 def ids_of(html: str) -> set[str]:

@@ -23,9 +23,8 @@ from tests.faults import GOOD, refused_url
 from tests.notify_support.alertmanager import running_alertmanager
 from tests.notify_support.fake_slack import FakeSlack
 from tests.notify_support.http_recorder import Recorder
+from tests.support.chromium import CHROMIUM, Ids, chromium
 from tests.support.wait import until
-from tests.test_runbook import Ids
-from tests.test_web_page import CHROMIUM, chromium
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5)
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -78,8 +77,11 @@ def stack(
     partial, slack = PartialVllm(), FakeSlack()
     try:
         with running_alertmanager(tmp) as (am_url, hook):
-            targets = [TargetSpec(url=kv.url, name="gpu-kv"), TargetSpec(url=refused_url(), name="gpu-down", http=FAST),
-                       TargetSpec(url=partial.url, name="gpu-partial", http=FAST)]  # fmt: skip
+            targets = [
+                TargetSpec(url=kv.url, name="gpu-kv"),
+                TargetSpec(url=refused_url(), name="gpu-down", http=FAST),
+                TargetSpec(url=partial.url, name="gpu-partial", http=FAST),
+            ]
             notify = {
                 "for": "0s",
                 "slack": {"webhook_url": slack.webhook_url()},

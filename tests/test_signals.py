@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from prometheus_client.exposition import generate_latest
 
+import kvdoctor
 from kvdoctor import terminal
 from kvdoctor.notify.blocks import evidence_fields
 from kvdoctor.pipeline import Pipeline
@@ -29,9 +31,16 @@ groups:
         expr: max_over_time(kvdoctor:waiting[1m])
 """
 NEW = Signal(
-    "waiting_max_1m", "Waiting, 1m peak", "count", "kvdoctor:waiting:max1m", short="waiting max 1m",
-    metric="kvdoctor_requests_waiting_max_1m", help="Peak of waiting requests over 1m.", history=True, summary=True,
-)  # fmt: skip
+    "waiting_max_1m",
+    "Waiting, 1m peak",
+    "count",
+    "kvdoctor:waiting:max1m",
+    short="waiting max 1m",
+    metric="kvdoctor_requests_waiting_max_1m",
+    help="Peak of waiting requests over 1m.",
+    history=True,
+    summary=True,
+)
 
 
 @pytest.fixture
@@ -76,6 +85,24 @@ def test_every_signal_has_a_known_unit_and_every_finding_names_registered_eviden
     assert len({s.metric for s in SIGNALS.values() if s.metric}) == len(
         [s for s in SIGNALS.values() if s.metric]
     )
+
+
+# an evidence key written as a literal: ev["k"], ev.get("k"), x.evidence["k"]…, or a key beside `**…evidence` in a dict
+EVIDENCE_KEY = re.compile(r'\b(?:ev|evidence)(?:\.get\(|\[)"([a-z0-9_]+)"')
+SPREAD_KEY = re.compile(r'"([a-z0-9_]+)":')
+
+
+def test_every_evidence_key_the_code_names_is_registered():
+    """One home per evidence key: a key read or written anywhere in kvdoctor is an entry of SIGNALS."""
+    named: dict[str, str] = {}
+    for path in sorted(Path(kvdoctor.__file__).parent.rglob("*.py")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            keys = EVIDENCE_KEY.findall(line)
+            if re.search(r"\{\*\*(?:\w+\.)?(?:ev|evidence),", line):
+                keys += SPREAD_KEY.findall(line)
+            named.update({k: f"{path.name}:{n}" for k in keys})
+    assert len(named) > 30, "the scan found too few keys: is the pattern right?"
+    assert not {k: at for k, at in named.items() if k not in SIGNALS}
 
 
 def test_every_recorded_signal_is_a_rule_of_the_pack():

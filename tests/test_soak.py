@@ -40,8 +40,11 @@ def test_memory_and_series_stay_bounded_with_hundreds_of_targets():
         if cycle in (7, 15):
             pipeline.store.compact()
             gc.collect()
-            sizes[cycle] = (tracemalloc.get_traced_memory()[0], len(pipeline.store),
-                            sum(len(s.ts) for s in pipeline.store.select(None)))  # fmt: skip
+            sizes[cycle] = (
+                tracemalloc.get_traced_memory()[0],
+                len(pipeline.store),
+                sum(len(s.ts) for s in pipeline.store.select(None)),
+            )
     tracemalloc.stop()
     assert len({d.target for d in diagnoses}) == TARGETS
     (mem1, series1, _), (mem2, series2, samples2) = sizes[7], sizes[15]

@@ -19,8 +19,16 @@ from kvdoctor.pipeline import Pipeline
 from kvdoctor.report.history import History
 from kvdoctor.rules.loader import default_rule_files, load_files
 
-GOOD_ALERT = {"rule": "VLLMKVCacheBound", "labels": {"target": "a"}, "annotations": {}, "value": 1.0,
-              "active_at": 1.0e9, "state": "firing", "fired_at": 1.0e9, "last_seen": 1.0e9}  # fmt: skip
+GOOD_ALERT = {
+    "rule": "VLLMKVCacheBound",
+    "labels": {"target": "a"},
+    "annotations": {},
+    "value": 1.0,
+    "active_at": 1.0e9,
+    "state": "firing",
+    "fired_at": 1.0e9,
+    "last_seen": 1.0e9,
+}
 SHAPES = {
     "list": ([], "expected an object"),
     "null": (None, "null"),
@@ -31,12 +39,20 @@ SHAPES = {
     "alert without time": ({"version": 1, "alerts": [{**GOOD_ALERT, "active_at": "soon"}]}, "alerts[0]"),
     "alert labels": ({"version": 1, "alerts": [{**GOOD_ALERT, "labels": {"a": 1}}]}, "alerts[0].labels"),
     "series not a list": ({"version": 1, "series": {}}, "series is dict"),
-    "bad series": ({"version": 1, "series": [{"labels": [["__name__"]], "points": [[1, 2]]}]}, "series[0].labels"),
+    "bad series": (
+        {"version": 1, "series": [{"labels": [["__name__"]], "points": [[1, 2]]}]},
+        "series[0].labels",
+    ),
     "bad points": ({"version": 1, "series": [{"labels": [], "points": [[1, "x"]]}]}, "series[0].points"),
     "classifier": ({"version": 1, "classifier": {"since": [[1, 2]]}}, "classifier.since"),
-    "history": ({"version": 1, "report_history": {"keys": [{"hours": [{"start": 0, "requests": "many"}],
-                                                             "segments": []}]}}, "requests is not a number"),
-}  # fmt: skip
+    "history": (
+        {
+            "version": 1,
+            "report_history": {"keys": [{"hours": [{"start": 0, "requests": "many"}], "segments": []}]},
+        },
+        "requests is not a number",
+    ),
+}
 
 
 def _pipeline() -> Pipeline:

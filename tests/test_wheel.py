@@ -53,8 +53,11 @@ def test_the_installed_wheel_runs_from_outside_the_checkout(installed: Path, tmp
 
     demo = subprocess.Popen(
         [installed / "kvdoctor", "demo", "--listen", "127.0.0.1:0", "--interval", "1s", "--duration", "120s"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert demo.stdout is not None
         url = ""

@@ -16,8 +16,9 @@ from kvdoctor.ingest.fetch import ScrapeError
 from kvdoctor.ingest.recording import RecordingError
 from kvdoctor.report.economics import parse_usd
 from kvdoctor.sources.client import SourceError
+from kvdoctor.whatif.candidates import Candidate, Plan
 from kvdoctor.whatif.knobs import KnobError, parse_knob
-from kvdoctor.whatif.plan import MAX_LOAD, Candidate, Plan, Planner, plan
+from kvdoctor.whatif.plan import MAX_LOAD, Planner, plan
 from kvdoctor.whatif.predict import learn
 from kvdoctor.whatif.slo import parse_slos
 from kvdoctor.whatif.sources import history_before

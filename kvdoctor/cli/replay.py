@@ -158,25 +158,23 @@ def notify_cycle(notifier: Any, diagnoses: list[Diagnosis], t: float) -> None:
         am.flush(am.config.timeout + 1.0)
 
 
-def notify_close(notifier: Any, tmp: Path | None) -> bool:
+def notify_close(notifier: Notifier, tmp: Path | None) -> bool:
     """Deliver what is owed and print a summary on stderr; True when something could not be delivered."""
     delivered = notifier.flush(30.0)
-    stats = notifier.status()["outbox"]
+    stats = notifier.status().outbox
     am_error = notifier.alertmanager.last_error if notifier.alertmanager else ""
     notifier.close()
     parts = []
     if notifier.slack is not None:
-        parts.append(
-            f"Slack: {stats['done']} delivered, {stats['pending']} pending, {stats['dead']} rejected"
-        )
+        parts.append(f"Slack: {stats.done} delivered, {stats.pending} pending, {stats.dead} rejected")
     if notifier.alertmanager is not None:
         parts.append(f"Alertmanager: {'failed' if am_error else 'ok'}")
     line = "kvdoctor replay: notify: " + "; ".join(parts)
-    if stats["last_error"] or am_error:
-        line += f" (last error: {stats['last_error'] or am_error})"
-    if stats["pending"] and tmp is not None:
+    if stats.last_error or am_error:
+        line += f" (last error: {stats.last_error or am_error})"
+    if stats.pending and tmp is not None:
         line += f"; the owed messages are left in {tmp}"
     elif tmp is not None:
         shutil.rmtree(tmp, ignore_errors=True)
     print(line, file=sys.stderr)
-    return not delivered or bool(stats["pending"] or stats["dead"] or am_error)
+    return not delivered or bool(stats.pending or stats.dead or am_error)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,13 @@ from kvdoctor.config.durations import duration_seconds, parse_duration
 from kvdoctor.query import recording_instance
 from kvdoctor.report.build import build_report
 from kvdoctor.report.collect import from_recordings
+from kvdoctor.report.document import Report, scrubbed
 from kvdoctor.report.economics import Prices, parse_usd
 from kvdoctor.report.history import History
 from kvdoctor.report.markdown import render_markdown
 from kvdoctor.report.page import render_html
 from kvdoctor.report.planned import planned
 from kvdoctor.report.promrange import from_prometheus, progress_bar
-from kvdoctor.sanity import scrub
 from kvdoctor.sources.client import PromClient
 from kvdoctor.whatif.slo import parse_slos
 
@@ -202,12 +203,16 @@ def run(args: argparse.Namespace) -> int:
             by_target: dict[str, list[Path]] = {}
             for r in args.recordings:
                 by_target.setdefault(recording_instance(r, names), []).append(Path(r))
-            planned(doc, by_target, slos, p)
-        doc = scrub(doc)  # a value no JSON holds is left out, not a crash
+            doc = planned(doc, by_target, slos, p)
+        doc = scrubbed(doc)  # a value no JSON holds is left out, not a crash
     except (ValueError, OSError) as exc:  # InputError is a ValueError; a TransportError goes to cli.main (3)
         print(f"kvdoctor report: {exc}", file=sys.stderr)
         return 2
-    renderers = {"json": lambda d: json.dumps(d, indent=1) + "\n", "md": render_markdown, "html": render_html}
+    renderers: dict[str, Callable[[Report], str]] = {
+        "json": lambda d: json.dumps(d.to_json(), indent=1) + "\n",
+        "md": render_markdown,
+        "html": render_html,
+    }
     text = renderers[fmt](doc)
     if args.output:
         try:

@@ -8,12 +8,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kvdoctor.daemon import persist
 from kvdoctor.notify import Notifier
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.report.history import History
+from kvdoctor.status.health import FileHealth
 
 log = logging.getLogger("kvdoctor")
 BACKOFF_INITIAL_S, BACKOFF_MAX_S = 1.0, 60.0
@@ -83,37 +83,34 @@ class StateWriter:
             )
         self.last_error = error
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> FileHealth:
         """What the status page and /-/ready show of it."""
-        return {
-            "path": str(self.path),
-            "write_failures_total": self.failures_total,
-            "failing_since": self.failing_since,
-            "error": self.last_error,
-        }
+        return FileHealth(str(self.path), self.failures_total, self.failing_since, self.last_error)
 
 
-def storage_health(writer: StateWriter | None, notifier: Notifier | None, grace_s: float) -> tuple[dict, str]:  # type: ignore[type-arg]
+def storage_health(
+    writer: StateWriter | None, notifier: Notifier | None, grace_s: float
+) -> tuple[dict[str, FileHealth], str]:
     """The health of each file kvdoctor writes, and why /-/ready should fail ('' while every outage is shorter
     than grace_s: a disk that is full for a moment does not take the daemon out of its service)."""
-    files: dict[str, dict[str, Any]] = {}
+    files: dict[str, FileHealth] = {}
     if writer is not None:
         files["state"] = writer.status()
     if notifier is not None:
         s = notifier.outbox.stats()
-        files["outbox"] = {
-            "path": str(notifier.outbox.path),
-            "write_failures_total": s["write_failures_total"],
-            "failing_since": s["failing_since"],
-            "error": s["write_error"],
-            "unsaved": s["unsaved"],
-            "quarantined_total": s["quarantined_total"],
-        }
+        files["outbox"] = FileHealth(
+            path=str(notifier.outbox.path),
+            write_failures_total=s.write_failures_total,
+            failing_since=s.failing_since,
+            error=s.write_error,
+            unsaved=s.unsaved,
+            quarantined_total=s.quarantined_total,
+        )
     now = time.time()
     for name, f in files.items():
-        if f["failing_since"] is not None and now - f["failing_since"] >= grace_s:
+        if f.failing_since is not None and now - f.failing_since >= grace_s:
             return (
                 files,
-                f"{name} file {f['path']} cannot be written for {now - f['failing_since']:.0f} s: {f['error']}",
+                f"{name} file {f.path} cannot be written for {now - f.failing_since:.0f} s: {f.error}",
             )
     return files, ""

@@ -92,7 +92,7 @@ def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -
                 continue
             pipeline.store.ingest(
                 f"restored:{name}:{rest}", int(t), [Sample(name, rest, float(v))], staleness=False
-            )  # type: ignore[arg-type]
+            )
     return True
 
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kvdoctor.config import Config, ConfigError, TargetSpec
+from kvdoctor.config import Config, ConfigError
 from kvdoctor.config.schema import default_external_url
 from kvdoctor.daemon import persist
 from kvdoctor.daemon.assembly import daemon_pipeline, daemon_state
@@ -21,7 +21,8 @@ from kvdoctor.daemon.memory import release_memory
 from kvdoctor.daemon.notifying import build_notifier
 from kvdoctor.daemon.pace import Pace
 from kvdoctor.daemon.reload import changes, load_everything, load_off_thread, refusal
-from kvdoctor.daemon.scrape import Scraper, ScrapeResult, capped
+from kvdoctor.daemon.scrape import Scraper, ScrapeResult
+from kvdoctor.daemon.watched import WatchedTargets
 from kvdoctor.notify import Notifier
 from kvdoctor.pipeline import Cycle
 from kvdoctor.report.history import History
@@ -29,7 +30,7 @@ from kvdoctor.report.live import report_response
 from kvdoctor.rules.loader import RuleGroup
 from kvdoctor.sources.daemon import DaemonSource
 from kvdoctor.status.exposition import make_registry
-from kvdoctor.targets import target_facts
+from kvdoctor.status.health import NotifyStatus
 from kvdoctor.verdicts import Diagnosis
 from kvdoctor.web.server import WebServer, health_listener
 
@@ -40,9 +41,15 @@ log = logging.getLogger("kvdoctor")
 class Daemon:
     """Owns the pipeline, the scraper, the cycle thread and the sinks."""
 
-    def __init__(self, cfg: Config, groups: list[RuleGroup], cfg_path: str | None = None,
-                 overrides: dict[str, Any] | None = None, on_change: Any = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: Config,
+        groups: list[RuleGroup],
+        cfg_path: str | None = None,
+        overrides: dict[str, Any] | None = None,
+        on_change: Any = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
         self.state = daemon_state(cfg)
         self.pipeline = daemon_pipeline(cfg, groups)
@@ -57,9 +64,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # a reload changed the interval: the cycle clock starts over
         self._lock = threading.Lock()
-        self._specs: dict[str, TargetSpec] = {}
-        self._plan: tuple[float, dict[str, TargetSpec]] | None = None
-        self._capped: set[tuple[str, float, float]] = set()
+        self.watched = WatchedTargets(self.scraper, self.pipeline, self.state)
         self._last: dict[tuple[str, str], str] = {}
         self._health = HealthLog()
         self._pace = Pace(self.state)
@@ -79,10 +84,16 @@ class Daemon:
         """Start the web server, the sinks, the scrape schedules and the cycle thread (the first cycle once the
         first scrapes are in)."""
         if web:  # first: links in notifications point at the address it is bound to
-            self.web = WebServer(self.state, self.registry, listen=self.cfg.listen, web_config=self.cfg.web_config,
-                                 reload=self.reload, extra_status=self._notify_status,
-                                 rules=lambda: self.pipeline.rules.groups,
-                                 report=lambda part, query: report_response(self.history, query, part))  # fmt: skip
+            self.web = WebServer(
+                self.state,
+                self.registry,
+                listen=self.cfg.listen,
+                web_config=self.cfg.web_config,
+                reload=self.reload,
+                notify_status=self._notify_status,
+                rules=lambda: self.pipeline.rules.groups,
+                report=lambda part, query: report_response(self.history, query, part),
+            )
             self.web.start()
             self.pipeline.runbook_url = self._runbook_page()
         try:
@@ -96,7 +107,7 @@ class Daemon:
             raise
         self.state.started_ts = self.clock()
         if self.source is None:
-            self._schedule()
+            self.watched.schedule(self.cfg.interval_s)
         self._thread = threading.Thread(target=self._run_cycles, name="kvdoctor-cycle", daemon=True)
         self._thread.start()
 
@@ -136,7 +147,7 @@ class Daemon:
     # -- cycles --------------------------------------------------------------------------------------
     def _run_cycles(self) -> None:
         if self.source is None:
-            self.scraper.wait_first(set(self._specs), self.cfg.interval_s)
+            self.scraper.wait_first(set(self.watched.specs), self.cfg.interval_s)
         self._pace.run(self._tick_safely, lambda: self.cfg.interval_s, self.stop_event, self._wake)
 
     def _tick_safely(self) -> None:
@@ -163,13 +174,15 @@ class Daemon:
                 return self._publish(cycle, start) if cycle is not None else []
             self._sync_targets()
             # scraping now, each target gets its own timeout; the cap to the interval protects the schedule
-            scraped = self.scraper.scrape(list(self._specs.values())) if scrape_now else self.scraper.drain()
+            scraped = (
+                self.scraper.scrape(list(self.watched.specs.values())) if scrape_now else self.scraper.drain()
+            )
             for r in scraped:
                 self._ingest(r)
             return self._publish(self.pipeline.evaluate(self.clock()), start)
 
     def _ingest(self, r: ScrapeResult) -> None:
-        if r.target not in self._specs:
+        if r.target not in self.watched.specs:
             return  # removed while its scrape was in flight
         was_up = self.pipeline.targets[r.target].up
         self.pipeline.observe(r.target, r.t, r.scrape, r.error, r.duration_s, r.limit)
@@ -197,8 +210,14 @@ class Daemon:
             key = (d.target, d.model_name)
             prev = self._last.get(key)
             if prev != d.verdict:
-                log.info("%s · %s: %s (was %s)", d.target, d.model_name or "-", d.verdict, prev or "-",
-                         extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.verdict})  # fmt: skip
+                log.info(
+                    "%s · %s: %s (was %s)",
+                    d.target,
+                    d.model_name or "-",
+                    d.verdict,
+                    prev or "-",
+                    extra={"target": d.target, "model_name": d.model_name, "bottleneck": d.verdict},
+                )
                 if self.on_change:
                     self.on_change(d, prev)
             self._last[key] = d.verdict
@@ -210,32 +229,13 @@ class Daemon:
         self.state.note_storage(*storage_health(self.writer, self.notifier, self.storage_grace_s))
 
     # -- targets, reload --------------------------------------------------------------------------------
-    def _schedule(self) -> None:
-        plan = (self.cfg.interval_s, dict(self._specs))
-        if plan != self._plan:
-            self._plan = plan
-            specs = capped(self._specs, self.cfg.interval_s, self._capped)
-            self.scraper.schedule(list(specs.values()), self.cfg.interval_s)
-
     def _sync_targets(self) -> None:
         wanted = {t.name: t for t in [*self.cfg.targets, *self.discovery.targets()]}
-        removed = set(self._specs) - set(wanted)
-        self.pipeline.remove_targets(removed)
-        for gone in removed:  # what is kept per target goes with it: a reload to fewer frees it
-            self.state.drop_target(gone)
+        removed = self.watched.sync(wanted, self.cfg.interval_s)
         self._health.forget(removed)
-        self._capped = {k for k in self._capped if k[0] not in removed}
         self._last = {k: v for k, v in self._last.items() if k[0] not in removed}
-        self.scraper.forget(removed)
         if len(removed) >= 10:
             release_memory()  # freed series are many small allocations: give the pages back to the system
-        for name, spec in wanted.items():
-            old = self._specs.get(name)
-            if old is None or old != spec:
-                self.state.set_target(self.pipeline.add_target(name, target_facts(spec)))
-        self._specs = wanted
-        if self._plan is not None:  # scheduled: targets, their settings or the interval may have changed
-            self._schedule()
 
     def reload(self) -> tuple[bool, str]:
         """Re-read config and rules and apply them all, or refuse (keeping everything running) and say why."""
@@ -292,9 +292,9 @@ class Daemon:
         bound, tls = self._bound()
         return (self.cfg.external_url or default_external_url(bound or self.cfg.listen, tls)).rstrip("/")
 
-    def _notify_status(self) -> dict[str, Any]:
+    def _notify_status(self) -> NotifyStatus | None:
         # the web server starts before the notifier (its address is in the links), so there may be none yet
-        return {"notify": self.notifier.status()} if self.notifier is not None else {}
+        return self.notifier.status() if self.notifier is not None else None
 
     def _start_notifier(self) -> None:
         self.notifier = build_notifier(self.cfg, self._external_url(), self.pipeline.targets)

@@ -1,7 +1,8 @@
 """Notifications: lifecycle of findings, Slack (Block Kit) and Alertmanager sinks, durable outbox."""
 
+from kvdoctor.notify.alerts import Event
 from kvdoctor.notify.config import NotifyConfig, parse_notify_config
-from kvdoctor.notify.lifecycle import Event, Lifecycle
+from kvdoctor.notify.lifecycle import Lifecycle
 from kvdoctor.notify.notifier import Notifier
 from kvdoctor.notify.redact import redact
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 import requests
 
+from kvdoctor.notify.alerts import AlertView
 from kvdoctor.notify.config import AlertmanagerConfig
 from kvdoctor.notify.redact import describe_error, redact, redacting_logger
 from kvdoctor.rules.loader import default_rule_files, load_files
 
 log = redacting_logger("kvdoctor.notify.alertmanager")
-_TIMES = ("started", "last_seen", "fired_at", "resolved_at", "since")
 
 
 @functools.cache
@@ -30,9 +31,9 @@ def pack_alertnames() -> dict[str, str]:
     return out
 
 
-def alertname(alert: dict[str, Any]) -> str:
+def alertname(alert: AlertView) -> str:
     """The pack's alertname for the finding; VLLM<CamelCaseFinding> for one only Python can see."""
-    finding = str(alert["finding"])
+    finding = alert.finding
     known = pack_alertnames().get(finding)
     return known or "VLLM" + "".join(p.capitalize() for p in finding.split("_"))
 
@@ -42,55 +43,58 @@ def rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def shifted(a: dict[str, Any], offset: float) -> dict[str, Any]:
+def shifted(a: AlertView, offset: float) -> AlertView:
     """An alert view with its times moved by offset seconds (replay: the recording's clock → now)."""
     if not offset:
         return a
-    return {**a, **{k: a[k] + offset for k in _TIMES if isinstance(a.get(k), int | float)}}
+
+    def moved(t: float | None) -> float | None:
+        return t + offset if t is not None else None
+
+    return replace(
+        a,
+        started=moved(a.started),
+        last_seen=moved(a.last_seen),
+        fired_at=moved(a.fired_at),
+        resolved_at=moved(a.resolved_at),
+        since=moved(a.since),
+    )
 
 
-def to_alert(
-    a: dict[str, Any], config: AlertmanagerConfig, now: float, job: str | None = None
-) -> dict[str, Any]:
+def to_alert(a: AlertView, config: AlertmanagerConfig, now: float, job: str | None = None) -> dict[str, Any]:
     """One Alertmanager API v2 postable alert for a lifecycle alert view (job: the target's, else config.job)."""
     # The labels Prometheus gives the pack's alerts (job, instance, model_name + the rule's own), so that one
     # Alertmanager config groups, routes and inhibits both alike; `target` would only repeat `instance`.
     labels = {
         "alertname": alertname(a),
         "job": job or config.job,
-        "instance": a["target"],
-        "model_name": a["model_name"],
-        "finding": a["finding"],
-        "severity": a["severity"],
-        "bottleneck": a.get("bottleneck") or "",
+        "instance": a.target,
+        "model_name": a.model_name,
+        "finding": a.finding,
+        "severity": a.severity,
+        "bottleneck": a.bottleneck or "",
     }
-    advice = "\n".join(
-        f"{x['flag']}: {x['text']}" if x.get("flag") else x["text"] for x in a.get("advice", [])
-    )
+    advice = "\n".join(f"{x.flag}: {x.text}" if x.flag else x.text for x in a.advice)
     # Annotations carry the text as written (receivers' templates escape for their medium, as for Prometheus'
     # own alerts); the runbook link only if it is a web URL, never javascript: or data:.
-    runbook = str(a.get("runbook", ""))
+    runbook = a.runbook
     annotations = {
-        "summary": a.get("summary", ""),
-        "description": a.get("description", ""),
+        "summary": a.summary,
+        "description": a.description,
         "advice": advice,
         "runbook_url": runbook if runbook.startswith(("https://", "http://")) else "",
     }
-    ends = (
-        a["resolved_at"]
-        if a.get("status") == "resolved" and a.get("resolved_at")
-        else now + config.ends_at_after
-    )
+    ends = a.resolved_at if a.status == "resolved" and a.resolved_at else now + config.ends_at_after
     out: dict[str, Any] = {
         "labels": {k: str(v) for k, v in labels.items() if v != ""},
         "annotations": {k: v for k, v in annotations.items() if v},
-        "startsAt": rfc3339(a.get("fired_at") or now),
+        "startsAt": rfc3339(a.fired_at or now),
         "endsAt": rfc3339(ends),
     }
     if config.generator_url:
         sep = "&" if "?" in config.generator_url else "?"
         out["generatorURL"] = (
-            config.generator_url + sep + urlencode({"target": a["target"], "model_name": a["model_name"]})
+            config.generator_url + sep + urlencode({"target": a.target, "model_name": a.model_name})
         )
     return out
 
@@ -111,14 +115,12 @@ class AlertmanagerSink:
         self._thread = threading.Thread(target=self._run, name="kvdoctor-alertmanager", daemon=True)
         self._thread.start()
 
-    def submit(self, alerts: list[dict[str, Any]], now: float, offset: float = 0.0) -> None:
+    def submit(self, alerts: list[AlertView], now: float, offset: float = 0.0) -> None:
         """Queue this cycle's alerts (Alertmanager expects re-sends while active); offset shifts every time."""
         if not alerts or not self.config.urls:
             return
         job_of = self.job_of or (lambda _: None)
-        payload = [
-            to_alert(shifted(a, offset), self.config, now + offset, job_of(a["target"])) for a in alerts
-        ]
+        payload = [to_alert(shifted(a, offset), self.config, now + offset, job_of(a.target)) for a in alerts]
         with self._cond:
             self._latest = payload
             self._cond.notify_all()

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 from slack_sdk.models.blocks import Block
 
 from kvdoctor import fmt
-from kvdoctor.notify.lifecycle import Event
+from kvdoctor.notify.alerts import AlertView, Event, Evidence
 from kvdoctor.signals import FINDINGS, SIGNALS
 
 ICONS = {"critical": ":red_circle:", "warning": ":large_orange_circle:", "info": ":large_blue_circle:"}
@@ -40,7 +40,7 @@ def link_url(url: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in "<>| " or ord(c) < 32 else c for c in url)
 
 
-def _escaped(alert: dict[str, Any]) -> dict[str, Any]:
+def _escaped(alert: AlertView) -> AlertView:
     """A copy of an alert view with every string inside escaped, but for the runbook URL (a link target)."""
 
     def walk(x: Any) -> Any:
@@ -48,14 +48,11 @@ def _escaped(alert: dict[str, Any]) -> dict[str, Any]:
             return escape(x)
         if isinstance(x, dict):
             return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
+        if isinstance(x, list | tuple):
             return [walk(v) for v in x]
         return x
 
-    out = {k: walk(v) for k, v in alert.items() if k != "runbook"}
-    if alert.get("runbook"):
-        out["runbook"] = alert["runbook"]
-    return out
+    return AlertView.from_dict({**walk(asdict(alert)), "runbook": alert.runbook})
 
 
 def mrkdwn(text: str) -> dict[str, Any]:
@@ -63,14 +60,14 @@ def mrkdwn(text: str) -> dict[str, Any]:
     return {"type": "mrkdwn", "text": text, "verbatim": True}
 
 
-def title_of(alert: dict[str, Any]) -> str:
+def title_of(alert: AlertView) -> str:
     """Short title of one alert: the limit hit, or the finding name in words."""
-    kind = FINDINGS.get(alert.get("bottleneck") or "")
-    return kind.title if kind and kind.title else str(alert.get("finding", "")).replace("_", " ").capitalize()
+    kind = FINDINGS.get(alert.bottleneck or "")
+    return kind.title if kind and kind.title else alert.finding.replace("_", " ").capitalize()
 
 
-def _where(ev: Event, a: dict[str, Any]) -> str:
-    return f"{a.get('target', ev.group_labels.get('target', ''))} · {a.get('model_name', '')}".strip(" ·")
+def _where(ev: Event, a: AlertView) -> str:
+    return f"{a.target or ev.group_labels.get('target', '')} · {a.model_name}".strip(" ·")
 
 
 # Variants of one quantity share a field: (key shown first, [(extra key, its short label)…]).
@@ -89,7 +86,7 @@ MERGED = (
 )
 
 
-def evidence_fields(evidence: dict[str, Any]) -> list[dict[str, Any]]:
+def evidence_fields(evidence: Evidence) -> list[dict[str, Any]]:
     """Up to 10 mrkdwn fields for the evidence, known keys first, variants of one quantity in one field."""
     ev = dict(evidence)
     out: list[tuple[str, str]] = []
@@ -113,24 +110,24 @@ def evidence_fields(evidence: dict[str, Any]) -> list[dict[str, Any]]:
     return [mrkdwn(_cut(f"*{escape(label)}*\n{escape(val)}", MAX_FIELD)) for label, val in out[:MAX_FIELDS]]
 
 
-def advice_text(alerts: list[dict[str, Any]]) -> str:
+def advice_text(alerts: list[AlertView]) -> str:
     """The 'what to change' section: each vLLM flag with its quantified effect, deduplicated (alerts escaped)."""
     lines, seen = [], set()
     for a in alerts:
-        for adv in a.get("advice", []):
-            if (adv["flag"], adv["text"]) in seen:
+        for adv in a.advice:
+            if (adv.flag, adv.text) in seen:
                 continue
-            seen.add((adv["flag"], adv["text"]))
-            flag = f"`{adv['flag']}`: " if adv.get("flag") else ""
-            src = f" _({adv['source']})_" if adv.get("source") else ""
-            lines.append(f"• {flag}{adv['text']}{src}")
-            if adv.get("predicted"):
-                lines.append(f"   _predicted: {adv['predicted']}_")
+            seen.add((adv.flag, adv.text))
+            flag = f"`{adv.flag}`: " if adv.flag else ""
+            src = f" _({adv.source})_" if adv.source else ""
+            lines.append(f"• {flag}{adv.text}{src}")
+            if adv.predicted:
+                lines.append(f"   _predicted: {adv.predicted}_")
     return _cut("*What to change*\n" + "\n".join(lines), MAX_TEXT) if lines else ""
 
 
-def _links(ev: Event, a: dict[str, Any], links: Links) -> list[str]:
-    q = {"target": a.get("target", ""), "model_name": a.get("model_name", "")}
+def _links(ev: Event, a: AlertView, links: Links) -> list[str]:
+    q = {"target": a.target, "model_name": a.model_name}
     out = []
     if links.status_page_url:
         out.append(f"<{link_url(links.status_page_url)}/?{urlencode(q)}|Status page>")
@@ -143,23 +140,20 @@ def _links(ev: Event, a: dict[str, Any], links: Links) -> list[str]:
             "to": "now" if ev.kind != "resolved" else int(ev.t + 300) * 1000,
         }
         out.append(f"<{link_url(links.grafana_url)}{sep}{urlencode(g)}|Grafana>")
-    if str(a.get("runbook", "")).startswith(("https://", "http://")):  # no javascript: or slack:// links
-        out.append(f"<{link_url(a['runbook'])}|Runbook>")
+    if a.runbook.startswith(("https://", "http://")):  # no javascript: or slack:// links
+        out.append(f"<{link_url(a.runbook)}|Runbook>")
     return out
 
 
-def _context(ev: Event, a: dict[str, Any], links: Links, lead: str) -> dict[str, Any]:
-    parts = [lead, f"finding `{escape(a.get('finding', ''))}`", *_links(ev, a, links)]
+def _context(ev: Event, a: AlertView, links: Links, lead: str) -> dict[str, Any]:
+    parts = [lead, f"finding `{escape(a.finding)}`", *_links(ev, a, links)]
     return {"type": "context", "elements": [mrkdwn(_cut(" · ".join(parts), MAX_TEXT))]}
 
 
-def _others(alerts: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _others(alerts: list[AlertView]) -> dict[str, Any] | None:
     if len(alerts) < 2:
         return None
-    lines = [
-        f"• {ICONS.get(a['severity'], '')} *{title_of(a)}* ({a['status']}): {a.get('summary', '')}"
-        for a in alerts[1:]
-    ]
+    lines = [f"• {ICONS.get(a.severity, '')} *{title_of(a)}* ({a.status}): {a.summary}" for a in alerts[1:]]
     return {
         "type": "section",
         "text": mrkdwn(_cut("*Also on this target*\n" + "\n".join(lines), MAX_TEXT)),
@@ -172,23 +166,23 @@ def _text_section(text: str) -> dict[str, Any]:
 
 def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dict[str, Any]]]:
     """Fallback text and Block Kit blocks for an event (root message, or thread reply when root=False)."""
-    raw: dict[str, Any] = ev.alerts[0] if ev.alerts else {"finding": "", "severity": "info", "summary": ""}
+    raw = ev.alerts[0] if ev.alerts else AlertView()
     # Everything from outside is escaped once, here; only the plain_text header (never parsed) gets it raw.
     alerts = [_escaped(x) for x in ev.alerts]
     a = alerts[0] if alerts else raw
     where, title = escape(_where(ev, raw)), escape(title_of(raw))
-    icon = ICONS.get(raw.get("severity", ""), "")
+    icon = ICONS.get(raw.severity, "")
     if ev.kind == "resolved":
         # The problem's own span: from when the first finding started to hold to its last sighting.
-        start = min([x.get("started") or ev.opened for x in ev.alerts] or [ev.opened])
-        end = max([x.get("last_seen") or ev.t for x in ev.alerts] or [ev.t])
+        start = min([x.started or ev.opened for x in ev.alerts] or [ev.opened])
+        end = max([x.last_seen or ev.t for x in ev.alerts] or [ev.t])
         lasted = fmt.duration(end - start)
         text = f"Resolved: {title} on {where} (lasted {lasted})"
         head = f"✅ Resolved: {title_of(raw)} · {_where(ev, raw)}"
         lead = f"started {fmt.clock(start)}, last seen {fmt.clock(end)}: lasted *{lasted}*"
-        lead += " · numbers from when it fired" if root and a.get("fired_evidence") else ""
+        lead += " · numbers from when it fired" if root and a.fired_evidence else ""
     else:
-        text = f"{title} on {where}: {a.get('summary', '')}"
+        text = f"{title} on {where}: {a.summary}"
         head = f"{'🔁 Still firing: ' if ev.kind == 'repeat' else ''}{title_of(raw)} · {_where(ev, raw)}"
         lead = f"firing since {fmt.clock(ev.opened)}"
         if ev.kind == "repeat":
@@ -198,15 +192,15 @@ def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, l
         blocks.append(
             {"type": "header", "text": {"type": "plain_text", "text": _cut(head, MAX_HEADER), "emoji": True}}
         )
-    body = f"{icon} *{a.get('summary', '')}*" + (f"\n{a['description']}" if a.get("description") else "")
+    body = f"{icon} *{a.summary}*" + (f"\n{a.description}" if a.description else "")
     if ev.changes:
         changes = "; ".join(escape(c) for c in ev.changes)
         body = "*Changed:* " + changes + "\n" + body
         text = text if ev.kind == "resolved" else f"{where}: " + changes
     blocks.append(_text_section(body))
     # A resolved root keeps the numbers that made it fire (the last ones are often already back to normal).
-    evidence = raw.get("fired_evidence") if root and ev.kind == "resolved" else None
-    fields = evidence_fields(evidence or raw.get("evidence", {}))  # escapes its own labels and values
+    evidence = raw.fired_evidence if root and ev.kind == "resolved" else None
+    fields = evidence_fields(evidence or raw.evidence)  # escapes its own labels and values
     if fields:
         blocks.append({"type": "section", "fields": fields})
     if (others := _others(alerts)) is not None:

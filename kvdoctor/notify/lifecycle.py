@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from kvdoctor import fmt
+from kvdoctor.notify.alerts import AlertView, Event, Incident, TrackedFinding, material_changes, snapshot_of
 from kvdoctor.notify.config import NotifyConfig
 from kvdoctor.verdicts import Diagnosis, Finding
 
@@ -14,114 +14,6 @@ from kvdoctor.verdicts import Diagnosis, Finding
 # refuted: they are held (not resolved) until the target answers again.
 BLINDING = ("target_down", "metrics_missing")
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
-
-
-@dataclass
-class TrackedFinding:
-    """One (target, model_name, finding) being tracked."""
-
-    target: str
-    model_name: str
-    finding: str
-    severity: str
-    started: float
-    last_seen: float
-    status: str = "pending"  # pending | firing | resolved
-    fired_at: float | None = None
-    resolved_at: float | None = None
-    announced: bool = False
-    silenced: bool = False
-    snapshot: dict[str, Any] = field(default_factory=dict)
-    notified: dict[str, Any] = field(default_factory=dict)  # snapshot at the last notification
-    fired_evidence: dict[str, Any] = field(default_factory=dict)  # evidence when it started firing
-
-    @property
-    def key(self) -> str:
-        """Incident key of this alert."""
-        return f"{self.target}|{self.model_name}|{self.finding}"
-
-    def labels(self) -> dict[str, str]:
-        """Labels for silences, routes and grouping."""
-        bottleneck = str(self.snapshot.get("bottleneck") or "")
-        return {"target": self.target, "model_name": self.model_name, "finding": self.finding,
-                "severity": self.severity, "bottleneck": bottleneck}  # fmt: skip
-
-    def view(self) -> dict[str, Any]:
-        """What renderers and sinks need, JSON-ready."""
-        return {**self.snapshot, **self.labels(), "status": self.status, "started": self.started,
-                "last_seen": self.last_seen, "fired_at": self.fired_at, "resolved_at": self.resolved_at,
-                "fired_evidence": self.fired_evidence}  # fmt: skip
-
-
-@dataclass
-class Incident:
-    """An open incident: one Slack thread for all announced alerts of a group (per target by default)."""
-
-    key: str
-    labels: dict[str, str]
-    incident: str
-    opened: float
-    channel: str
-    seq: int = 0
-    last_notified: float = 0.0
-
-
-@dataclass
-class Event:
-    """A notification owed: firing, update, repeat or resolved for one incident (group)."""
-
-    kind: str
-    incident: str
-    group: str
-    group_labels: dict[str, str]
-    seq: int
-    t: float
-    opened: float
-    channel: str
-    alerts: list[dict[str, Any]]
-    changes: list[str] = field(default_factory=list)
-
-    @property
-    def key(self) -> str:
-        """Idempotency key: incident plus event sequence."""
-        return f"{self.incident}#{self.seq}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Event:
-        """Inverse of to_dict."""
-        return cls(**d)
-
-
-def _snapshot(f: Finding, d: Diagnosis) -> dict[str, Any]:
-    evidence = {**d.evidence, **f.evidence} if f.bottleneck else dict(f.evidence)
-    clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in evidence.items()}
-    return {"summary": f.summary, "description": f.description, "evidence": clean, "runbook": f.runbook,
-            "bottleneck": f.bottleneck, "since": f.since,
-            "advice": [{"flag": a.flag, "text": a.text, "source": a.source,
-                        "predicted": a.effect.text if a.effect else ""} for a in f.advice]}  # fmt: skip
-
-
-def material_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Human descriptions of changes worth a thread reply (not every wobble of the numbers)."""
-    out = []
-    oe, ne = old.get("evidence", {}), new.get("evidence", {})
-    for k in sorted(set(oe) & set(ne)):
-        a, b = oe[k], ne[k]
-        if not isinstance(a, int | float) or not isinstance(b, int | float):
-            continue
-        if fmt.is_fraction_key(k):
-            big = abs(b - a) >= 0.10
-        else:
-            big = abs(b - a) >= 0.5 * max(abs(a), abs(b)) and abs(b - a) > 1e-9
-        if big:
-            out.append(f"{fmt.label_of(k)} {fmt.value(k, a)} → {fmt.value(k, b)}")
-    if {a["flag"] for a in old.get("advice", [])} != {a["flag"] for a in new.get("advice", [])}:
-        out.append("advice changed")
-    return out
 
 
 class Lifecycle:
@@ -166,7 +58,7 @@ class Lifecycle:
             if a is None:
                 start = min(f.since, now) if f.since is not None else now
                 a = self.alerts[key] = TrackedFinding(d.target, d.model_name, f.name, f.severity, start, now)
-            a.last_seen, a.severity, a.snapshot = now, f.severity, _snapshot(f, d)
+            a.last_seen, a.severity, a.snapshot = now, f.severity, snapshot_of(f, d)
             if a.status == "pending" and now - a.started >= self._for(f.name):
                 a.status, a.fired_at = "firing", now
                 a.fired_evidence = dict(a.snapshot.get("evidence", {}))
@@ -246,19 +138,32 @@ class Lifecycle:
             a.notified = {**a.snapshot, "severity": a.severity}
         if kind == "resolved":
             del self.groups[gkey]
-        return Event(kind, g.incident, gkey, g.labels, g.seq, now, g.opened, g.channel,
-                     [a.view() for a in shown], changes)  # fmt: skip
+        return Event(
+            kind,
+            g.incident,
+            gkey,
+            g.labels,
+            g.seq,
+            now,
+            g.opened,
+            g.channel,
+            [a.view() for a in shown],
+            changes,
+        )
 
-    def active_alerts(self) -> list[dict[str, Any]]:
+    def active_alerts(self) -> list[AlertView]:
         """Announced firing alerts and recently resolved ones (for Alertmanager)."""
         live = [a.view() for a in self.alerts.values() if a.status == "firing" and not a.silenced]
         return live + [a.view() for a in self.recently_resolved]
 
     def to_state(self) -> dict[str, Any]:
         """JSON-ready state, so a restart neither forgets nor re-announces."""
-        return {"version": 1, "alerts": [asdict(a) for a in self.alerts.values()],
-                "groups": [asdict(g) for g in self.groups.values()],
-                "recently_resolved": [asdict(a) for a in self.recently_resolved]}  # fmt: skip
+        return {
+            "version": 1,
+            "alerts": [asdict(a) for a in self.alerts.values()],
+            "groups": [asdict(g) for g in self.groups.values()],
+            "recently_resolved": [asdict(a) for a in self.recently_resolved],
+        }
 
     @classmethod
     def from_state(cls, config: NotifyConfig, state: dict[str, Any] | None) -> Lifecycle:

@@ -6,16 +6,17 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kvdoctor.notify.alertmanager import AlertmanagerSink
+from kvdoctor.notify.alerts import Event
 from kvdoctor.notify.blocks import Links
 from kvdoctor.notify.config import NotifyConfig
-from kvdoctor.notify.lifecycle import Event, Lifecycle
+from kvdoctor.notify.lifecycle import Lifecycle
 from kvdoctor.notify.outbox import Outbox
 from kvdoctor.notify.redact import redact, redacting_logger
 from kvdoctor.notify.slack import SlackSink
 from kvdoctor.notify.worker import Sink, Worker
+from kvdoctor.status.health import NotifyStatus
 from kvdoctor.verdicts import Diagnosis
 
 log = redacting_logger("kvdoctor.notify")
@@ -42,7 +43,7 @@ class Notifier:
             self.outbox.start_over(f"its lifecycle state does not load ({type(exc).__name__}: {exc})")
             self.lifecycle = Lifecycle(config)
         self._lock = threading.Lock()
-        self._saved_sig: tuple = ()
+        self._saved_sig: tuple[object, ...] = ()
         self._saved_at = float("-inf")
         self._pruned_at = 0.0
         links = Links(config.status_page_url, config.grafana_url)
@@ -93,7 +94,7 @@ class Notifier:
             log.info("notification %s %s (%d alerts)", ev.kind, ev.key, len(ev.alerts))
         return events
 
-    def _signature(self) -> tuple:
+    def _signature(self) -> tuple[object, ...]:
         lc = self.lifecycle
         alerts = tuple((a.key, a.status, a.announced, a.silenced, a.severity) for a in lc.alerts.values())
         return alerts, tuple((g.key, g.seq) for g in lc.groups.values()), len(lc.recently_resolved)
@@ -107,15 +108,15 @@ class Notifier:
             out += self.alertmanager.send_test(self.clock())
         return out
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> NotifyStatus:
         """Redacted delivery status for /api: sinks, outbox counts, open incidents."""
-        return {
-            "slack": self.config.slack.mode or "off",
-            "alertmanager": [redact(u) for u in self.config.alertmanager.urls],
-            "outbox": self.outbox.stats(),
-            "open_incidents": sorted(g.incident for g in self.lifecycle.groups.values()),
-            "alertmanager_last_error": self.alertmanager.last_error if self.alertmanager else "",
-        }
+        return NotifyStatus(
+            slack=self.config.slack.mode or "off",
+            alertmanager=tuple(redact(u) for u in self.config.alertmanager.urls),
+            outbox=self.outbox.stats(),
+            open_incidents=tuple(sorted(g.incident for g in self.lifecycle.groups.values())),
+            alertmanager_last_error=self.alertmanager.last_error if self.alertmanager else "",
+        )
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything owed is delivered (or timeout); True when nothing is pending."""

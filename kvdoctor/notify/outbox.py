@@ -28,6 +28,7 @@ from kvdoctor.notify.outboxdb import (
     status_counts,
     write,
 )
+from kvdoctor.status.health import OutboxStats
 
 log = logging.getLogger("kvdoctor.notify.outbox")
 OPEN_FAILED = (
@@ -61,8 +62,7 @@ class Outbox:
         self._unsaved = Unsaved()
         self._keys: dict[int, str] = {}  # ids handed out by pending() → their key
         self._next_mem_id = -1
-        self.write_failures_total = 0
-        self.quarantined_total = 0
+        self.write_failures_total = self.quarantined_total = 0
         self.last_write_error = ""
         self.failing_since: float | None = None  # wall time of the first failed write of the current outage
         self._failures = 0
@@ -220,23 +220,23 @@ class Outbox:
         with self._lock:
             return self._unsaved.state or self._state
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> OutboxStats:
         """Counts per status, the last (redacted) error and the disk's health, for /api and `notify status`."""
         with self._lock:
             counts, last_error = status_counts(self._db) if self._db is not None else ({}, "")
             held = len(self._unsaved.items)
-            return {
-                "pending": counts.get("pending", 0) + held,
-                "done": counts.get("done", 0),
-                "dead": counts.get("dead", 0),
-                "quarantined": counts.get("quarantined", 0),
-                "last_error": last_error,
-                "unsaved": held,
-                "write_failures_total": self.write_failures_total,
-                "quarantined_total": self.quarantined_total,
-                "write_error": self.last_write_error if self.failing_since is not None else "",
-                "failing_since": self.failing_since,
-            }
+            return OutboxStats(
+                pending=counts.get("pending", 0) + held,
+                done=counts.get("done", 0),
+                dead=counts.get("dead", 0),
+                quarantined=counts.get("quarantined", 0),
+                last_error=last_error,
+                unsaved=held,
+                write_failures_total=self.write_failures_total,
+                quarantined_total=self.quarantined_total,
+                write_error=self.last_write_error if self.failing_since is not None else "",
+                failing_since=self.failing_since,
+            )
 
     # -- marks -------------------------------------------------------------------------------------------------
     def done(self, item_id: int) -> None:

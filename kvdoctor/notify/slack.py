@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from slack_sdk import WebClient
@@ -11,9 +12,9 @@ from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
 from slack_sdk.webhook import WebhookClient
 
+from kvdoctor.notify.alerts import Event
 from kvdoctor.notify.blocks import Links, event_message, probe_message
 from kvdoctor.notify.config import SlackConfig
-from kvdoctor.notify.lifecycle import Event
 from kvdoctor.notify.outbox import Item, Outbox
 from kvdoctor.notify.redact import describe_error, redact, redacting_logger
 from kvdoctor.notify.worker import Result
@@ -109,7 +110,7 @@ class SlackSink:
         root = outbox.thread(ev.incident, SINK)
         if root is None and ev.kind != "firing":
             # The root was never posted (rejected for good, or state lost): start a fresh root.
-            ev = Event(**{**ev.to_dict(), "kind": "firing" if ev.kind != "resolved" else ev.kind})
+            ev = replace(ev, kind="firing" if ev.kind != "resolved" else ev.kind)
         if root is None:
             text, blocks = event_message(ev, self.links)
             resp = self.web.chat_postMessage(

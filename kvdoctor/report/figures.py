@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from kvdoctor.report.rows import Costs, FleetSizing, Sizing, Summary
+
 
 def exact(v: float | int | None, digits: int = 1) -> str:
     """v with separators and `digits` decimals (none for whole numbers); a dash for None."""
@@ -22,3 +26,13 @@ def percent(v: float | None) -> str:
     if v is None:
         return "–"
     return f"{v * 100:.1f} %" if 0 < v < 0.1 else f"{v * 100:.0f} %"
+
+
+class Row(NamedTuple):
+    """One line of the per-target tables (the fleet's is the last), its names already escaped."""
+
+    target: str
+    model_name: str
+    summary: Summary
+    costs: Costs
+    sizing: Sizing | FleetSizing

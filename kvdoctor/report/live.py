@@ -5,12 +5,12 @@ from __future__ import annotations
 import html
 import json
 
-from kvdoctor.report.build import ReportError, build_report
+from kvdoctor.report.build import build_report
+from kvdoctor.report.document import scrubbed
 from kvdoctor.report.economics import Prices, parse_usd
-from kvdoctor.report.history import History
+from kvdoctor.report.history import History, ReportError
 from kvdoctor.report.markdown import render_markdown
 from kvdoctor.report.page import ASSETS, asset, render_html
-from kvdoctor.sanity import scrub
 
 TYPES = {"html": "text/html; charset=utf-8", "md": "text/markdown; charset=utf-8", "json": "application/json"}
 
@@ -45,14 +45,12 @@ def report_response(history: History, query: dict[str, list[str]], part: str = "
     if fmt not in TYPES:
         return 400, f"format {fmt!r}: expected html, md or json\n".encode(), "text/plain; charset=utf-8"
     try:
-        doc = scrub(
-            build_report(history, prices_from_query(query), query.get("target"))
-        )  # no Infinity in JSON
+        doc = scrubbed(build_report(history, prices_from_query(query), query.get("target")))
     except (ReportError, ValueError) as exc:
         page = f"<!doctype html><title>kvdoctor report</title><p>No report yet: {html.escape(str(exc))}</p>"
         return (400 if not isinstance(exc, ReportError) else 200), page.encode(), TYPES["html"]
     body = (
-        json.dumps(doc)
+        json.dumps(doc.to_json())
         if fmt == "json"
         else render_markdown(doc)
         if fmt == "md"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import html
 import json
 from importlib import resources
-from typing import Any
 
+from kvdoctor.report.document import Report
+from kvdoctor.report.figures import Row
 from kvdoctor.report.figures import dollars as _usd
 from kvdoctor.report.figures import exact as _n
 from kvdoctor.report.figures import percent as _pct
@@ -48,18 +49,19 @@ def _table(head: list[str], rows: list[list[str]], text: tuple[int, ...] = (0,))
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _tiles(doc: dict[str, Any]) -> str:
-    f = doc["fleet"]
+def _tiles(doc: Report) -> str:
+    fl = doc.fleet
+    f, c = fl.summary, fl.costs
     tiles = [
-        ("GPU-hours", _n(f["gpu_hours"]), f"idle {_pct(f['idle_share'])}"),
-        ("generation tokens", f"{f['generation_tokens']:,}", f"{f['prompt_tokens']:,} prompt"),
-        ("requests", f"{f['requests']:,}", f"peak-to-mean {_n(f['peak_to_mean'], 2)}"),
+        ("GPU-hours", _n(c.gpu_hours), f"idle {_pct(f.idle_share)}"),
+        ("generation tokens", f"{f.generation_tokens:,}", f"{f.prompt_tokens:,} prompt"),
+        ("requests", f"{f.requests:,}", f"peak-to-mean {_n(f.peak_to_mean, 2)}"),
         (
             "replicas needed",
-            f"{_n(f['peak_replicas_needed'])} / {_n(f['quiet_replicas_needed'])}",
-            f"peak / quiet, of {f['replicas']}",
+            f"{_n(fl.sizing.peak_replicas_needed)} / {_n(fl.sizing.quiet_replicas_needed)}",
+            f"peak / quiet, of {fl.replicas}",
         ),
-        ("cost", _usd(f["cost_usd"]), f"{_usd(f['cost_per_1m_generation_tokens_usd'])} per 1M generation"),
+        ("cost", _usd(c.cost_usd), f"{_usd(c.cost_per_1m_generation_tokens_usd)} per 1M generation"),
     ]
     return "".join(
         f'<div class="tile"><div class="label">{html.escape(a)}</div><div class="value">{html.escape(b)}</div>'
@@ -68,22 +70,26 @@ def _tiles(doc: dict[str, Any]) -> str:
     )
 
 
-def render_html(doc: dict[str, Any], linked: bool = False) -> str:
+def render_html(doc: Report, linked: bool = False) -> str:
     """A page that opens with no network: charts drawn by the inlined Chart.js from the inlined report data.
 
     linked: scripts and styles as files beside it (`report/static/`), for a server whose Content-Security-Policy
     refuses inline ones; the data stays inline, in a JSON block a CSP does not run."""
-    r, f = doc["range"], doc["fleet"]
-    rows = [*doc["targets"], {"target": "fleet", "model_name": "", **f}]
+    r, fl = doc.range, doc.fleet
+    rows = [
+        Row(html.escape(e.target), html.escape(e.model_name), e.summary, e.costs, e.sizing)
+        for e in doc.targets
+    ]
+    rows.append(Row("fleet", "", fl.summary, fl.costs, fl.sizing))
     hours_table = _table(
         ["target", "model", *CLASSES, "total", "idle"],
         [
             [
-                html.escape(e["target"]),
-                html.escape(e["model_name"]),
-                *(_n(e["hours"][c], 2) for c in CLASSES),
-                _n(e["hours"]["total"], 2),
-                _pct(e["idle_share"]),
+                e.target,
+                e.model_name,
+                *(_n(e.summary.hours[c], 2) for c in CLASSES),
+                _n(e.summary.hours["total"], 2),
+                _pct(e.summary.idle_share),
             ]
             for e in rows
         ],
@@ -102,14 +108,14 @@ def render_html(doc: dict[str, Any], linked: bool = False) -> str:
         ],
         [
             [
-                html.escape(e["target"]),
-                _n(e["gpu_hours"], 2),
-                _usd(e["cost_usd"]),
-                _usd(e["cost_per_1m_generation_tokens_usd"]),
-                _usd(e["cost_per_1m_prompt_tokens_usd"]),
-                _usd(e["cost_if_idle_unpaid_usd"]),
-                _usd(e["cost_following_traffic_usd"]),
-                f"{_n(e['peak_replicas_needed'])} / {_n(e['quiet_replicas_needed'])}",
+                e.target,
+                _n(e.costs.gpu_hours, 2),
+                _usd(e.costs.cost_usd),
+                _usd(e.costs.cost_per_1m_generation_tokens_usd),
+                _usd(e.costs.cost_per_1m_prompt_tokens_usd),
+                _usd(e.costs.cost_if_idle_unpaid_usd),
+                _usd(e.costs.cost_following_traffic_usd),
+                f"{_n(e.sizing.peak_replicas_needed)} / {_n(e.sizing.quiet_replicas_needed)}",
             ]
             for e in rows
         ],
@@ -119,25 +125,25 @@ def render_html(doc: dict[str, Any], linked: bool = False) -> str:
             ["start", "end", "min", "target", "class", "explanation"],
             [
                 [
-                    i["start_iso"],
-                    i["end_iso"],
-                    str(i["minutes"]),
-                    html.escape(i["target"]),
-                    f'<span class="badge badge-{i["class"]}">{i["class"]}</span>',
-                    html.escape(i["explanation"]),
+                    i.start_iso,
+                    i.end_iso,
+                    str(i.minutes),
+                    html.escape(i.target),
+                    f'<span class="badge badge-{i.cls}">{i.cls}</span>',
+                    html.escape(i.explanation),
                 ]
-                for i in doc["incidents"]
+                for i in doc.incidents
             ],
             (0, 1, 3, 4, 5),
         )
-        if doc["incidents"]
+        if doc.incidents
         else "<p>No limit was hit and no target was down.</p>"
     )
     recs = "".join(
-        f"<li>{html.escape(x['text'])}<div class='evidence'>Evidence: {html.escape(x['evidence'])}</div></li>"
-        for x in doc["recommendations"]
+        f"<li>{html.escape(x.text)}<div class='evidence'>Evidence: {html.escape(x.evidence)}</div></li>"
+        for x in doc.recommendations
     )
-    notes = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in doc["notes"])
+    notes = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in doc.notes)
     charts = "".join(
         f'<section class="chart"><h2>{html.escape(title)}</h2><div class="canvas-box" id="box-{cid}">'
         f'<canvas id="chart-{cid}" data-chart="{cid}"></canvas></div></section>'
@@ -145,7 +151,7 @@ def render_html(doc: dict[str, Any], linked: bool = False) -> str:
     )
     # no `<`, `>` or `&` at all in the data block: neither `</script>` nor `<!--` can end or bend it
     data = (
-        json.dumps(doc, allow_nan=False)
+        json.dumps(doc.to_json(), allow_nan=False)
         .replace("<", "\\u003c")
         .replace(">", "\\u003e")
         .replace("&", "\\u0026")
@@ -158,11 +164,11 @@ def render_html(doc: dict[str, Any], linked: bool = False) -> str:
         style = f"<style>{_static('report.css')}</style>"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>kvdoctor capacity review {html.escape(r["start_iso"])} – {html.escape(r["end_iso"])}</title>
+<title>kvdoctor capacity review {html.escape(r.start_iso)} – {html.escape(r.end_iso)}</title>
 {style}</head>
 <body><header><h1><span class="logo">kvdoctor</span> capacity review</h1>
-<p class="range">{html.escape(r["start_iso"])} – {html.escape(r["end_iso"])} · {r["hours"]:.1f} h ·
-{f["replicas"]} replica(s) · {html.escape(doc["source"])} · generated {html.escape(doc["generated"])}</p></header>
+<p class="range">{html.escape(r.start_iso)} – {html.escape(r.end_iso)} · {r.hours:.1f} h ·
+{fl.replicas} replica(s) · {html.escape(doc.source)} · generated {html.escape(doc.generated)}</p></header>
 <main><div class="tiles">{_tiles(doc)}</div>
 <section><h2>Recommendations</h2><ol class="recs">{recs}</ol>{notes}</section>
 <div class="charts">{charts}</div>

@@ -11,9 +11,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from kvdoctor.report.document import Planned, PlannedHour, PlannedTarget, Report, TargetFigures
 from kvdoctor.report.economics import Prices
 from kvdoctor.whatif.plan import Planner
 from kvdoctor.whatif.predict import learn
@@ -35,7 +36,9 @@ def _hours(snaps: list[Snap]) -> dict[int, tuple[float, float]]:
     return out
 
 
-def planned_target(paths: list[Path], slos: dict[str, float], prices: Prices) -> dict[str, Any]:
+def planned_target(
+    target: TargetFigures, paths: list[Path], slos: dict[str, float], prices: Prices
+) -> PlannedTarget:
     """One target's plan and the replica-hours it needs hour by hour; raises WindowError when it cannot learn."""
     snaps = sorted((s for p in paths for s in recording_snaps(p)), key=lambda s: s.t)
     lo, hi = default_window(snaps)
@@ -58,67 +61,50 @@ def planned_target(paths: list[Path], slos: dict[str, float], prices: Prices) ->
             found = planner.fewest_replicas(changes, float(f"{load:.2g}"))
             need = found.replicas if found is not None else 0
             feasible = feasible and found is not None
-        hourly.append(
-            {
-                "start": start,
-                "load": round(load, 3),
-                "replicas": need or None,
-                "hours": round(watched_s / 3600, 4),
-            }
-        )
+        hourly.append(PlannedHour(start, round(load, 3), need or None, round(watched_s / 3600, 4)))
         replica_s += (need or math.nan) * watched_s
     replica_h = round(replica_s / 3600, 4) if math.isfinite(replica_s) else None
     gpu_h = round(replica_h * prices.gpus_per_target, 4) if replica_h is not None else None
     cost = round(gpu_h * prices.gpu_hour_usd, 2) if gpu_h is not None and prices.gpu_hour_usd else None
-    return {
-        "changes": changes,
-        "feasible": feasible,
-        "replica_hours": replica_h,
-        "gpu_hours": gpu_h,
-        "cost_usd": cost,
-        "hourly": hourly,
-        "simulations": planner.simulations,
-    }
+    return PlannedTarget(
+        target.target,
+        target.model_name,
+        target.costs.gpu_hours,
+        target.costs.cost_usd,
+        changes=dict(changes),
+        feasible=feasible,
+        replica_hours=replica_h,
+        gpu_hours=gpu_h,
+        cost_usd=cost,
+        hourly=tuple(hourly),
+        simulations=planner.simulations,
+    )
 
 
-def planned(
-    doc: dict[str, Any], recordings: dict[str, list[Path]], slos: dict[str, float], prices: Prices
-) -> None:
-    """Add `planned` to a report document: per target and for the fleet, next to what was paid."""
+def planned(doc: Report, recordings: dict[str, list[Path]], slos: dict[str, float], prices: Prices) -> Report:
+    """The report with `planned`: per target and for the fleet, next to what was paid."""
     rows = []
-    for e in doc["targets"]:
-        paths = recordings.get(e["target"])
+    for e in doc.targets:
+        paths = recordings.get(e.target)
         if not paths:
             continue
-        row: dict[str, Any] = {
-            "target": e["target"],
-            "model_name": e["model_name"],
-            "paid_gpu_hours": e["gpu_hours"],
-            "paid_cost_usd": e["cost_usd"],
-        }
         try:
-            row.update(planned_target(paths, slos, prices))
+            rows.append(planned_target(e, paths, slos, prices))
         except WindowError as exc:
-            row.update(
-                {
-                    "feasible": False,
-                    "replica_hours": None,
-                    "gpu_hours": None,
-                    "cost_usd": None,
-                    "why": f"no plan: {exc}",
-                }
-            )
-        rows.append(row)
+            why = f"no plan: {exc}"
+            rows.append(PlannedTarget(e.target, e.model_name, e.costs.gpu_hours, e.costs.cost_usd, why=why))
 
-    def total(key: str) -> float | None:
-        vals = [r[key] for r in rows]
-        return round(sum(vals), 4) if vals and all(v is not None for v in vals) else None
+    def total(values: list[float | None]) -> float | None:
+        return round(sum(v for v in values if v is not None), 4) if values and None not in values else None
 
-    doc["planned"] = {
-        "slos": dict(slos),
-        "targets": rows,
-        "gpu_hours": total("gpu_hours"),
-        "cost_usd": total("cost_usd"),
-        "paid_gpu_hours": total("paid_gpu_hours"),
-        "paid_cost_usd": total("paid_cost_usd"),
-    }
+    return replace(
+        doc,
+        planned=Planned(
+            slos=dict(slos),
+            targets=tuple(rows),
+            gpu_hours=total([r.gpu_hours for r in rows]),
+            cost_usd=total([r.cost_usd for r in rows]),
+            paid_gpu_hours=total([r.paid_gpu_hours for r in rows]),
+            paid_cost_usd=total([r.paid_cost_usd for r in rows]),
+        ),
+    )

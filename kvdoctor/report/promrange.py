@@ -17,8 +17,9 @@ from collections.abc import Callable
 from typing import TextIO
 
 from kvdoctor.report.collect import COUNTERS, Grid
-from kvdoctor.report.history import History, Key, RangeClient, ReportError, Step
+from kvdoctor.report.history import History, Key, RangeClient, ReportError
 from kvdoctor.report.promrules import RuleClasses
+from kvdoctor.report.steps import Step
 from kvdoctor.signals import SIGNALS
 from kvdoctor.verdicts import LIMITS, VERDICTS
 

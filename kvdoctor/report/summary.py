@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from kvdoctor.promql.quantile import quantile
+from kvdoctor.report.document import IncidentSpan
 from kvdoctor.report.figures import percent as pct
 from kvdoctor.report.history import BINS, CLASSES, Hour, KeyHistory, Segment
+from kvdoctor.report.rows import Closeness, Distribution, HeatCell, Summary, Traffic
 from kvdoctor.verdicts import LIMITS
 
 KV_LIMIT = 0.85  # the pack's kv_cache threshold on peak KV usage
@@ -79,45 +80,42 @@ def wall_clock(keys: Iterable[KeyHistory]) -> dict[int, float]:
     return out
 
 
-def _bins_quantiles(bins: list[float], top: float) -> dict[str, float | None]:
+def _distribution(bins: list[float], top: float, shown_max: float | None) -> Distribution:
     total = sum(bins)
-    if not total:
-        return {"p50": None, "p90": None, "p99": None}
-    out: dict[str, float | None] = {}
-    for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-        acc = 0.0
+    qs: list[float | None] = []
+    for q in (0.5, 0.9, 0.99):
+        acc, at = 0.0, None
         for i, s in enumerate(bins):
             acc += s
-            if acc >= q * total - 1e-9:
-                out[name] = round(min(top, (i + 1) / BINS), 4)  # the bin's upper edge, at most the maximum
+            if total and acc >= q * total - 1e-9:
+                at = round(min(top, (i + 1) / BINS), 4)  # the bin's upper edge, at most the maximum
                 break
-    return out
+        qs.append(at)
+    return Distribution(qs[0], qs[1], qs[2], shown_max, tuple(round(x / 3600, 4) for x in bins))
 
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(t))
 
 
-def incidents(segments: list[Segment], target: str, model: str) -> list[dict[str, Any]]:
+def incidents(segments: list[Segment], target: str, model: str) -> tuple[IncidentSpan, ...]:
     """Runs of a limit class or of a down target, with the finding that explained them and the peaks within."""
-    out = []
-    for s in segments:
-        if s.cls in (*LIMITS, "down"):
-            out.append(
-                {
-                    "target": target,
-                    "model_name": model,
-                    "class": s.cls,
-                    "start": s.start,
-                    "end": s.end,
-                    "start_iso": _iso(s.start),
-                    "end_iso": _iso(s.end),
-                    "minutes": round((s.end - s.start) / 60, 1),
-                    "finding": s.finding or s.cls,
-                    "explanation": explain(s),
-                }
-            )
-    return out
+    return tuple(
+        IncidentSpan(
+            target=target,
+            model_name=model,
+            cls=s.cls,
+            start=s.start,
+            end=s.end,
+            start_iso=_iso(s.start),
+            end_iso=_iso(s.end),
+            minutes=round((s.end - s.start) / 60, 1),
+            finding=s.finding or s.cls,
+            explanation=explain(s),
+        )
+        for s in segments
+        if s.cls in (*LIMITS, "down")
+    )
 
 
 def explain(s: Segment) -> str:
@@ -138,7 +136,7 @@ def explain(s: Segment) -> str:
     return "target down: scrapes failed"
 
 
-def summarize(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> dict[str, Any]:
+def summarize(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> Summary:
     """Hours per class, traffic, and capacity-use figures over a set of hours (one key, or a fleet merged)."""
     seconds = {c: sum(h.seconds.get(c, 0.0) for h in hours.values()) for c in CLASSES}
     total = sum(seconds.values())
@@ -152,60 +150,50 @@ def summarize(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> d
     saturated_s = sum(h.saturated_s for h in hours.values())
     kv_max = max((h.kv_max for h in hours.values()), default=0.0)
     util_max = max((h.util_max for h in hours.values()), default=0.0)
-    return {
-        "hours": {**{c: round(s / 3600, 4) for c, s in seconds.items()}, "total": round(total / 3600, 4)},
-        "share": {c: round(s / total, 4) if total else 0.0 for c, s in seconds.items()},
-        "idle_share": round(seconds["idle"] / total, 4) if total else 0.0,
-        "requests": round(sum(h.requests for h in hours.values())),
-        "prompt_tokens": round(sum(h.prompt_tokens for h in hours.values())),
-        "generation_tokens": round(gen),
-        "generation_tokens_per_s": round(mean_tps, 3),
-        "peak_hour_generation_tokens_per_s": round(max(tps, default=0.0), 3),
-        "peak_to_mean": round(max(tps) / mean_tps, 2) if tps and mean_tps else None,
-        "hours_without_traffic_share": round(
-            sum(1 for h in hours.values() if not h.requests and not h.generation_tokens) / len(hours), 4
-        )
-        if hours
-        else 0.0,
-        # distributions: hours spent in each 5 %-wide bin (the last holds everything from 95 %)
-        "kv_usage": {
-            **_bins_quantiles(kv_bins, kv_max),
-            "max": round(kv_max, 4),
-            "hours_by_bin": [round(x / 3600, 4) for x in kv_bins],
-        },
-        "running_over_cap": {
-            **_bins_quantiles(util_bins, util_max),
-            # no known cap (no cache_config_info, no plateau) is "unknown", not 0 % of one
-            "max": round(util_max, 4) if any(h.cap for h in hours.values()) else None,
-            "hours_by_bin": [round(x / 3600, 4) for x in util_bins],
-        },
-        "busiest_hour": _closeness(busiest, wall) if busiest and busiest.generation_tokens else None,
-        "sustained_generation_tokens_per_s": (
+    empty = sum(1 for h in hours.values() if not h.requests and not h.generation_tokens)
+    return Summary(
+        hours={**{c: round(s / 3600, 4) for c, s in seconds.items()}, "total": round(total / 3600, 4)},
+        share={c: round(s / total, 4) if total else 0.0 for c, s in seconds.items()},
+        idle_share=round(seconds["idle"] / total, 4) if total else 0.0,
+        requests=round(sum(h.requests for h in hours.values())),
+        prompt_tokens=round(sum(h.prompt_tokens for h in hours.values())),
+        generation_tokens=round(gen),
+        generation_tokens_per_s=round(mean_tps, 3),
+        peak_hour_generation_tokens_per_s=round(max(tps, default=0.0), 3),
+        peak_to_mean=round(max(tps) / mean_tps, 2) if tps and mean_tps else None,
+        hours_without_traffic_share=round(empty / len(hours), 4) if hours else 0.0,
+        kv_usage=_distribution(kv_bins, kv_max, round(kv_max, 4)),
+        # no known cap (no cache_config_info, no plateau) is "unknown", not 0 % of one
+        running_over_cap=_distribution(
+            util_bins, util_max, round(util_max, 4) if any(h.cap for h in hours.values()) else None
+        ),
+        busiest_hour=_closeness(busiest, wall) if busiest and busiest.generation_tokens else None,
+        sustained_generation_tokens_per_s=(
             round(sum(h.saturated_tokens for h in hours.values()) / saturated_s, 3) if saturated_s else None
         ),
-        "max_generation_tokens_per_s": round(max((h.gen_tps_max for h in hours.values()), default=0.0), 3),
-    }
+        max_generation_tokens_per_s=round(max((h.gen_tps_max for h in hours.values()), default=0.0), 3),
+    )
 
 
-def _closeness(h: Hour, wall: dict[int, float] | None) -> dict[str, Any]:
+def _closeness(h: Hour, wall: dict[int, float] | None) -> Closeness:
     """How near the busiest hour came to each limit (1.0 = at the pack's threshold)."""
-    return {
-        "start": h.start,
-        "start_iso": _iso(h.start),
-        "generation_tokens_per_s": round(hour_tps(h, wall.get(h.start) if wall else None), 3),
-        "kv_usage_max": round(h.kv_max, 4),
-        "kv_cache_closeness": round(h.kv_max / KV_LIMIT, 3),
-        "running_max": h.running_max,
-        "cap": h.cap or None,
-        "batch_cap_closeness": round(h.util_max, 3) if h.cap else None,
-        "itl_ratio_max": round(h.itl_ratio_max, 3) or None,
-        "compute_closeness": round(h.itl_ratio_max / ITL_LIMIT, 3) if h.itl_ratio_max else None,
-        "waiting_max": h.waiting_max,
-        "limit_minutes": {c: round(h.seconds.get(c, 0.0) / 60, 1) for c in LIMITS},
-    }
+    return Closeness(
+        start=h.start,
+        start_iso=_iso(h.start),
+        generation_tokens_per_s=round(hour_tps(h, wall.get(h.start) if wall else None), 3),
+        kv_usage_max=round(h.kv_max, 4),
+        kv_cache_closeness=round(h.kv_max / KV_LIMIT, 3),
+        running_max=h.running_max,
+        cap=h.cap or None,
+        batch_cap_closeness=round(h.util_max, 3) if h.cap else None,
+        itl_ratio_max=round(h.itl_ratio_max, 3) or None,
+        compute_closeness=round(h.itl_ratio_max / ITL_LIMIT, 3) if h.itl_ratio_max else None,
+        waiting_max=h.waiting_max,
+        limit_minutes={c: round(h.seconds.get(c, 0.0) / 60, 1) for c in LIMITS},
+    )
 
 
-def traffic_shape(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> dict[str, Any]:
+def traffic_shape(hours: dict[int, Hour], wall: dict[int, float] | None = None) -> Traffic:
     """Fleet tokens/s by hour of day, by day of week, and the day × hour heat map (means over observed hours)."""
     by_hod: dict[int, list[float]] = {}
     by_dow: dict[int, list[float]] = {}
@@ -222,16 +210,11 @@ def traffic_shape(hours: dict[int, Hour], wall: dict[int, float] | None = None) 
     def mean(vs: list[float]) -> float:
         return round(sum(vs) / len(vs), 3)
 
-    return {
-        "hour_of_day": [mean(by_hod[i]) if i in by_hod else None for i in range(24)],
-        "day_of_week": {DAYS[i]: mean(by_dow[i]) if i in by_dow else None for i in range(7)},
-        "heatmap": [
-            {"day": DAYS[d], "hour": hr, "generation_tokens_per_s": mean(v)}
-            for (d, hr), v in sorted(cells.items())
-        ],
-        "median_hour_generation_tokens_per_s": round(
-            quantile(0.5, [v for vs in by_hod.values() for v in vs]), 3
-        )
-        if by_hod
-        else None,
-    }
+    return Traffic(
+        hour_of_day=tuple(mean(by_hod[i]) if i in by_hod else None for i in range(24)),
+        day_of_week={DAYS[i]: mean(by_dow[i]) if i in by_dow else None for i in range(7)},
+        heatmap=tuple(HeatCell(DAYS[d], hr, mean(v)) for (d, hr), v in sorted(cells.items())),
+        median_hour_generation_tokens_per_s=(
+            round(quantile(0.5, [v for vs in by_hod.values() for v in vs]), 3) if by_hod else None
+        ),
+    )

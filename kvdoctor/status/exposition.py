@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
@@ -13,6 +12,7 @@ from prometheus_client.registry import CollectorRegistry
 from kvdoctor import __version__
 from kvdoctor.signals import SIGNALS
 from kvdoctor.status.headroom import families as headroom_families
+from kvdoctor.status.health import FileHealth
 from kvdoctor.status.state import DaemonState, Snapshot
 from kvdoctor.status.whatif import families as whatif_families
 from kvdoctor.verdicts import VERDICTS
@@ -202,7 +202,7 @@ class DiagnosisCollector:
         yield from (ev, evd, cycle, interval, fails, reload_ok, reload_ts, reloads, build, sched)
 
 
-def storage_families(storage: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:
+def storage_families(storage: Mapping[str, FileHealth]) -> Iterator[Metric]:
     """Failed writes per file kvdoctor keeps (state, outbox), and outbox items put aside as unreadable."""
     fails = CounterMetricFamily(
         "kvdoctor_state_write_failures",
@@ -213,15 +213,16 @@ def storage_families(storage: Mapping[str, Mapping[str, Any]]) -> Iterator[Metri
         "kvdoctor_outbox_quarantined", "Outbox items put aside because no sink can read or render them."
     )
     for name, health in sorted(storage.items()):
-        fails.add_metric([name], float(health.get("write_failures_total", 0)))
-    quarantined.add_metric([], float(storage.get("outbox", {}).get("quarantined_total", 0)))
+        fails.add_metric([name], float(health.write_failures_total))
+    outbox = storage.get("outbox")
+    quarantined.add_metric([], float(outbox.quarantined_total or 0) if outbox else 0.0)
     yield from (fails, quarantined)
 
 
 def make_registry(state: DaemonState) -> CollectorRegistry:
     """A private registry: kvdoctor's collector plus the process_* metrics every exporter has."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(DiagnosisCollector(state))  # type: ignore[arg-type]
+    reg.register(DiagnosisCollector(state))
     # resident memory, CPU seconds, open fds…: what watching the watcher needs (read from /proc on Linux)
     ProcessCollector(registry=reg)
     return reg

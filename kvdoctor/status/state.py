@@ -6,10 +6,10 @@ import threading
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from kvdoctor.diagnosis.target import Target
 from kvdoctor.signals import SIGNALS
+from kvdoctor.status.health import FileHealth, ReloadAttempt
 from kvdoctor.verdicts import Diagnosis
 
 RELOADS_KEPT = 20  # reload attempts shown in /api/v1/status
@@ -32,7 +32,7 @@ class Snapshot:
     reload_ts: float | None
     reload_success_ts: float | None
     reload_error: str
-    reloads: list[dict[str, Any]]  # the last RELOADS_KEPT attempts: ts, ok, message
+    reloads: list[ReloadAttempt]  # the last RELOADS_KEPT attempts
     reloads_total: dict[str, int]  # success / failure
     cycle_duration_s: float | None
     interval_s: float | None
@@ -40,7 +40,7 @@ class Snapshot:
     headroom_stats: dict[str, int]
     whatif_stats: dict[str, int]  # the advisor's simulations: computed, shared, dropped, queued
     ready: bool
-    storage: dict[str, dict[str, Any]]  # the files kvdoctor writes (state, outbox) → their health
+    storage: dict[str, FileHealth]  # the files kvdoctor writes (state, outbox) → their health
     storage_problem: str
 
 
@@ -61,7 +61,7 @@ class DaemonState:
         self.reload_ts: float | None = None  # the last attempt, whatever its outcome
         self.reload_success_ts: float | None = None
         self.reload_error = ""
-        self.reloads: deque[dict[str, Any]] = deque(maxlen=RELOADS_KEPT)
+        self.reloads: deque[ReloadAttempt] = deque(maxlen=RELOADS_KEPT)
         self.reloads_total: Counter[str] = Counter()
         self.cycle_duration_s: float | None = None
         self.interval_s: float | None = None
@@ -70,9 +70,7 @@ class DaemonState:
         self.whatif_stats: dict[str, int] = {}  # the advisor's simulation worker's counters
         self.started_ts: float | None = None
         self.ready = False
-        self.storage: dict[
-            str, dict[str, Any]
-        ] = {}  # the files kvdoctor writes: state, outbox → their health
+        self.storage: dict[str, FileHealth] = {}  # the files kvdoctor writes: state, outbox → their health
         self.storage_problem = ""  # why /-/ready says no because of them ('' when it does not)
         self._history: dict[tuple[str, str], deque[dict[str, float]]] = {}
         self._points = history_points
@@ -151,7 +149,7 @@ class DaemonState:
                 headroom_stats=dict(self.headroom_stats),
                 whatif_stats=dict(self.whatif_stats),
                 ready=self.ready,
-                storage={k: dict(v) for k, v in self.storage.items()},
+                storage=dict(self.storage),
                 storage_problem=self.storage_problem,
             )
 
@@ -166,7 +164,7 @@ class DaemonState:
             self.reload_ok, self.reload_error, self.reload_ts = ok, error, t
             if ok:
                 self.reload_success_ts = t
-            self.reloads.append({"ts": t, "ok": ok, "message": message or error or "reloaded"})
+            self.reloads.append(ReloadAttempt(t, ok, message or error or "reloaded"))
             self.reloads_total["success" if ok else "failure"] += 1
 
     def note_cycle(self, duration_s: float, interval_s: float) -> None:
@@ -211,7 +209,7 @@ class DaemonState:
         with self._lock:
             self.scheduler_events[event] += n
 
-    def note_storage(self, files: dict[str, dict[str, Any]], problem: str) -> None:
+    def note_storage(self, files: dict[str, FileHealth], problem: str) -> None:
         """Record the health of the files kvdoctor writes, and why readiness fails because of them ('' if not)."""
         with self._lock:
             self.storage, self.storage_problem = files, problem

@@ -19,6 +19,7 @@ from prometheus_client.registry import CollectorRegistry
 from kvdoctor import __version__
 from kvdoctor.rules.loader import RuleGroup, default_rule_files, load_files
 from kvdoctor.signals import FINDINGS, SIGNALS
+from kvdoctor.status.health import NotifyStatus
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web.responses import Response, api_error, json_response, text
 from kvdoctor.web.runbook import render as render_runbook
@@ -62,12 +63,12 @@ class App:
         state: DaemonState,
         registry: CollectorRegistry,
         reload: Reload | None = None,
-        extra_status: Callable[[], dict[str, Any]] | None = None,
+        notify_status: Callable[[], NotifyStatus | None] | None = None,
         rules: Rules | None = None,
         report: Report | None = None,
     ) -> None:
         self.state, self.registry = state, registry
-        self.reload, self.extra_status, self.report = reload, extra_status, report
+        self.reload, self.notify_status, self.report = reload, notify_status, report
         self.rules = rules  # the rule groups in force (the runbook follows reloads); None: the shipped pack
         self._shipped: list[RuleGroup] | None = None
         self.static = load_static()
@@ -184,18 +185,20 @@ class App:
                 "ts": snap.reload_ts,
                 "last_success_ts": snap.reload_success_ts,
                 "error": snap.reload_error,
-                "attempts": snap.reloads,
+                "attempts": [r.to_json() for r in snap.reloads],
             },
             "cycle": {"duration_s": snap.cycle_duration_s, "interval_s": snap.interval_s},
             "scheduler_events": snap.scheduler_events,
             "targets": {"total": len(targets), "up": sum(1 for t in targets if t.up)},
-            "storage": {**snap.storage, "problem": snap.storage_problem},
+            "storage": {**{k: f.to_json() for k, f in snap.storage.items()}, "problem": snap.storage_problem},
         }
-        if self.extra_status is not None:
+        if self.notify_status is not None:
             try:
-                data.update(self.extra_status())
+                notify = self.notify_status()
+                if notify is not None:
+                    data["notify"] = notify.to_json()
             except Exception:
-                log.exception("extra status failed")
+                log.exception("the notify status failed")
                 data["extra_status_error"] = "unavailable, see the daemon log"
         return json_response(data)
 

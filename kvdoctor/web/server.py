@@ -17,11 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client.registry import CollectorRegistry
 
+from kvdoctor.status.health import NotifyStatus
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web.app import App, Reload, Report, Rules
 from kvdoctor.web.conns import Conn, Connections, Timeouts
@@ -63,7 +63,7 @@ class WebServer:
         listen: str = "127.0.0.1:9860",
         web_config: str | None = None,
         reload: Reload | None = None,
-        extra_status: Callable[[], dict[str, Any]] | None = None,
+        notify_status: Callable[[], NotifyStatus | None] | None = None,
         rules: Rules | None = None,
         report: Report | None = None,
         idle_timeout: float = KEEPALIVE_IDLE_S,
@@ -71,7 +71,7 @@ class WebServer:
         health_only: bool = False,
         timeouts: Timeouts = TIMEOUTS,  # tests inject short ones instead of waiting out the defaults
     ) -> None:
-        self.app = App(state, registry, reload, extra_status, rules, report)
+        self.app = App(state, registry, reload, notify_status, rules, report)
         self.idle_timeout, self.max_requests, self.timeouts = idle_timeout, max_requests, timeouts
         # the health listener: plain HTTP without auth (no web_config), /-/healthy and /-/ready only
         self.health_only = health_only

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 
+from kvdoctor.whatif.candidates import Changes
 from kvdoctor.whatif.predict import Basis
 from kvdoctor.whatif.slo import number
 
 SEQ_FACTORS = (1, 2, 4, 8)
 MNBT_FACTORS = (1, 2, 0.5)
 GPU_UTILIZATION = 0.95  # what `--gpu` lets the search raise gpu_memory_utilization to
-Changes = dict[str, float | str]
 
 
 def combinations(basis: Basis, gpu_memory_bytes: float | None) -> list[Changes]:

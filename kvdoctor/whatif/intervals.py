@@ -38,8 +38,13 @@ EXTRAP = 0.4  # log-σ added per e-fold a batch or a context goes beyond the lar
 KV_UNSEEN = 0.4  # log-σ added when the prediction has KV pressure (preemptions) the history never had
 KV_PRESSURE = 0.85  # the pack's kv_cache threshold
 BEYOND = 1.2  # further than this × the largest seen (and one request more) is outside the seen range
-QUANTILE_OF = {"ttft_p50_s": ("ttft", 0.5), "ttft_p95_s": ("ttft", 0.95), "itl_p50_s": ("itl", 0.5),
-               "itl_p95_s": ("itl", 0.95), "queue_time_p95_s": ("queue", 0.95)}  # fmt: skip
+QUANTILE_OF = {
+    "ttft_p50_s": ("ttft", 0.5),
+    "ttft_p95_s": ("ttft", 0.95),
+    "itl_p50_s": ("itl", 0.5),
+    "itl_p95_s": ("itl", 0.95),
+    "queue_time_p95_s": ("queue", 0.95),
+}
 # rates and levels move less than latencies when a prediction extrapolates: a closed loop's throughput is held by
 # its clients, a gauge by its cap
 DAMPED = {"generation_tokens_per_s": 0.5, "requests_per_s": 0.5, "running": 0.5, "kv_usage_max": 0.5}
@@ -202,6 +207,8 @@ def describe(secs: float, band_after: Band | None) -> dict[str, Any]:
         "member_s": round(secs, 1),
         "sources": list(SOURCES),
         "unseen": list(band_after.unseen) if band_after else [],
-        "bucket_resolution": {k: [lo, hi if math.isfinite(hi) else None]
-                              for k, (lo, hi) in (band_after.resolution if band_after else {}).items()},
-    }  # fmt: skip
+        "bucket_resolution": {
+            k: [lo, hi if math.isfinite(hi) else None]
+            for k, (lo, hi) in (band_after.resolution if band_after else {}).items()
+        },
+    }

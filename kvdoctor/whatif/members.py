@@ -57,8 +57,9 @@ def perturb(w: Workload, rng: random.Random, n: float) -> Workload:
     rate = w.rate_per_s
     if w.kind == "open" and rate > 0:
         rate = rng.gammavariate(n, rate / n)
-    return replace(w, rate_per_s=rate, prompt=resample_length(w.prompt, rng, n),
-                   output=resample_length(w.output, rng, n))  # fmt: skip
+    return replace(
+        w, rate_per_s=rate, prompt=resample_length(w.prompt, rng, n), output=resample_length(w.output, rng, n)
+    )
 
 
 def bootstrap(
@@ -91,8 +92,9 @@ def run_members(
     """The members of both sides, paired (one perturbation each, before and after the change)."""
     n = max(5.0, basis.measured.requests_per_s * basis.span_s)
     steps = bootstrap(basis.rows, basis.physical, MEMBERS, basis.seed, basis.step)
-    _, w_after, r_after, _ = knobs.apply(basis.engine, basis.workload, basis.replicas, changes, basis.info,
-                                         gpu_memory_bytes)  # fmt: skip
+    _, w_after, r_after, _ = knobs.apply(
+        basis.engine, basis.workload, basis.replicas, changes, basis.info, gpu_memory_bytes
+    )
     sides = ((basis.workload, basis.replicas), (w_after, r_after))
     rates = [w.rate_per_s / max(1, r) for w, r in sides if w.kind == "open"]
     secs = member_seconds(basis.span_s, duration_s, max(rates, default=0.0))

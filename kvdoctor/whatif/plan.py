@@ -9,11 +9,10 @@ of today's configuration per SLO; simulations are cached by (flags, replicas, lo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor.whatif import flags, knobs
-from kvdoctor.whatif.flags import Changes
+from kvdoctor.whatif.candidates import Candidate, Changes, Plan, rounded
 from kvdoctor.whatif.model import Engine, SimResult, Workload
 from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import as_dict, detect
@@ -25,69 +24,6 @@ MAX_REPLICAS = 64
 MAX_LOAD = 64.0
 MIN_LOAD = 1 / 16
 LOAD_PRECISION = 1.05  # bisection stops when the bracket is this ratio wide
-
-
-@dataclass
-class Candidate:
-    """One configuration tried: its flag changes, replicas, what it predicts, and what each SLO has left."""
-
-    changes: Changes
-    replicas: int
-    predicted: dict[str, Any]
-    margins: dict[str, float | None]
-    meets: bool
-    cost_per_hour_usd: float | None = None
-    cost_per_1m_generation_tokens_usd: float | None = None
-
-    def worst(self) -> float:
-        """The tightest margin (−inf when an SLO has no value)."""
-        return min((m if m is not None else -math.inf for m in self.margins.values()), default=math.inf)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The `--json` shape of a candidate."""
-        return {"changes": dict(self.changes), "replicas": self.replicas, "predicted": self.predicted,
-                "margins": {k: _r(v) for k, v in self.margins.items()}, "meets_slos": self.meets,
-                "cost_per_hour_usd": _r(self.cost_per_hour_usd),
-                "cost_per_1m_generation_tokens_usd": _r(self.cost_per_1m_generation_tokens_usd)}  # fmt: skip
-
-
-@dataclass
-class Plan:
-    """The answer: SLOs, load, today's headroom and prediction, the pick, every candidate, the simulation count."""
-
-    slos: dict[str, float]
-    load: float
-    current: Candidate
-    headroom: dict[str, float]
-    chosen: Candidate
-    candidates: list[Candidate]
-    simulations: int
-    feasible: bool
-    notes: list[str] = field(default_factory=list)
-    # the window's traffic, what load ×1 means: headroom × it is the rate at which an SLO breaks
-    requests_per_s: float = math.nan
-
-    def to_dict(self) -> dict[str, Any]:
-        """The `--json` shape the issue names."""
-        return {
-            "slos": dict(self.slos),
-            "load": _r(self.load),
-            "current": {
-                "headroom": {k: _r(v) for k, v in self.headroom.items()},
-                "predicted": self.current.predicted,
-                "replicas": self.current.replicas,
-                "requests_per_s": _r(self.requests_per_s),
-            },
-            "chosen": self.chosen.to_dict(),
-            "candidates": [c.to_dict() for c in self.candidates],
-            "simulations": self.simulations,
-            "feasible": self.feasible,
-            "notes": list(self.notes),
-        }
-
-
-def _r(v: float | None) -> float | None:
-    return float(f"{v:.4g}") if v is not None and math.isfinite(v) else None
 
 
 class Planner:
@@ -147,7 +83,7 @@ class Planner:
         predicted = {**q.to_dict(), **as_dict(overload)}
         for k in self.slos:
             if k not in predicted:
-                predicted[k] = _r(extra_value(k, res, b.buckets, b.sigma))
+                predicted[k] = rounded(extra_value(k, res, b.buckets, b.sigma))
         # a queue that grows while the overload lasts breaks every latency objective: no value of it holds
         values = {k: None if overload or not isinstance(v := predicted[k], float) else v for k in self.slos}
         margins = {k: margin(v, self.slos[k]) for k, v in values.items()}

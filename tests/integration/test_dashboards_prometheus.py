@@ -23,10 +23,10 @@ import yaml
 
 from kvdoctor.export.openmetrics import export_openmetrics
 from tests.conftest import FIXTURES, SHARED, labelled_windows
+from tests.support.dashboards import RULES, dashboard_files, load, metric_names, queries, substitute
 from tests.support.openmetrics import read_frames, recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
-from tests.test_dashboards import RULES, dashboard_files, load, metric_names, queries, substitute
-from tests.test_export_openmetrics import replay_all
+from tests.support.replays import replay_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # backfills a Prometheus first: ~20 s
 
@@ -51,7 +51,7 @@ OLD_NAMES = {
 EXPECTED_EMPTY: dict[str, tuple[str, str]] = {
     "SLO headroom": (
         "kvdoctor_slo_headroom_ratio",
-        "the replayed targets configure no SLO (tests/test_whatif_headroom.py reads the series off /metrics)",
+        "the replayed targets configure no SLO (tests/whatif/test_headroom.py reads the series off /metrics)",
     ),
 }
 FIXTURE_PREFERENCE = ("kv_cache", "batch_cap", "healthy", "compute")
@@ -131,13 +131,24 @@ def rule_layers(needed: set[str]) -> list[list[dict[str, Any]]]:
     return layers
 
 
-def _backfill_rules(prom: PrometheusServer, promtool: str, layer: list[dict[str, Any]], start: int, end: int,
-                    work: Path) -> None:  # fmt: skip
+def _backfill_rules(
+    prom: PrometheusServer, promtool: str, layer: list[dict[str, Any]], start: int, end: int, work: Path
+) -> None:
     rules = work / "layer.rules.yml"
     rules.write_text(yaml.safe_dump({"groups": [{"name": "layer", "interval": "15s", "rules": layer}]}))
     out = work / "blocks"
-    cmd = [promtool, "tsdb", "create-blocks-from", "rules", f"--start={start}", f"--end={end}",
-           f"--url={prom.url}", f"--output-dir={out}", "--quiet", str(rules)]  # fmt: skip
+    cmd = [
+        promtool,
+        "tsdb",
+        "create-blocks-from",
+        "rules",
+        f"--start={start}",
+        f"--end={end}",
+        f"--url={prom.url}",
+        f"--output-dir={out}",
+        "--quiet",
+        str(rules),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     prom.stop()

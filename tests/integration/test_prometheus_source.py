@@ -54,8 +54,13 @@ def _start_prometheus(work: Path, instances: list[str], prom_bin: str) -> tuple[
     }
     (work / "prometheus.yml").write_text(json.dumps(config))
     port = free_port()
-    cmd = [prom_bin, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
-           f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]  # fmt: skip
+    cmd = [
+        prom_bin,
+        f"--config.file={work / 'prometheus.yml'}",
+        f"--storage.tsdb.path={work / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
     with (work / "prometheus.log").open("ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work)
     url = f"http://127.0.0.1:{port}"

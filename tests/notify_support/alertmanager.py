@@ -39,13 +39,23 @@ def running_alertmanager(workdir: Path, config: Path | None = None) -> Iterator[
             "repeat_interval: 1h}\n"
             f"receivers: [{{name: hook, webhook_configs: [{{url: '{rx.url}/hook', send_resolved: true}}]}}]\n"
         )
-    args = [AM, f"--config.file={config}", f"--storage.path={workdir / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="]  # fmt: skip
+    args = [
+        AM,
+        f"--config.file={config}",
+        f"--storage.path={workdir / 'am-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        until(lambda: requests.get(f"{url}/-/ready", timeout=0.5).ok, timeout=15, step=0.1,
-              what=f"alertmanager ready at {url}", ignore=(requests.ConnectionError,))  # fmt: skip
+        until(
+            lambda: requests.get(f"{url}/-/ready", timeout=0.5).ok,
+            timeout=15,
+            step=0.1,
+            what=f"alertmanager ready at {url}",
+            ignore=(requests.ConnectionError,),
+        )
         yield url, rx
     finally:
         proc.terminate()

@@ -46,8 +46,14 @@ def kv_finding(i: int, since: float) -> Finding:
 
 def storm(since: float) -> Finding:
     """A preemption storm finding riding along with the KV limit."""
-    return Finding("preemption_storm", "warning", "1.5 preemptions/s", evidence={"preemptions_per_s": 1.5},
-                   advice=[Advice("--gpu-memory-utilization 0.95", "fewer preemptions")], since=since)  # fmt: skip
+    return Finding(
+        "preemption_storm",
+        "warning",
+        "1.5 preemptions/s",
+        evidence={"preemptions_per_s": 1.5},
+        advice=[Advice("--gpu-memory-utilization 0.95", "fewer preemptions")],
+        since=since,
+    )
 
 
 def kv_incident(

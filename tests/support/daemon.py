@@ -34,8 +34,12 @@ class Serve:
         self.config = tmp / "kvdoctor.yml"
         self.log = (tmp / "serve.log").open("w+")
         self.write(config)
-        self.proc = subprocess.Popen([sys.executable, "-m", "kvdoctor", "serve", "--config", str(self.config)],
-                                     cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kvdoctor", "serve", "--config", str(self.config)],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def write(self, config: str) -> None:
         self.config.write_text(f"listen: 127.0.0.1:{self.port}\n{config}")

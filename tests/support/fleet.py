@@ -24,8 +24,10 @@ from kvdoctor.signals import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 # window name -> (directory, recording): "healthy" is the shared 0.32 one, "extra/kv_bound_mha" a committed fixture
-DIRS = {"": ROOT / ".." / "shared" / "recordings" / "vllm-0.32-cpu",
-        "extra": ROOT / "tests" / "fixtures" / "recordings" / "vllm-0.32-cpu-extra"}  # fmt: skip
+DIRS = {
+    "": ROOT / ".." / "shared" / "recordings" / "vllm-0.32-cpu",
+    "extra": ROOT / "tests" / "fixtures" / "recordings" / "vllm-0.32-cpu-extra",
+}
 COUNTED = {
     "requests": "vllm:request_success_total",
     "prompt_tokens": "vllm:prompt_tokens_total",
@@ -109,7 +111,7 @@ def build_target(
     """Hour h replays window hours[h] scrape by scrape; counters accumulate the frames' real increments.
 
     model_name relabels the served model (two recorded engines both called their different models `tiny`).
-    """  # fmt: skip
+    """
     windows = {w: load_window(w) for w in set(hours)}
     target = Target(name)
     totals: dict[str, float] = {}

@@ -43,28 +43,52 @@ def selects(selector: str, labels: dict[str, str]) -> bool:
 def self_signed(directory: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 and its key, made with openssl (the certificate is its own CA)."""
     cert, key = directory / "apiserver.crt", directory / "apiserver.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=stand-in",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)  # fmt: skip
+    argv = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=stand-in -addext subjectAltName=IP:127.0.0.1"
+    subprocess.run([*argv.split(), "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
     return cert, key
 
 
-def make_pod(name: str, ip: str, *, namespace: str = "vllm", ready: bool = True, labels: dict[str, str] | None = None,
-             annotations: dict[str, str] | None = None, ports: dict[str, int] | None = None,
-             args: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+def make_pod(
+    name: str,
+    ip: str,
+    *,
+    namespace: str = "vllm",
+    ready: bool = True,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    ports: dict[str, int] | None = None,
+    args: list[str] | None = None,
+) -> dict[str, Any]:
     """A pod as the API returns it: one container `vllm` with the given ports and command line."""
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
-                     "labels": labels or {}, "annotations": annotations or {}},
-        "spec": {"containers": [{
-            "name": "vllm", "image": "vllm/vllm-openai:v0.32.0",
-            "command": ["vllm", "serve"], "args": args or [],
-            "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in (ports or {}).items()],
-        }]},
-        "status": {"phase": "Running", "podIP": ip,
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }  # fmt: skip
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "vllm",
+                    "image": "vllm/vllm-openai:v0.32.0",
+                    "command": ["vllm", "serve"],
+                    "args": args or [],
+                    "ports": [
+                        {"name": n, "containerPort": p, "protocol": "TCP"} for n, p in (ports or {}).items()
+                    ],
+                }
+            ]
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
 
 
 class KubeAPI:
@@ -131,12 +155,18 @@ class KubeAPI:
     def kubeconfig(self, path: Path, namespace: str = "vllm") -> Path:
         """A kubeconfig pointing at this server with its bearer token."""
         doc = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "stand-in",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "stand-in",
             "clusters": [{"name": "stand-in", "cluster": {"server": self.url}}],
             "users": [{"name": "kvdoctor", "user": {"token": self.token}}],
-            "contexts": [{"name": "stand-in",
-                          "context": {"cluster": "stand-in", "user": "kvdoctor", "namespace": namespace}}],
-        }  # fmt: skip
+            "contexts": [
+                {
+                    "name": "stand-in",
+                    "context": {"cluster": "stand-in", "user": "kvdoctor", "namespace": namespace},
+                }
+            ],
+        }
         path.write_text(yaml.safe_dump(doc), encoding="utf-8")
         return path
 
@@ -154,8 +184,12 @@ class KubeAPI:
             items = [
                 p for (n, _), p in sorted(self._pods.items()) if n == ns and selects(selector, _labels(p))
             ]
-            return {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self._rv)},
-                    "items": copy.deepcopy(items)}  # fmt: skip
+            return {
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": copy.deepcopy(items),
+            }
 
     def stream(self, ns: str, selector: str, since: int, timeout_s: float, write: Any) -> bool:
         """Write the events after `since` and then new ones until the timeout; False when cut by drop_watches."""
@@ -164,9 +198,19 @@ class KubeAPI:
             self.watches += 1
             gen = self._generation
             if since < self._compacted:
-                write({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "message": f"too old resource version: {since} ({self._compacted})",
-                       "reason": "Expired", "code": 410}})  # fmt: skip
+                write(
+                    {
+                        "type": "ERROR",
+                        "object": {
+                            "kind": "Status",
+                            "apiVersion": "v1",
+                            "status": "Failure",
+                            "message": f"too old resource version: {since} ({self._compacted})",
+                            "reason": "Expired",
+                            "code": 410,
+                        },
+                    }
+                )
                 return True
         while True:
             with self._cond:
@@ -223,8 +267,13 @@ def _handler(api: KubeAPI) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             write = lambda ev: self._chunk((json.dumps(ev) + "\n").encode())  # noqa: E731
             try:
-                ended = api.stream(ns, selector, int(q.get("resourceVersion") or 0),
-                                   float(q.get("timeoutSeconds") or 300), write)  # fmt: skip
+                ended = api.stream(
+                    ns,
+                    selector,
+                    int(q.get("resourceVersion") or 0),
+                    float(q.get("timeoutSeconds") or 300),
+                    write,
+                )
                 if ended:
                     self._chunk(b"")
                 else:  # cut mid-stream: no terminating chunk, the client sees a broken response

@@ -176,8 +176,10 @@ def ramp(
     light = steps[0]
     slos = slos_of(light)
     breaking = {k: breaking_rate(steps, k, v) for k, v in slos.items()}
-    print(f"{rec}: {len(kept)} scrapes, {os.path.getsize(rec) / 1000:.0f} kB; light {light['rate']} req/s; "
-          f"SLOs {slos}; broke at {({k: b['rate'] for k, b in breaking.items()})}")  # fmt: skip
+    print(
+        f"{rec}: {len(kept)} scrapes, {os.path.getsize(rec) / 1000:.0f} kB; light {light['rate']} req/s; "
+        f"SLOs {slos}; broke at { ({k: b['rate'] for k, b in breaking.items()}) }"
+    )
     return {
         "name": name,
         "recording": rec.name,

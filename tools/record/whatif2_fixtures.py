@@ -34,39 +34,80 @@ SPEC = '--speculative-config {"method":"ngram","num_speculative_tokens":3,"promp
 # (pair, change as knobs (None: the after recording's cache size; text: no knob), before flags, after flags, load,
 #  seconds between kept scrapes (0: all))
 PAIRS = [
-    ("tiny_kvhalf", None, f"--max-model-len 1024 --kv-cache-memory-bytes 33554432 {F}",
-     f"--max-model-len 1024 --kv-cache-memory-bytes 16777216 {F}",
-     "tiny model; light: 2 workers 30 s (seed 401); heavy: closed loop 16 workers 60 s, prompt 100-200, out 400-600 "
-     "(seed 402); KV cache halved under long outputs", 2),
-    ("llama_cap", {"max_num_seqs": 24}, f"--max-model-len 2048 --max-num-seqs 8 {F}",
-     f"--max-model-len 2048 --max-num-seqs 24 {F}",
-     f"llama-shaped model; light: 2 workers 30 s (seed 411); heavy: closed loop 24 workers 90 s, {C} (seed 412)", 2),
-    ("llama_mnbt", {"max_num_batched_tokens": 1024}, f"--max-model-len 2048 --max-num-batched-tokens 256 {F}",
-     f"--max-model-len 2048 --max-num-batched-tokens 1024 {F}",
-     "llama-shaped model; light: 1 worker 30 s (seed 421); heavy: closed loop 6 workers 90 s, prompt 500-1000, "
-     "out 16-48 (seed 422)", 2),
-    ("llama_loadx2", {"load": 2.0}, f"--max-model-len 2048 --max-num-seqs 32 {F}",
-     f"--max-model-len 2048 --max-num-seqs 32 {F}",
-     f"llama-shaped model; light: 2 workers 30 s (seed 431); heavy: open loop 0.5 req/s before, 1.0 after, at most "
-     f"44 in flight, 90 s, {C} (seed 432): the after side crosses into saturation", 0),
-    ("tiny_prefix", {"enable_prefix_caching": False}, f"--max-model-len 2048 --enable-prefix-caching {F}",
-     f"--max-model-len 2048 --no-enable-prefix-caching {F}",
-     "tiny model; the same 768-word system prompt before every prompt; light: 1 worker 30 s (seed 441); heavy: "
-     "closed loop 8 workers 60 s (seed 442); prompt 32-96 after the shared prefix, out 32-64", 2),
-    ("tiny_caplow", {"max_num_seqs": 6}, f"--max-model-len 2048 --max-num-seqs 16 {F}",
-     f"--max-model-len 2048 --max-num-seqs 6 {F}",
-     "tiny model; light: 2 workers 30 s (seed 451); heavy: closed loop 24 workers 60 s, prompt 100-300, "
-     "out 64-256 (seed 452)", 2),
-    ("tiny_specdec", {"num_speculative_tokens": 3}, f"--max-model-len 2048 {F}",
-     f"--max-model-len 2048 {SPEC} {F}",
-     "tiny model; light: 2 workers 30 s (seed 461, all sampled); heavy: closed loop 8 workers 60 s, prompt 50-200, "
-     "out 32-128, half the requests greedy (load.py --greedy 0.5: their drafts are accepted, sampled ones' ~never) "
-     "(seed 462)", 2),
-    ("tiny_mml", {"max_model_len": 512}, f"--max-model-len 2048 {F}", f"--max-model-len 512 {F}",
-     "tiny model; light: 2 workers 30 s, prompt 50-100, out 32-64 (seed 471); heavy: closed loop 8 workers 60 s, "
-     "prompt 200-600, out 32-128 (seed 472): after the change a request whose prompt + max_tokens passes 512 is "
-     "refused (HTTP 400; load.py moves on after 0.5 s)", 2),
-]  # fmt: skip
+    (
+        "tiny_kvhalf",
+        None,
+        f"--max-model-len 1024 --kv-cache-memory-bytes 33554432 {F}",
+        f"--max-model-len 1024 --kv-cache-memory-bytes 16777216 {F}",
+        "tiny model; light: 2 workers 30 s (seed 401); heavy: closed loop 16 workers 60 s, prompt 100-200, out 400-600 "
+        "(seed 402); KV cache halved under long outputs",
+        2,
+    ),
+    (
+        "llama_cap",
+        {"max_num_seqs": 24},
+        f"--max-model-len 2048 --max-num-seqs 8 {F}",
+        f"--max-model-len 2048 --max-num-seqs 24 {F}",
+        f"llama-shaped model; light: 2 workers 30 s (seed 411); heavy: closed loop 24 workers 90 s, {C} (seed 412)",
+        2,
+    ),
+    (
+        "llama_mnbt",
+        {"max_num_batched_tokens": 1024},
+        f"--max-model-len 2048 --max-num-batched-tokens 256 {F}",
+        f"--max-model-len 2048 --max-num-batched-tokens 1024 {F}",
+        "llama-shaped model; light: 1 worker 30 s (seed 421); heavy: closed loop 6 workers 90 s, prompt 500-1000, "
+        "out 16-48 (seed 422)",
+        2,
+    ),
+    (
+        "llama_loadx2",
+        {"load": 2.0},
+        f"--max-model-len 2048 --max-num-seqs 32 {F}",
+        f"--max-model-len 2048 --max-num-seqs 32 {F}",
+        f"llama-shaped model; light: 2 workers 30 s (seed 431); heavy: open loop 0.5 req/s before, 1.0 after, at most "
+        f"44 in flight, 90 s, {C} (seed 432): the after side crosses into saturation",
+        0,
+    ),
+    (
+        "tiny_prefix",
+        {"enable_prefix_caching": False},
+        f"--max-model-len 2048 --enable-prefix-caching {F}",
+        f"--max-model-len 2048 --no-enable-prefix-caching {F}",
+        "tiny model; the same 768-word system prompt before every prompt; light: 1 worker 30 s (seed 441); heavy: "
+        "closed loop 8 workers 60 s (seed 442); prompt 32-96 after the shared prefix, out 32-64",
+        2,
+    ),
+    (
+        "tiny_caplow",
+        {"max_num_seqs": 6},
+        f"--max-model-len 2048 --max-num-seqs 16 {F}",
+        f"--max-model-len 2048 --max-num-seqs 6 {F}",
+        "tiny model; light: 2 workers 30 s (seed 451); heavy: closed loop 24 workers 60 s, prompt 100-300, "
+        "out 64-256 (seed 452)",
+        2,
+    ),
+    (
+        "tiny_specdec",
+        {"num_speculative_tokens": 3},
+        f"--max-model-len 2048 {F}",
+        f"--max-model-len 2048 {SPEC} {F}",
+        "tiny model; light: 2 workers 30 s (seed 461, all sampled); heavy: closed loop 8 workers 60 s, prompt 50-200, "
+        "out 32-128, half the requests greedy (load.py --greedy 0.5: their drafts are accepted, sampled ones' ~never) "
+        "(seed 462)",
+        2,
+    ),
+    (
+        "tiny_mml",
+        {"max_model_len": 512},
+        f"--max-model-len 2048 {F}",
+        f"--max-model-len 512 {F}",
+        "tiny model; light: 2 workers 30 s, prompt 50-100, out 32-64 (seed 471); heavy: closed loop 8 workers 60 s, "
+        "prompt 200-600, out 32-128 (seed 472): after the change a request whose prompt + max_tokens passes 512 is "
+        "refused (HTTP 400; load.py moves on after 0.5 s)",
+        2,
+    ),
+]  # fmt: skip  (a data table: one pair a row group, as the recording script lists them)
 KV_SPACE = {"tiny_kvhalf": ""}  # the others ran with VLLM_CPU_KVCACHE_SPACE=1
 SESSION = {
     "llama_loadx2": "session 5 campaign"
@@ -109,11 +150,13 @@ def side_note(kind: str, side: str, o: dict, p: dict, dst: Path) -> str:
     """One phase of one side: the scrapes, vLLM's own quantities and the client's, in the words of the notes."""
     q = measure(in_window(recording_snaps(dst), *p["window"]))
     refused = [e for e in p["errors"] if e and e.startswith("HTTP 4")]
-    return (f"{kind}_{side}: {describe(o)}, generation {o['gen']:.0f} tok/s; vLLM TTFT p50/p95 {q.ttft_p50_s:.2f}/"
-            f"{q.ttft_p95_s:.2f} s, ITL p50/p95 {q.itl_p50_s * 1000:.0f}/{q.itl_p95_s * 1000:.0f} ms"
-            f"{spec_note(dst, p['window'])}; client TTFT p50/p95 {p['client_ttft_p50']:.2f}/"
-            f"{p['client_ttft_p95']:.2f} s, e2e p50 {p['client_e2e_p50']:.2f} s, {p['requests_ok']} requests ok, "
-            f"{p['requests_failed_or_cancelled']} failed or cancelled" + (" (HTTP 400)" if refused else ""))  # fmt: skip
+    return (
+        f"{kind}_{side}: {describe(o)}, generation {o['gen']:.0f} tok/s; vLLM TTFT p50/p95 {q.ttft_p50_s:.2f}/"
+        f"{q.ttft_p95_s:.2f} s, ITL p50/p95 {q.itl_p50_s * 1000:.0f}/{q.itl_p95_s * 1000:.0f} ms"
+        f"{spec_note(dst, p['window'])}; client TTFT p50/p95 {p['client_ttft_p50']:.2f}/"
+        f"{p['client_ttft_p95']:.2f} s, e2e p50 {p['client_e2e_p50']:.2f} s, {p['requests_ok']} requests ok, "
+        f"{p['requests_failed_or_cancelled']} failed or cancelled" + (" (HTTP 400)" if refused else "")
+    )
 
 
 def main() -> int:
@@ -131,9 +174,15 @@ def main() -> int:
         if change is None:
             change = {"kv_cache_tokens": cache_tokens(raw["after"])}  # type: ignore[arg-type]
         env = KV_SPACE.get(name, "VLLM_CPU_KVCACHE_SPACE=1 ")
-        entry: dict = {"name": name, "before": f"{name}_before.jsonl.gz", "after": f"{name}_after.jsonl.gz",
-                       "change": change, "before_flags": f"{env}{bf} {SERVE}", "after_flags": f"{env}{af} {SERVE}",
-                       "load": load}  # fmt: skip
+        entry: dict = {
+            "name": name,
+            "before": f"{name}_before.jsonl.gz",
+            "after": f"{name}_after.jsonl.gz",
+            "change": change,
+            "before_flags": f"{env}{bf} {SERVE}",
+            "after_flags": f"{env}{af} {SERVE}",
+            "load": load,
+        }
         notes = []
         for side in ("before", "after"):
             dst = a.out / f"{name}_{side}.jsonl.gz"

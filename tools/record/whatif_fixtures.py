@@ -30,34 +30,85 @@ LX = "--max-model-len 2048 --dtype float32"
 
 # (pair name, raw before, raw after, change, before flags, after flags, load, seed, phase classes)
 PAIRS = [
-    ("max_num_seqs_4_to_12", "batchcap_restart", "batchcap_restart", {"max_num_seqs": 12},
-     KV_SPACE + BC.format(4), KV_SPACE + BC.format(12),
-     "closed loop; light: 2 workers 20 s (seed 11); heavy: 24 workers 45 s then 3 s drain and the rest cancelled "
-     "(seed 12); prompt 100-300, out 64-256 words (1 token each), ignore_eos, streamed; the same again after a "
-     "restart with the new flag (record_restart.sh, PHASES + AFTER_FLAGS)", 12, (None, "batch_cap")),
-    ("kv_cache_doubled", "kv2x_before", "kv2x_after", {"kv_cache_tokens": 8192}, KV.format(16777216),
-     KV.format(33554432), "closed loop; light: 2 workers 30 s, prompt 50-100, out 32-64 (seed 21); heavy: 24 "
-     "workers 60 s, prompt 200-500, out 300-500 (seed 22), then 3 s drain and the rest cancelled; ignore_eos, "
-     "streamed; separate servers (record_pair.sh): what fp8 KV gives, done by doubling --kv-cache-memory-bytes",
-     22, ("healthy", "kv_cache")),
-    ("load_x1.5_healthy", "loadx15_before", "loadx15_after", {"load": 1.5}, KV_SPACE + LX, KV_SPACE + LX,
-     "light: 2 workers closed loop 30 s (seed 31); heavy: open loop Poisson 4 req/s before, 6 req/s after, 60 s "
-     "(seed 32: same requests, inter-arrival times / 1.5), at most 40 in flight; prompt 100-300, out 32-128; "
-     "ignore_eos, streamed", 32, ("healthy", "healthy")),
-    ("max_num_batched_tokens_2048_to_512", "mnbt_before", "mnbt_after", {"max_num_batched_tokens": 512},
-     KV_SPACE + MN.format(2048), KV_SPACE + MN.format(512), "closed loop, long prompts (RAG-like); light: 1 "
-     "worker 30 s (seed 41); heavy: 8 workers 60 s (seed 42), then 5 s drain and the rest cancelled; prompt "
-     "1000-2000, out 16-64; ignore_eos, streamed", 42, ("healthy", "compute")),
-    ("load_x1.5_batch_capped", "loadcap_before", "loadcap_after", {"load": 1.5}, KV_SPACE + BC.format(4),
-     KV_SPACE + BC.format(4), "closed loop; light: 2 workers 30 s (seed 51); heavy: 16 workers before, 24 after (x1.5), "
-     "60 s, then 3 s drain and the rest cancelled (seed 52); prompt 100-300, out 64-256; ignore_eos, streamed; "
-     "separate servers (record_pair.sh, AFTER_ARGS): more clients on a server already at its cap",
-     52, ("healthy", "batch_cap")),
-    ("kv_cache_doubled_restart", "kv2x_restart", "kv2x_restart", {"kv_cache_tokens": 8192}, KV.format(16777216),
-     KV.format(33554432), "closed loop 24 workers 45 s + 3 s drain, prompt 200-500, out 300-500, seed 22 (the "
-     "heavy phase of kv_cache_doubled), before the restart and again after it; no light phase in this file (its "
-     "baseline: kv2x_before light)", 22, ("kv_cache",)),
-]  # fmt: skip
+    (
+        "max_num_seqs_4_to_12",
+        "batchcap_restart",
+        "batchcap_restart",
+        {"max_num_seqs": 12},
+        KV_SPACE + BC.format(4),
+        KV_SPACE + BC.format(12),
+        "closed loop; light: 2 workers 20 s (seed 11); heavy: 24 workers 45 s then 3 s drain and the rest cancelled "
+        "(seed 12); prompt 100-300, out 64-256 words (1 token each), ignore_eos, streamed; the same again after a "
+        "restart with the new flag (record_restart.sh, PHASES + AFTER_FLAGS)",
+        12,
+        (None, "batch_cap"),
+    ),
+    (
+        "kv_cache_doubled",
+        "kv2x_before",
+        "kv2x_after",
+        {"kv_cache_tokens": 8192},
+        KV.format(16777216),
+        KV.format(33554432),
+        "closed loop; light: 2 workers 30 s, prompt 50-100, out 32-64 (seed 21); heavy: 24 "
+        "workers 60 s, prompt 200-500, out 300-500 (seed 22), then 3 s drain and the rest cancelled; ignore_eos, "
+        "streamed; separate servers (record_pair.sh): what fp8 KV gives, done by doubling --kv-cache-memory-bytes",
+        22,
+        ("healthy", "kv_cache"),
+    ),
+    (
+        "load_x1.5_healthy",
+        "loadx15_before",
+        "loadx15_after",
+        {"load": 1.5},
+        KV_SPACE + LX,
+        KV_SPACE + LX,
+        "light: 2 workers closed loop 30 s (seed 31); heavy: open loop Poisson 4 req/s before, 6 req/s after, 60 s "
+        "(seed 32: same requests, inter-arrival times / 1.5), at most 40 in flight; prompt 100-300, out 32-128; "
+        "ignore_eos, streamed",
+        32,
+        ("healthy", "healthy"),
+    ),
+    (
+        "max_num_batched_tokens_2048_to_512",
+        "mnbt_before",
+        "mnbt_after",
+        {"max_num_batched_tokens": 512},
+        KV_SPACE + MN.format(2048),
+        KV_SPACE + MN.format(512),
+        "closed loop, long prompts (RAG-like); light: 1 "
+        "worker 30 s (seed 41); heavy: 8 workers 60 s (seed 42), then 5 s drain and the rest cancelled; prompt "
+        "1000-2000, out 16-64; ignore_eos, streamed",
+        42,
+        ("healthy", "compute"),
+    ),
+    (
+        "load_x1.5_batch_capped",
+        "loadcap_before",
+        "loadcap_after",
+        {"load": 1.5},
+        KV_SPACE + BC.format(4),
+        KV_SPACE + BC.format(4),
+        "closed loop; light: 2 workers 30 s (seed 51); heavy: 16 workers before, 24 after (x1.5), "
+        "60 s, then 3 s drain and the rest cancelled (seed 52); prompt 100-300, out 64-256; ignore_eos, streamed; "
+        "separate servers (record_pair.sh, AFTER_ARGS): more clients on a server already at its cap",
+        52,
+        ("healthy", "batch_cap"),
+    ),
+    (
+        "kv_cache_doubled_restart",
+        "kv2x_restart",
+        "kv2x_restart",
+        {"kv_cache_tokens": 8192},
+        KV.format(16777216),
+        KV.format(33554432),
+        "closed loop 24 workers 45 s + 3 s drain, prompt 200-500, out 300-500, seed 22 (the "
+        "heavy phase of kv_cache_doubled), before the restart and again after it; no light phase in this file (its "
+        "baseline: kv2x_before light)",
+        22,
+        ("kv_cache",),
+    ),
+]
 
 
 def phases(raw: Path, scen: str) -> list[dict]:
@@ -78,10 +129,15 @@ def observe(path: Path, w: tuple[float, float]) -> dict:
         return statistics.median([r[k] for r in rs if r[k] is not None] or [math.nan])
 
     return {
-        "scrapes": len(rs), "kv": med("kv"), "run": med("run"), "wait": med("wait"), "itl": med("itl"),
+        "scrapes": len(rs),
+        "kv": med("kv"),
+        "run": med("run"),
+        "wait": med("wait"),
+        "itl": med("itl"),
         "wait_min": min((r["wait"] for r in rs if r["wait"] is not None), default=math.nan),
-        "pre": (rs[-1]["pre"] or 0) - (rs[0]["pre"] or 0), "gen": gen_rate(path, w),
-    }  # fmt: skip
+        "pre": (rs[-1]["pre"] or 0) - (rs[0]["pre"] or 0),
+        "gen": gen_rate(path, w),
+    }
 
 
 def gen_rate(path: Path, w: tuple[float, float]) -> float:
@@ -113,8 +169,10 @@ def check(cls: str, o: dict, cap: int | None, light_itl: float | None) -> str | 
 
 def describe(o: dict) -> str:
     """One window's observation, in the words of the labels."""
-    return (f"observed over {o['scrapes']} scrapes (summarize.py): median kv {o['kv']:.3f} running {o['run']:g} "
-            f"waiting {o['wait']:g}, preemptions +{o['pre']:g}, median itl {o['itl'] * 1000:.1f} ms")  # fmt: skip
+    return (
+        f"observed over {o['scrapes']} scrapes (summarize.py): median kv {o['kv']:.3f} running {o['run']:g} "
+        f"waiting {o['wait']:g}, preemptions +{o['pre']:g}, median itl {o['itl'] * 1000:.1f} ms"
+    )
 
 
 def trim(src: Path, dst: Path, start: float, end: float) -> None:
@@ -138,14 +196,35 @@ def main() -> int:
         "batchcap_before": ("batchcap_restart", 0.0, stamp["sigint_at"] - 3),
         "batchcap_after": ("batchcap_restart", stamp["up_at"] - 2, math.inf),
         "batchcap_restart": ("batchcap_restart", bc[1]["load_start"] + 9, math.inf),
-        **{n: (n, 0.0, math.inf) for n in ("kv2x_before", "kv2x_after", "kv2x_restart", "loadx15_before",
-                                            "loadx15_after", "mnbt_before", "mnbt_after", "loadcap_before",
-                                            "loadcap_after")},
-    }  # fmt: skip
+        **{
+            n: (n, 0.0, math.inf)
+            for n in (
+                "kv2x_before",
+                "kv2x_after",
+                "kv2x_restart",
+                "loadx15_before",
+                "loadx15_after",
+                "mnbt_before",
+                "mnbt_after",
+                "loadcap_before",
+                "loadcap_after",
+            )
+        },
+    }
     for name, (src, t0, t1) in cuts.items():
         trim(raw / f"{src}.jsonl", out / f"{name}.jsonl.gz", t0, t1)
-    for scen in ("batchcap_restart", "kv2x_before", "kv2x_after", "kv2x_restart", "loadx15_before",
-                 "loadx15_after", "mnbt_before", "mnbt_after", "loadcap_before", "loadcap_after"):  # fmt: skip
+    for scen in (
+        "batchcap_restart",
+        "kv2x_before",
+        "kv2x_after",
+        "kv2x_restart",
+        "loadx15_before",
+        "loadx15_after",
+        "mnbt_before",
+        "mnbt_after",
+        "loadcap_before",
+        "loadcap_after",
+    ):
         (out / f"{scen}.client.json").write_text((raw / f"{scen}.client.json").read_text())
     pairs, labels, bad = [], [], []
     for name, rb, ra, change, bf, af, load, seed, classes in PAIRS:
@@ -172,8 +251,10 @@ def main() -> int:
                 o = observe(out / file, w)
                 if kind == "light":
                     light_itl = o["itl"]
-                notes.append(f"{kind}_{side}: {describe(o)}, generation {o['gen']:.0f} tok/s, client TTFT p50/p95 "
-                             f"{p['client_ttft_p50']:.2f}/{p['client_ttft_p95']:.2f} s, {p['requests_ok']} requests")  # fmt: skip
+                notes.append(
+                    f"{kind}_{side}: {describe(o)}, generation {o['gen']:.0f} tok/s, client TTFT p50/p95 "
+                    f"{p['client_ttft_p50']:.2f}/{p['client_ttft_p95']:.2f} s, {p['requests_ok']} requests"
+                )
                 if cls is None:
                     continue
                 flags = (bf if side == "before" else af).split()
@@ -183,13 +264,19 @@ def main() -> int:
                     bad.append(f"{file} {kind} {w}: {why}; {describe(o)}")
                 targets = [file] + (["batchcap_restart.jsonl.gz"] if name == "max_num_seqs_4_to_12" else [])
                 for f in dict.fromkeys(targets):
-                    labels.append({
-                        "file": f, "vllm": "0.32.0", "expected": cls, "steady_from": w[0], "steady_to": w[1],
-                        "notes": f"{name}, {side} the change, {kind} phase (seed {p['settings']['seed']}); "
-                                 f"{(bf if side == 'before' else af)}; {describe(o)}",
-                        "load_start": round(p["load_start"], 2),
-                        "load_end": round(p["load_end"], 2),
-                    })  # fmt: skip
+                    labels.append(
+                        {
+                            "file": f,
+                            "vllm": "0.32.0",
+                            "expected": cls,
+                            "steady_from": w[0],
+                            "steady_to": w[1],
+                            "notes": f"{name}, {side} the change, {kind} phase (seed {p['settings']['seed']}); "
+                            f"{(bf if side == 'before' else af)}; {describe(o)}",
+                            "load_start": round(p["load_start"], 2),
+                            "load_end": round(p["load_end"], 2),
+                        }
+                    )
         if rb == ra:
             s = stamp if rb == "batchcap_restart" else kvr
             notes.append(f"restart: SIGINT {s['sigint_at']:.2f}, /health again {s['up_at']:.2f}")

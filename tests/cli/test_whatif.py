@@ -1,0 +1,193 @@
+"""`kvdoctor whatif` on a recording, a live replayed server and a real Prometheus; bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.cli import main
+from kvdoctor.replayserver import Playlist, ReplayServer
+from tests.support.openmetrics import recordings_to_openmetrics
+from tests.support.prometheus import PrometheusServer, backfill, binaries
+
+PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
+BEFORE = PAIRS / "batchcap_before.jsonl.gz"
+Q_KEYS = {
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "itl_p50_s",
+    "itl_p95_s",
+    "queue_time_p95_s",
+    "generation_tokens_per_s",
+    "requests_per_s",
+    "running",
+    "waiting",
+    "kv_usage_max",
+    "preemptions_per_s",
+    "bottleneck",
+}
+SATURATION_KEYS = {
+    "overloaded",
+    "arrivals_requests_per_s",
+    "capacity_requests_per_s",
+    "capacity_generation_tokens_per_s",
+    "capacity_requests_per_s_per_replica",
+    "capacity_generation_tokens_per_s_per_replica",
+    "queue_growth_requests_per_s",
+    "ttft_growth_s_per_minute",
+    "ttft_reaches_s",
+    "ttft_reaches_after_s",
+    "duration_dependent",
+}
+
+
+def test_json_has_the_documented_shape_and_the_change_shows(capsys):
+    assert main(["whatif", str(BEFORE), "--set", "max_num_seqs=12", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {
+        "measured",
+        "predicted_unchanged",
+        "predicted_unchanged_p10",
+        "predicted_unchanged_p90",
+        "predicted",
+        "predicted_p10",
+        "predicted_p90",
+        "interval",
+        "workload",
+        "engine",
+        "step_model",
+        "assumptions",
+    }
+    assert doc["engine"]["now"]["max_num_seqs"] == 4 and doc["engine"]["after"]["max_num_seqs"] == 12
+    assert set(doc["measured"]) == Q_KEYS
+    for q in ("predicted_unchanged", "predicted"):
+        assert set(doc[q]) == Q_KEYS | SATURATION_KEYS
+        assert doc[q]["overloaded"] is False  # a closed loop's queue is bounded by its clients
+    assert doc["workload"]["kind"] == "closed"
+    assert doc["predicted"]["running"] > 2 * doc["predicted_unchanged"]["running"]
+    assert doc["predicted"]["ttft_p50_s"] < doc["predicted_unchanged"]["ttft_p50_s"]
+    assert doc["predicted"]["itl_p50_s"] > doc["predicted_unchanged"]["itl_p50_s"]
+    assert any("max_num_seqs 4" in a for a in doc["assumptions"])
+    assert "after: max_num_seqs 12," in doc["assumptions"][-1]
+
+
+def test_text_output_is_side_by_side(capsys):
+    assert (
+        main(["whatif", str(BEFORE), "--window", "30:68", "--set", "max_num_seqs=12", "--set", "load=x1.2"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "measured now" in out and "predicted unchanged" in out and "predicted after" in out
+    assert "window 30-68 s" in out
+    for label in ("TTFT p50", "ITL p95", "Queue time p95", "Generation tokens/s", "KV usage peak", "Class"):
+        assert label in out
+    assert "traffic ×1.2 (more clients)" in out
+
+
+def test_throughput_above_a_thousand_is_written_out_not_in_exponent_notation(shared_032, capsys):
+    assert main(["whatif", str(shared_032 / "batch_cap.jsonl.gz"), "--set", "max_num_seqs=12"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("Generation tokens/s"))
+    assert "e+0" not in out
+    cells = [c for c in row.split()[2:] if not c.startswith("(")]  # the values, not their 80 % intervals
+    assert any(float(cell.replace(",", "")) >= 1000 for cell in cells), row
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--set", "max_num_sequences=12"], "unknown knob 'max_num_sequences'"),
+        (["--set", "max_num_seqs=0"], "max_num_seqs must be a positive whole number"),
+        (["--set", "max_num_seqs=4096"], "above max_num_batched_tokens"),
+        (["--set", "gpu_memory_utilization=0.95"], "needs --gpu"),
+        ([], "at least one change"),
+        (["--set", "load=2", "--window", "0:5"], "needs at least 5"),
+        (["--set", "load=2", "--window", "9:1"], "FROM < TO"),
+        (["--set", "load=2", "--window", "0:5.9"], "the what-if needs at least 5"),
+    ],
+)
+def test_bad_input_exits_two_naming_the_flag_or_window(argv, message, capsys):
+    assert main(["whatif", str(BEFORE), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvdoctor whatif: ") and message in err, err
+
+
+def test_a_window_across_a_restart_is_refused(capsys):
+    assert main(["whatif", str(PAIRS / "batchcap_restart.jsonl.gz"), "--set", "load=2", "--json"]) == 0
+    capsys.readouterr()
+    assert (
+        main(["whatif", str(PAIRS / "batchcap_restart.jsonl.gz"), "--window", "0:200", "--set", "load=2"])
+        == 2
+    )
+    assert "spans an engine restart" in capsys.readouterr().err
+
+
+def test_missing_recording_exits_two(tmp_path, capsys):
+    assert main(["whatif", str(tmp_path / "nope.jsonl.gz"), "--set", "load=2"]) == 2
+    assert "no such recording" in capsys.readouterr().err
+
+
+def test_live_server_is_sampled_like_check(shared_032, capsys):
+    server = ReplayServer(Playlist([shared_032 / "batch_cap.jsonl.gz"], start_offset_s=60)).start()
+    try:
+        code = main(
+            [
+                "whatif",
+                server.url,
+                "--duration",
+                "8",
+                "--interval",
+                "1",
+                "--set",
+                "max_num_seqs=8",
+                "--max-num-seqs",
+                "4",
+                "--json",
+            ]
+        )
+    finally:
+        server.stop()
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    doc = json.loads(out.out)
+    assert doc["measured"]["running"] == pytest.approx(4, abs=0.5)
+    assert doc["predicted"]["running"] > doc["predicted_unchanged"]["running"]
+
+
+def test_prometheus_target(tmp_path, capsys):
+    found = binaries()
+    if found is None:
+        pytest.skip("prometheus/promtool not on PATH")
+    frames = [json.loads(x) for x in __import__("gzip").open(BEFORE, "rt")]
+    shift = time.time() - 120 - frames[-1]["t"]  # the recording ends two minutes ago
+    om = tmp_path / "rec.om"
+    recordings_to_openmetrics([(str(BEFORE), "gpu-1:8000", shift)], om)
+    storage = tmp_path / "tsdb"
+    backfill(om, storage, promtool=found[1])
+    with PrometheusServer(storage, tmp_path, binary=found[0]) as prom:
+        code = main(
+            [
+                "whatif",
+                "--prometheus-url",
+                prom.url,
+                "--target",
+                "gpu-1:8000",
+                "--duration",
+                "10m",
+                "--interval",
+                "1",
+                "--set",
+                "max_num_seqs=12",
+                "--json",
+            ]
+        )
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        doc = json.loads(out.out)
+        assert doc["workload"]["kind"] == "closed"
+        assert doc["predicted"]["ttft_p50_s"] < doc["predicted_unchanged"]["ttft_p50_s"]
+        assert main(["whatif", "--prometheus-url", prom.url, "--target", "nobody:1", "--set", "load=2"]) == 2
+        assert "no vllm:* series for instance 'nobody:1'" in capsys.readouterr().err

@@ -1,0 +1,152 @@
+"""Predicted effects next to the advice, and the follow-up after a restart with a changed flag."""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from kvdoctor import terminal
+from kvdoctor.pipeline import Cycle, Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.status.exposition import make_registry
+from kvdoctor.status.state import DaemonState
+from kvdoctor.web import WebServer
+from kvdoctor.whatif.advisor import Advisor
+from tests.support.chromium import CHROMIUM, chromium
+from tests.support.wait import until
+
+PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
+
+
+# One worker runs this module (pytest-xdist, scripts/test.sh), so each recording's replay is simulated once.
+pytestmark = pytest.mark.xdist_group("whatif_advisor")
+
+
+@functools.cache
+def _replay(path: Path) -> list[Cycle]:
+    """A replay with a sync-mode Advisor: its simulations are most of this module's time, so tests share it."""
+    pipeline = Pipeline(load_files(default_rule_files()), advisor=Advisor())
+    return list(replay(pipeline, [path], 15.0))
+
+
+def _advice(cycles: list[Cycle], flag: str):
+    return [
+        a for c in cycles for d in c.diagnoses for a in d.advice if a.flag == flag and a.effect is not None
+    ]
+
+
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
+def test_batch_cap_advice_carries_its_predicted_effect(shared_032):
+    cycles = _replay(shared_032 / "batch_cap.jsonl.gz")
+    advice = _advice(cycles, "--max-num-seqs")
+    assert advice, "no --max-num-seqs advice with a predicted effect"
+    e = advice[-1].effect
+    assert e is not None and set(e.change) == {"max_num_seqs"} and int(e.change["max_num_seqs"]) > 4
+    assert e.after["ttft_p95_s"] < 0.7 * e.now["ttft_p95_s"]  # the queue drains
+    assert e.after["generation_tokens_per_s"] > e.now["generation_tokens_per_s"]
+    assert "TTFT p95" in e.text and "→ ≈" in e.text
+    d = next(d for c in cycles for d in c.diagnoses if d.bottleneck == "batch_cap" and d.advice[0].effect)
+    assert "predicted: TTFT p95" in terminal.report(d)
+
+
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
+def test_kv_bound_fp8_advice_predicts_fewer_preemptions_and_shorter_ttft(shared_032):
+    cycles = _replay(shared_032 / "kv_bound.jsonl.gz")
+    advice = _advice(cycles, "--kv-cache-dtype")
+    assert advice
+    e = advice[-1].effect
+    assert e is not None and e.change == {"kv_cache_dtype": "fp8"}
+    assert e.after["ttft_p95_s"] < e.now["ttft_p95_s"]
+    assert e.after["generation_tokens_per_s"] > e.now["generation_tokens_per_s"]
+
+
+def test_background_mode_never_makes_an_evaluation_wait(shared_032):
+    advisor = Advisor(background=True)
+    pipeline = Pipeline(load_files(default_rule_files()), advisor=advisor)
+    cycles = list(replay(pipeline, [shared_032 / "batch_cap.jsonl.gz"], 15.0))
+    first = [a for d in cycles[-1].diagnoses for a in d.advice if a.change]
+    assert first  # the advice is there at once; its effect arrives when the worker is done
+
+    def effects() -> list[object]:
+        diags = advisor.annotate(pipeline.evaluate(cycles[-1].t).diagnoses, cycles[-1].t)
+        return [a.effect for d in diags for a in d.advice if a.effect]
+
+    until(effects, timeout=20, step=0.2, what="the background worker's predicted effect")
+
+
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
+def test_restart_with_a_changed_flag_is_compared_with_its_prediction():
+    cycles = _replay(PAIRS / "batchcap_restart.jsonl.gz")
+    checks = [f for d in cycles[-1].diagnoses for f in d.findings if f.name == "prediction_check"]
+    assert len(checks) == 1
+    f = checks[0]
+    assert (
+        f.evidence["change"] == "max_num_seqs 12"
+    )  # the new plateau, read from the metrics after the restart
+    for q in ("ttft_p50_s", "itl_p50_s", "generation_tokens_per_s"):
+        assert 0 <= float(f.evidence[f"prediction_error_{q}"]) < 0.3, q
+    assert "TTFT p50 predicted" in f.summary and "measured" in f.summary
+    # none before the restart had settled
+    assert not [
+        f for c in cycles[:4] for d in c.diagnoses for f in d.findings if f.name == "prediction_check"
+    ]
+
+    state = DaemonState()
+    state.publish(cycles[-1].diagnoses, cycles[-1].t, 0.01, 0)
+    server = WebServer(state, make_registry(state), listen="127.0.0.1:0")
+    server.start()
+    try:
+        metrics = requests.get(server.url + "metrics", timeout=5).text
+        api = requests.get(server.url + "api/v1/diagnoses", timeout=5).json()
+    finally:
+        server.stop()
+    line = next(
+        x
+        for x in metrics.splitlines()
+        if x.startswith("kvdoctor_prediction_error_ratio{") and 'quantity="ttft_p50_s"' in x
+    )
+    assert 'target="batchcap_restart"' in line and float(line.rsplit(" ", 1)[1]) < 0.3
+    body = str(api)
+    assert "prediction_check" in body and "'effect'" in body
+
+
+@pytest.mark.parametrize("name", ["healthy"])
+def test_no_limit_no_prediction(shared_032, name):
+    cycles = _replay(shared_032 / f"{name}.jsonl.gz")
+    assert not [a for c in cycles for d in c.diagnoses for a in d.advice if a.effect]
+
+
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
+@pytest.mark.integration
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+def test_status_page_shows_predictions_and_the_follow_up(shared_032, tmp_path):
+    capped = _replay(shared_032 / "batch_cap.jsonl.gz")[-1]
+    restarted = _replay(PAIRS / "batchcap_restart.jsonl.gz")[-1]
+    state = DaemonState()
+    state.publish([*capped.diagnoses, *restarted.diagnoses], time.time(), 0.01, 0)
+    server = WebServer(state, make_registry(state), listen="127.0.0.1:0")
+    server.start()
+    try:
+        run = chromium(tmp_path, "--dump-dom", server.url)
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stderr[-2000:]
+    text = re.sub(r"\s+", " ", run.stdout)
+    assert "predicted: TTFT p95" in text and "ranges are 80 % intervals" in text
+    assert "after the restart with max_num_seqs 12: TTFT p50 predicted" in text
+    assert re.search(r"TTFT p50 predicted [^;]+ \(80 %: [^)]+\), measured [^;]+, (inside|outside)", text)
+
+
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
+def test_a_restart_with_the_same_flags_is_not_called_a_change():
+    field = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-field/kv_restart.jsonl.gz"
+    if not field.exists():
+        pytest.skip("field fixture not present")
+    cycles = _replay(field)
+    assert not [f for c in cycles for d in c.diagnoses for f in d.findings if f.name == "prediction_check"]

@@ -1,0 +1,54 @@
+"""The daemon's simulations in a child process at the lowest priority: same answers, off the cycle's GIL, and a
+child that dies is replaced."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.whatif.headroom import search
+from kvdoctor.whatif.offload import Offload
+from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.sources import recording_snaps
+from kvdoctor.whatif.workload import WindowError
+
+BATCHCAP = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif/batchcap_before.jsonl.gz"
+
+
+@pytest.fixture(scope="module")
+def offload():
+    off = Offload()
+    yield off
+    off.close()
+
+
+def test_a_prediction_in_the_child_is_the_one_made_here(offload):
+    snaps = recording_snaps(BATCHCAP)
+    window = snaps[-24:]
+    here = predict(snaps, window, {"max_num_seqs": 16})
+    there = offload.run(predict, snaps, window, {"max_num_seqs": 16})
+    assert there.to_dict() == here.to_dict()
+    assert offload.run(search, snaps, window, None, {"ttft_p95": 2.0}) == search(
+        snaps, window, None, {"ttft_p95": 2.0}
+    )
+
+
+def test_the_child_runs_at_the_lowest_priority_and_its_errors_come_back(offload):
+    assert offload.run(os.nice, 0) == 19  # os.nice(0) says the niceness it runs at
+    assert offload.run(os.getpid) != os.getpid()
+    with pytest.raises(WindowError, match="at least 5"):
+        offload.run(predict, [], [], {"max_num_seqs": 16})
+
+
+def test_a_child_that_dies_is_replaced_on_the_next_call():
+    off = Offload()
+    try:
+        first = off.run(os.getpid)
+        with pytest.raises(BrokenProcessPool):
+            off.run(os._exit, 3)  # dies, and the one started in its place dies too
+        assert off.run(os.getpid) not in (first, os.getpid())
+    finally:
+        off.close()

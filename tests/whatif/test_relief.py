@@ -1,0 +1,141 @@
+"""The limit is the one whose relief helps: the simulator's check of the cap ×2, the cache ×2 and a second replica."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvdoctor.pipeline import Pipeline
+from kvdoctor.replay import replay
+from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.verdicts import Advice, Diagnosis, Effect
+from kvdoctor.whatif import relief
+from kvdoctor.whatif.advisor import Advisor
+
+PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
+
+
+def test_a_clear_cap_is_not_second_guessed():
+    # --max-num-seqs 4 with 20 waiting, tokens at light-load speed: only the advice's own change is simulated
+    advisor = Advisor()
+    pipeline = Pipeline(load_files(default_rule_files()), advisor=advisor)
+    capped = [
+        d
+        for c in replay(pipeline, [PAIRS / "batchcap_before.jsonl.gz"], 5.0)
+        for d in c.diagnoses
+        if d.verdict == "batch_cap"
+    ]
+    assert capped
+    simulated = {next(iter(dict(k[1]))) for k in advisor._effects}
+    assert simulated == {"max_num_seqs"}, simulated
+    assert not any(f.name == "relief_check" for d in capped for f in d.findings)
+    assert capped[-1].advice[0].flag == "--max-num-seqs"
+
+
+def _effect(change, now, after, then="compute"):
+    return Effect(change, now, after, then)
+
+
+def _capped() -> Diagnosis:
+    ev = {
+        "running_max_1m": 32.0,
+        "waiting_avg_1m": 11.0,
+        "kv_cache_tokens": 65536.0,
+        "kv_usage_max_1m": 0.3,
+        "itl_p50_s": 0.06,
+        "itl_batch_baseline_s": 0.01,
+    }  # ITL 6x its light-load value: compute is borderline
+    return Diagnosis(
+        "gpu-1:8000",
+        "m",
+        0.0,
+        "batch_cap",
+        0.0,
+        [],
+        ev,
+        [Advice("--max-num-seqs", "raise `--max-num-seqs` from 32", "signals", {"max_num_seqs": 64})],
+    )
+
+
+def _predicted(cap_after, cache_after, replica_after):
+    now = {"ttft_p95_s": 8.0, "itl_p50_s": 0.06, "generation_tokens_per_s": 149.0}
+    d = _capped()
+    by_limit = {r.limit: r for r in relief.reliefs(d)}
+    return d, {
+        "batch_cap": (by_limit["batch_cap"], _effect({"max_num_seqs": 64}, now, {**now, **cap_after})),
+        "kv_cache": (by_limit["kv_cache"], _effect({"kv_cache_tokens": 131072}, now, {**now, **cache_after})),
+        "compute": (by_limit["compute"], _effect({"replicas": 2}, now, {**now, **replica_after}, "healthy")),
+    }
+
+
+def test_a_cap_whose_raise_buys_nothing_is_co_binding_and_compute_is_named():
+    d, effects = _predicted(
+        {"generation_tokens_per_s": 148.0, "itl_p50_s": 0.09, "ttft_p95_s": 7.9},
+        {},
+        {"generation_tokens_per_s": 150.0, "ttft_p95_s": 4.0, "itl_p50_s": 0.03},
+    )
+    assert [r.change for r in relief.reliefs(d)] == [
+        {"max_num_seqs": 64},
+        {"kv_cache_tokens": 131072},
+        {"replicas": 2},
+    ]
+    f = relief.check(d, effects)
+    assert f is not None and f.name == "relief_check"
+    assert f.evidence["limit_rule"] == "batch_cap" and f.evidence["limit_checked"] == "compute"
+    assert f.evidence["co_binding"] == "batch_cap"
+    assert (
+        "buys no throughput (149 → 148 tok/s): compute-bound; a second replica halves TTFT p95" in f.summary
+    )
+    relief.lead_with(d, f)
+    assert [a.change for a in d.advice] == [
+        {"replicas": 2},
+        {"max_num_seqs": 64},
+    ]  # the change that helps first
+    assert d.advice[0].effect is effects["compute"][1]
+    assert d.verdict == "batch_cap"  # the rule's name stays, as the pack's `bottleneck` label does
+
+
+def test_the_relief_that_helps_most_names_the_limit():
+    d, effects = _predicted({}, {"ttft_p95_s": 2.0, "generation_tokens_per_s": 160.0}, {"ttft_p95_s": 6.0})
+    f = relief.check(d, effects)
+    assert f is not None and f.evidence["limit_checked"] == "kv_cache"
+
+
+def test_no_check_when_the_rules_relief_helps_or_nothing_does_or_it_is_not_predicted_yet():
+    d, effects = _predicted({"ttft_p95_s": 2.0, "generation_tokens_per_s": 290.0}, {}, {"ttft_p95_s": 4.0})
+    assert relief.check(d, effects) is None  # raising the cap drains the queue: batch_cap it is
+    d, effects = _predicted({}, {}, {})
+    assert relief.check(d, effects) is None  # nothing helps: no better name than the rule's
+    d, effects = _predicted({}, {}, {"ttft_p95_s": 4.0})
+    effects.pop("compute")
+    assert relief.check(d, effects) is None  # the replica not simulated yet
+    healthy = Diagnosis("gpu-1:8000", "m", 0.0, "healthy", 0.0)
+    assert relief.reliefs(healthy) == []
+    clear = _capped()
+    clear.evidence["itl_p50_s"] = (
+        0.012  # tokens as fast as the batch allows, KV mostly free: a cap and nothing else
+    )
+    assert relief.reliefs(clear) == []
+
+
+def test_when_the_simulator_is_clear_the_verdict_is_the_limit_whose_relief_helps():
+    d, effects = _predicted(
+        {"generation_tokens_per_s": 148.0, "itl_p50_s": 0.09, "ttft_p95_s": 7.9},
+        {},
+        {"generation_tokens_per_s": 150.0, "ttft_p95_s": 4.0, "itl_p50_s": 0.03},
+    )
+    f = relief.check(d, effects)
+    assert f is not None
+    relief.name_the_limit(d, f)
+    assert d.verdict == "compute" and d.bottleneck == "compute"
+    # both names stay on record: the rule's as co-binding
+    assert d.evidence["limit_rule"] == "batch_cap" and d.evidence["co_binding"] == "batch_cap"
+    assert d.evidence["limit_checked"] == "compute"
+
+
+def test_a_relief_check_for_another_verdict_changes_nothing():
+    d, effects = _predicted({}, {}, {"ttft_p95_s": 4.0})
+    f = relief.check(d, effects)
+    assert f is not None
+    d.verdict = "healthy"  # the rule's limit ended since the check: not applied to another verdict
+    relief.name_the_limit(d, f)
+    assert d.verdict == "healthy" and "limit_rule" not in d.evidence
