@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import replays
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "recordings"
@@ -48,6 +52,26 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
     if not DIRS[""].exists():
         pytest.skip("../shared/recordings/vllm-0.32-cpu not present")
     return Fleet(tmp_path_factory.mktemp("fleet"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where tests.support.replays keeps replays: pytest's cache, else a directory this run's xdist workers share."""
+    worker = getattr(config, "workerinput", {}).get("kvdoctor_replays")
+    cache = getattr(config, "cache", None)
+    if worker:
+        replays.cache_dir = Path(worker)
+    elif cache is not None:  # kept between runs: the key holds every input, so nothing stale is reused
+        replays.cache_dir = cache.mkdir("kvdoctor-replays")
+    elif config.getoption("numprocesses", None):  # -p no:cacheprovider under xdist: for this run only
+        replays.cache_dir = Path(tempfile.mkdtemp(prefix="kvdoctor-replays-"))
+        config.add_cleanup(lambda: shutil.rmtree(replays.cache_dir or "", ignore_errors=True))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """An xdist worker uses its controller's replay directory (pytest-xdist hook)."""
+    if replays.cache_dir is not None:
+        node.workerinput["kvdoctor_replays"] = str(replays.cache_dir)
 
 
 # Fixtures of wider scope that only name a path: their users need not share a worker.
