@@ -36,6 +36,7 @@ FORMAT = "kvdoctor-replay-1"  # bump when Evaluated's shape changes
 LIBRARIES = ("prometheus-client", "promql-parser", "PyYAML")
 
 cache_dir: Path | None = None  # set by tests/conftest.py; None keeps replays in this process only
+UNUSED_S = 7 * 86400.0  # prune() drops replays no run has read for a week (older kvdoctor sources, mostly)
 
 
 class Evaluated(NamedTuple):
@@ -72,6 +73,7 @@ def _memo(
     with open(cache_dir / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if entry.exists():
+            os.utime(entry)  # still in use: prune() keeps it
             return pickle.loads(entry.read_bytes())  # written by this suite's own workers, never downloaded
         got = _replay(Path(path), cadence, interval_s, idle_after_s)
         fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
@@ -79,6 +81,14 @@ def _memo(
             pickle.dump(got, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, entry)
         return got
+
+
+def prune(directory: Path, now: float) -> None:
+    """Remove the replays (and their locks) of a kept cache directory that no run has read for UNUSED_S."""
+    for entry in directory.glob("*.pickle"):
+        if now - entry.stat().st_mtime > UNUSED_S:
+            entry.unlink(missing_ok=True)
+            entry.with_suffix(".lock").unlink(missing_ok=True)
 
 
 def _replay(path: Path, cadence: float, interval_s: float, idle_after_s: float) -> tuple[Evaluated, ...]:
