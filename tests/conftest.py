@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
         replays.cache_dir = Path(worker)
     elif cache is not None:  # kept between runs: the key holds every input, so nothing stale is reused
         replays.cache_dir = cache.mkdir("kvdoctor-replays")
+        replays.prune(replays.cache_dir, time.time())
     elif config.getoption("numprocesses", None):  # -p no:cacheprovider under xdist: for this run only
         replays.cache_dir = Path(tempfile.mkdtemp(prefix="kvdoctor-replays-"))
         config.add_cleanup(lambda: shutil.rmtree(replays.cache_dir or "", ignore_errors=True))
@@ -74,41 +76,27 @@ def pytest_configure_node(node: Any) -> None:
         node.workerinput["kvdoctor_replays"] = str(replays.cache_dir)
 
 
-# Fixtures of wider scope that only name a path: their users need not share a worker.
-CHEAP_SHARED = {"shared_032"}
-_SCOPE_RANK = {"session": 0, "package": 1, "module": 2, "class": 3}
-
-
-def xdist_group(item: pytest.Item) -> str | None:
-    """The worker group of a test under `--dist loadgroup`: the widest expensive fixture it shares, if any.
-
-    A session fixture is built once per worker that needs it, so all users of one conftest's session fixtures
-    go to one worker ("tests/integration:session"); a module or class fixture keeps its module together. Other
-    tests spread freely.
-    """
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    best: tuple[int, str] | None = None
-    for name in getattr(item, "fixturenames", ()):
-        defs = info.name2fixturedefs.get(name)
-        if not defs or name in CHEAP_SHARED:
-            continue
-        fixture = defs[-1]
-        if fixture.scope not in _SCOPE_RANK or not fixture.baseid:  # function scope, or pytest's own
-            continue
-        rank = _SCOPE_RANK[fixture.scope]
-        group = f"{fixture.baseid}:session" if fixture.scope == "session" else item.nodeid.split("::", 1)[0]
-        if best is None or rank < best[0]:
-            best = (rank, group)
-    return best[1] if best else None
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into node ids
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group tests that share expensive fixtures (see xdist_group); under xdist start the slow ones first."""
+    """Under xdist, the files that take longest first, so none starts last (see _weight)."""
+    if not hasattr(config, "workerinput"):
+        return
+    files: dict[str, list[pytest.Item]] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is None and (group := xdist_group(item)):
-            item.add_marker(pytest.mark.xdist_group(group))
-    if hasattr(config, "workerinput"):  # a worker's order is the queue's: the long tests must not come last
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    # --dist loadfile hands out files in the order of this list: every worker sorts it the same way
+    order = sorted(files.values(), key=_weight)
+    items[:] = [item for tests in order for item in sorted(tests, key=_quick)]
+
+
+def _weight(tests: list[pytest.Item]) -> tuple[bool, int]:
+    """Files with slow tests, then files by their number of tests (the long ones judge many windows or queries)."""
+    return (not any(_is_slow(t) for t in tests), -len(tests))
+
+
+def _quick(item: pytest.Item) -> bool:
+    return not _is_slow(item)
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slow") is not None
