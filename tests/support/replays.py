@@ -17,11 +17,13 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
+import math
 import os
 import pickle
 import sys
 import tempfile
 from importlib import metadata
+from itertools import takewhile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -46,28 +48,40 @@ class Evaluated(NamedTuple):
     diagnoses: tuple[Diagnosis, ...]
 
 
+class Params(NamedTuple):
+    """How a recording is replayed: its scrape cadence (0: every frame), evaluation interval, idle_after, end."""
+
+    cadence: float
+    interval_s: float
+    idle_after_s: float
+    until: float  # the last evaluation kept (inf: the recording's end)
+
+
 def replayed(
-    path: str | Path, cadence: float = 0.0, *, interval_s: float = 5.0, idle_after_s: float = IDLE_AFTER_S
+    path: str | Path,
+    cadence: float = 0.0,
+    *,
+    interval_s: float = 5.0,
+    idle_after_s: float = IDLE_AFTER_S,
+    until: float = math.inf,
 ) -> tuple[Evaluated, ...]:
     """`replay(Pipeline(shipped rule pack), [path], interval_s, cadence)` with idle_after_s, computed once.
 
-    The diagnoses are shared between callers: read them, never change them.
+    `until` stops after the last evaluation at or before it: a replay is causal, so what came before is the same as
+    in a whole replay, for less work. The diagnoses are shared between callers: read them, never change them.
     """
     st = os.stat(path)
-    return _memo(
-        str(path), st.st_size, st.st_mtime_ns, float(cadence), float(interval_s), float(idle_after_s)
-    )
+    params = Params(float(cadence), float(interval_s), float(idle_after_s), float(until))
+    return _memo(str(path), st.st_size, st.st_mtime_ns, params)
 
 
 @functools.lru_cache(maxsize=128)  # ~0.4 MB each; beyond that the disk cache answers
-def _memo(
-    path: str, size: int, mtime_ns: int, cadence: float, interval_s: float, idle_after_s: float
-) -> tuple[Evaluated, ...]:
+def _memo(path: str, size: int, mtime_ns: int, params: Params) -> tuple[Evaluated, ...]:
     del size, mtime_ns  # only part of the memo's key: a rewritten file is read again
-    key = _key(Path(path), cadence, interval_s, idle_after_s)
     if cache_dir is None:
-        return _replay(Path(path), cadence, interval_s, idle_after_s)
+        return _replay(Path(path), params)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    key = _key(Path(path), params)
     entry = cache_dir / f"{key}.pickle"
     # one worker replays, the others wait for it and read its file (a lock per key, released if a worker dies)
     with open(cache_dir / f"{key}.lock", "w") as lock:
@@ -75,7 +89,7 @@ def _memo(
         if entry.exists():
             os.utime(entry)  # still in use: prune() keeps it
             return pickle.loads(entry.read_bytes())  # written by this suite's own workers, never downloaded
-        got = _replay(Path(path), cadence, interval_s, idle_after_s)
+        got = _replay(Path(path), params)
         fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             pickle.dump(got, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -91,15 +105,16 @@ def prune(directory: Path, now: float) -> None:
             entry.with_suffix(".lock").unlink(missing_ok=True)
 
 
-def _replay(path: Path, cadence: float, interval_s: float, idle_after_s: float) -> tuple[Evaluated, ...]:
+def _replay(path: Path, params: Params) -> tuple[Evaluated, ...]:
     pipeline = Pipeline(load_files(default_rule_files()))
-    pipeline.idle_after_s = idle_after_s
-    return tuple(Evaluated(c.t, tuple(c.diagnoses)) for c in replay(pipeline, [path], interval_s, cadence))
+    pipeline.idle_after_s = params.idle_after_s
+    cycles = replay(pipeline, [path], params.interval_s, params.cadence)
+    return tuple(Evaluated(c.t, tuple(c.diagnoses)) for c in takewhile(lambda c: c.t <= params.until, cycles))
 
 
-def _key(path: Path, cadence: float, interval_s: float, idle_after_s: float) -> str:
+def _key(path: Path, params: Params) -> str:
     h = hashlib.sha256()
-    for part in (FORMAT, recording_instance(path), repr((cadence, interval_s, idle_after_s)), _environment()):
+    for part in (FORMAT, recording_instance(path), repr(tuple(params)), _environment()):
         h.update(part.encode())
         h.update(b"\0")
     h.update(path.read_bytes())
