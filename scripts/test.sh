@@ -60,10 +60,10 @@ unset PYTHONDONTWRITEBYTECODE
 # and leaves the rewritten modules compiled for the workers, which would each rewrite them all.
 collected=$(.venv/bin/python -m pytest -q -p no:cacheprovider -m "" --collect-only "$@" | tail -n 1) || true
 echo "$collected" >&2
-case "$collected" in
-  *" tests collected"* | *" test collected"*) ;;
-  *) echo "error: pytest collected no tests: $collected" >&2; exit 1 ;;
-esac
+if ! [[ "$collected" =~ ^([0-9]+)(/[0-9]+)?\ tests?\ collected ]] || [ "${BASH_REMATCH[1]}" -eq 0 ]; then
+  echo "error: pytest would run no tests: $collected" >&2
+  exit 1
+fi
 phase "pytest --collect-only"
 # Every test, the default suite and the slow ones, in one run on parallel workers (pytest-xdist): many tests wait on
 # subprocesses and servers, so more workers than cores pays. loadfile keeps a file's tests on one worker, so a
