@@ -68,11 +68,12 @@ phase "pytest --collect-only"
 # Every test, the default suite and the slow ones, in one run on parallel workers (pytest-xdist): many tests wait on
 # subprocesses and servers, so more workers than cores pays. loadfile keeps a file's tests on one worker, so a
 # module's expensive fixture (a backfilled Prometheus) is built once; by fixture groups (loadgroup) the tests of one
-# module could land on several workers that each built it. Replays shared across modules go through
+# module could land on several workers that each built it. Files are handed out in tests/conftest.py's order (files
+# with slow tests first; xdist's own reorder goes by test count only). Replays shared across modules go through
 # tests/support/replays.py, which the workers share on disk.
 rc=0
 .venv/bin/python -m pytest -q -p no:cacheprovider -m "" -n "${KVDOCTOR_TEST_WORKERS:-4}" --dist loadfile \
-  --durations=25 "$@" || rc=$?  # the 25 longest: where the minutes go
+  --no-loadscope-reorder --durations=25 "$@" || rc=$?  # the 25 longest: where the minutes go
 phase "pytest (default + slow)"
 if [ "$rc" -eq 5 ]; then
   echo "error: pytest ran no tests (exit 5)" >&2

@@ -84,7 +84,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    # --dist loadfile hands out files in the order of this list: every worker sorts it the same way
+    # --dist loadfile --no-loadscope-reorder (scripts/test.sh) hands out files in the order of this list (xdist's
+    # default reorder sorts by test count alone); every worker sorts it the same way
     order = sorted(files.values(), key=_weight)
     items[:] = [item for tests in order for item in sorted(tests, key=_quick)]
 
