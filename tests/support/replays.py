@@ -7,8 +7,8 @@ conftest names (pytest's cache dir, or a directory shared by the run's xdist wor
 run reads them instead of replaying again.
 
 A cached replay is found by a key over everything it depends on: the recording's bytes and target name, the
-parameters, the bytes of every file of the kvdoctor package imported (its code and its rule pack), and the versions
-of Python and of the libraries the pipeline parses with. Change any of them and the key changes, so a stale replay
+parameters, the bytes of every file of the kvdoctor package imported (its code and its rule pack) and of this module,
+and the versions of Python and of the libraries the pipeline parses with. Change any of them and the key changes, so a stale replay
 can never pass a test; it is computed afresh.
 """
 
@@ -34,7 +34,7 @@ from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.verdicts import Diagnosis
 
-FORMAT = "kvdoctor-replay-1"  # bump when Evaluated's shape changes
+FORMAT = "kvdoctor-replay-1"  # the name of this cache's entries (this module's own bytes are in the key)
 LIBRARIES = ("prometheus-client", "promql-parser", "PyYAML")
 
 cache_dir: Path | None = None  # set by tests/conftest.py; None keeps replays in this process only
@@ -125,6 +125,7 @@ def _key(path: Path, params: Params) -> str:
 def _environment() -> str:
     """A digest of what a replay's outcome depends on besides the recording: kvdoctor's files and pack, the libraries."""
     h = hashlib.sha256(sys.version.encode())
+    h.update(Path(__file__).read_bytes())  # this module's own way of replaying
     for lib in LIBRARIES:
         h.update(f"\0{lib}={metadata.version(lib)}".encode())
     package = Path(kvdoctor.__file__).resolve().parent
