@@ -52,10 +52,31 @@ phase "ruff"
 phase "mypy"
 .venv/bin/lint-imports --no-cache  # imports only go down the pipeline (pyproject [tool.importlinter])
 phase "lint-imports"
+# Bytecode (and pytest's rewritten test modules) outside the checkout, even where the image sets
+# PYTHONDONTWRITEBYTECODE: otherwise every worker and every `python -m kvdoctor` a test starts compiles it all again.
+export PYTHONPYCACHEPREFIX="${XDG_CACHE_HOME:-$HOME/.cache}/kvdoctor/pycache"
+unset PYTHONDONTWRITEBYTECODE
+# Collected once first: it says how many tests there are, refuses a run that would test nothing (pytest's exit 5),
+# and leaves the rewritten modules compiled for the workers, which would each rewrite them all.
+collected=$(.venv/bin/python -m pytest -q -p no:cacheprovider -m "" --collect-only "$@" | tail -n 1) || true
+echo "$collected" >&2
+if ! [[ "$collected" =~ ^([0-9]+)(/[0-9]+)?\ tests?\ collected ]] || [ "${BASH_REMATCH[1]}" -eq 0 ]; then
+  echo "error: pytest would run no tests: $collected" >&2
+  exit 1
+fi
+phase "pytest --collect-only"
 # Every test, the default suite and the slow ones, in one run on parallel workers (pytest-xdist): many tests wait on
 # subprocesses and servers, so more workers than cores pays. loadfile keeps a file's tests on one worker, so a
-# module's expensive fixture (a replay, a backfilled Prometheus) is built once; by fixture groups (loadgroup) the
-# tests of one module could land on several workers that each built it.
+# module's expensive fixture (a backfilled Prometheus) is built once; by fixture groups (loadgroup) the tests of one
+# module could land on several workers that each built it. Files are handed out in tests/conftest.py's order (files
+# with slow tests first; xdist's own reorder goes by test count only). Replays shared across modules go through
+# tests/support/replays.py, which the workers share on disk.
+rc=0
 .venv/bin/python -m pytest -q -p no:cacheprovider -m "" -n "${KVDOCTOR_TEST_WORKERS:-4}" --dist loadfile \
-  --durations=25 "$@"  # the 25 longest: where the minutes go
+  --no-loadscope-reorder --durations=25 "$@" || rc=$?  # the 25 longest: where the minutes go
 phase "pytest (default + slow)"
+if [ "$rc" -eq 5 ]; then
+  echo "error: pytest ran no tests (exit 5)" >&2
+  exit 1
+fi
+exit "$rc"

@@ -13,6 +13,7 @@ from kvdoctor.pipeline import Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.conftest import FIXTURES, labelled_windows
+from tests.support.replays import replayed
 
 FIXTURE_DIR = FIXTURES / "recordings"
 
@@ -33,7 +34,7 @@ def _two_engines(src, dst) -> None:
 def test_data_parallel_engines_are_one_server(shared_032, tmp_path):
     dp = tmp_path / "kv_bound_dp.jsonl.gz"
     _two_engines(shared_032 / "kv_bound.jsonl.gz", dp)
-    single = list(replay(Pipeline(load_files(default_rule_files())), [shared_032 / "kv_bound.jsonl.gz"]))
+    single = replayed(shared_032 / "kv_bound.jsonl.gz", interval_s=15.0)
     double = list(replay(Pipeline(load_files(default_rule_files())), [dp]))
     a, b = single[-2].diagnoses[0], double[-2].diagnoses[0]
     assert len(double[-2].diagnoses) == 1  # one verdict per (target, model), not per engine
@@ -60,7 +61,7 @@ def test_speculative_decoding_with_low_acceptance_is_a_finding():
     path = FIXTURE_DIR / "vllm-0.32-cpu-specdecode" / "spec_decode.jsonl.gz"
     if not path.exists():
         pytest.skip("no speculative-decoding fixture")
-    last = list(replay(Pipeline(load_files(default_rule_files())), [path]))[-1].diagnoses[0]
+    last = replayed(path, interval_s=15.0)[-1].diagnoses[0]
     assert last.bottleneck == "healthy"
     (finding,) = [f for f in last.findings if f.name == "spec_decode_low_acceptance"]
     assert (

@@ -7,16 +7,14 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.diagnosis import advise
-from kvdoctor.pipeline import Pipeline
-from kvdoctor.replay import replay
-from kvdoctor.rules.loader import default_rule_files, load_files
+from tests.support.replays import replayed
 
 SHARED = Path(__file__).parents[3] / "shared" / "recordings" / "vllm-0.32-cpu" / "compute_bound.jsonl.gz"
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="shared recordings not present")
 def test_compute_advice_on_a_server_without_spec_decode_does_not_mention_it():
-    got = [d for c in replay(Pipeline(load_files(default_rule_files())), [SHARED], 5.0) for d in c.diagnoses]
+    got = [d for c in replayed(SHARED) for d in c.diagnoses]
     d = [d for d in got if d.verdict == "compute"][-1]
     flags = [a.flag for a in d.advice]
     assert "replicas" in flags

@@ -14,6 +14,7 @@ from kvdoctor.pipeline import Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.support import compose
+from tests.support.replays import replayed
 
 CAPPED_FROM, HEALTHY_FROM, N = 20, 10, 80  # seconds into each recording: both busy for N scrapes
 
@@ -75,8 +76,7 @@ def test_eight_capped_engines_give_the_cap_of_one_engine_not_the_sum(shared_032,
 
 
 def test_a_single_engine_never_reports_an_imbalance(shared_032):
-    pipeline = Pipeline(load_files(default_rule_files()))
-    for c in replay(pipeline, [shared_032 / "batch_cap.jsonl.gz"], interval_s=5.0):
+    for c in replayed(shared_032 / "batch_cap.jsonl.gz"):
         for d in c.diagnoses:
             assert not any(f.name == "engine_imbalance" for f in d.findings)
             assert "engines" not in d.evidence

@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.pipeline import Pipeline
-from kvdoctor.replay import replay
-from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.conftest import labelled_windows
 from tests.support import compose
+from tests.support.replays import replayed
 from tests.support.timeline import WITHIN_S
 
 FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "recordings" / "vllm-0.32-cpu-field"
@@ -32,9 +30,8 @@ def _labels(file: str) -> list[dict]:
 
 
 def _run(path: Path, cadence: float) -> list[tuple[float, str, dict, set[str]]]:
-    pipeline = Pipeline(load_files(default_rule_files()))
     out = []
-    for c in replay(pipeline, [path], 5.0, cadence):
+    for c in replayed(path, cadence):
         for d in c.diagnoses:
             if d.model_name:
                 out.append((c.t, d.bottleneck, d.evidence, {f.name for f in d.findings}))

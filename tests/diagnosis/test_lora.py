@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.pipeline import Pipeline
-from kvdoctor.replay import replay
-from kvdoctor.rules.loader import default_rule_files, load_files
+from tests.support.replays import replayed
 
 FIELD = Path(__file__).parents[1] / "fixtures" / "recordings" / "vllm-0.32-cpu-field"
 REC = FIELD / "lora.jsonl.gz"
@@ -21,7 +19,7 @@ def test_deferred_lora_requests_are_named_with_the_slots_to_add(cadence):
     label = next(x for x in json.loads((FIELD / "labels.json").read_text()) if x["file"] == REC.name)
     got = [
         d
-        for c in replay(Pipeline(load_files(default_rule_files())), [REC], 5.0, cadence)
+        for c in replayed(REC, cadence)
         for d in c.diagnoses
         if label["steady_from"] + 30 <= d.t <= label["steady_to"]  # the alert's `for: 30s`
     ]
@@ -35,5 +33,5 @@ def test_deferred_lora_requests_are_named_with_the_slots_to_add(cadence):
 
 
 def test_a_server_without_lora_never_reports_adapter_slots(shared_032):
-    for c in replay(Pipeline(load_files(default_rule_files())), [shared_032 / "kv_bound.jsonl.gz"], 5.0):
+    for c in replayed(shared_032 / "kv_bound.jsonl.gz"):
         assert all(f.name != "lora_adapter_slots" for d in c.diagnoses for f in d.findings)

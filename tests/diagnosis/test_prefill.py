@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.pipeline import Pipeline
-from kvdoctor.replay import replay
-from kvdoctor.rules.loader import default_rule_files, load_files
+from tests.support.replays import replayed
 
 REC = Path(__file__).parents[1] / "fixtures" / "recordings" / "vllm-0.32-cpu-whatif" / "mnbt_before.jsonl.gz"
 
@@ -16,11 +14,7 @@ REC = Path(__file__).parents[1] / "fixtures" / "recordings" / "vllm-0.32-cpu-wha
 @pytest.mark.skipif(not REC.exists(), reason="rec's long-prompt fixture not present")
 @pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
 def test_prefill_bound_load_is_compute_with_prefill_advice(cadence):
-    got = [
-        d
-        for c in replay(Pipeline(load_files(default_rule_files())), [REC], 5.0, cadence)
-        for d in c.diagnoses
-    ]
+    got = [d for c in replayed(REC, cadence) for d in c.diagnoses]
     assert "batch_cap" not in {d.verdict for d in got}  # 6-8 running of --max-num-seqs 128 is no cap
     d = [d for d in got if d.verdict == "compute"][-1]
     assert d.evidence["prefill_decode_ratio"] >= 8

@@ -7,16 +7,16 @@ that does not list them) and `load_start`/`load_end` (the class begins / ends wi
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
-from kvdoctor.ingest.recording import Frame, load_frames
-from kvdoctor.pipeline import IDLE_AFTER_S, Pipeline
-from kvdoctor.replay import replay
-from kvdoctor.rules.loader import default_rule_files, load_files
+from kvdoctor.ingest.recording import load_frames
+from kvdoctor.pipeline import IDLE_AFTER_S
 from tests.conftest import labelled_windows
+from tests.support.replays import replayed
 from tests.support.timeline import LIMITS, WITHIN_S, Timeline, onset_s, resolution_s, timeline
 
 WINDOWS = labelled_windows()
@@ -28,12 +28,26 @@ WINDOW_S = (
 IDS = [f"{w['dir']}/{w['file']}:{w['expected']}@{w['steady_from']:.0f}" for w in WINDOWS]
 
 
-@lru_cache(maxsize=8)
+@cache  # every test function here walks all recordings at both cadences: one timeline each
 def _replay(path: Path, cadence: float) -> Timeline:
-    return timeline(replay(Pipeline(load_files(default_rule_files())), [path], 5.0, cadence))
+    return timeline(replayed(path, cadence))
 
 
-def _kept(frames: list[Frame], cadence: float) -> list[Frame]:
+class Scrape(NamedTuple):
+    """A recorded frame as judged here: its time, and whether it shows the engine's gauges."""
+
+    t: float
+    gauges: bool
+
+
+@cache  # read once per recording (not per window and cadence), and only what is judged: not the texts
+def _scrapes(path: Path) -> list[Scrape]:
+    return [
+        Scrape(f.t, f.text is not None and "vllm:num_requests_running{" in f.text) for f in load_frames(path)
+    ]
+
+
+def _kept(frames: list[Scrape], cadence: float) -> list[Scrape]:
     """The frames replay() feeds at this cadence."""
     out, last = [], -1e18
     for f in frames:
@@ -43,21 +57,20 @@ def _kept(frames: list[Frame], cadence: float) -> list[Frame]:
     return out
 
 
-def _starts(frames: list[Frame]) -> list[float]:
+def _starts(frames: list[Scrape]) -> list[float]:
     """When the engine's gauges (re)appear: the first scrape, after a failed one, or V0's first stats log."""
     out, seen = [], False
     for f in frames:
-        has = f.text is not None and "vllm:num_requests_running{" in f.text
-        if has and not seen:
+        if f.gauges and not seen:
             out.append(f.t)
-        seen = has
+        seen = f.gauges
     return out
 
 
 def _judged(entry: dict, cadence: float) -> Timeline:
     # Right after the gauges (re)appear there is no window yet and kvdoctor says `unknown` (idle needs two scrapes):
     # those evaluations are not judged here; test_no_verdict_from_one_scrape checks them.
-    frames = load_frames(entry["path"])
+    frames = _scrapes(entry["path"])
     step = max(cadence, 1.0)
     warm = 2 * step if entry["expected"] == "idle" else max(2 * cadence, WINDOW_S + step)
     starts = [frames[0].t, *_starts(frames)]
@@ -141,8 +154,8 @@ def test_class_begins_and_ends_within_a_minute_of_the_load(entry, cadence):
 @pytest.mark.parametrize("path", RECORDINGS, ids=[f"{p.parent.name}/{p.name}" for p in RECORDINGS])
 def test_no_verdict_from_one_scrape(path, cadence):
     """One scrape since the gauges (re)appeared: `unknown`; before a 15 s window: nothing but unknown or idle."""
-    frames = _kept(load_frames(path), cadence)
-    scrapes = [f.t for f in frames if f.text is not None and "vllm:num_requests_running{" in f.text]
+    frames = _kept(_scrapes(path), cadence)
+    scrapes = [f.t for f in frames if f.gauges]
     judged = 0
     for start in _starts(frames):
         prev = [s for s in scrapes if s < start]

@@ -26,7 +26,7 @@ from tests.conftest import FIXTURES, SHARED, labelled_windows
 from tests.support.dashboards import RULES, dashboard_files, load, metric_names, queries, substitute
 from tests.support.openmetrics import read_frames, recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
-from tests.support.replays import replay_all
+from tests.support.pipelines import replay_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # backfills a Prometheus first: ~20 s
 

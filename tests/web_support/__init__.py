@@ -5,15 +5,14 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from kvdoctor.diagnosis.target import Target, TargetFacts
 from kvdoctor.pipeline import Pipeline
-from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.status.state import DaemonState
 from kvdoctor.verdicts import Diagnosis
 from tests.conftest import SHARED
+from tests.support.replays import replayed as replayed_once
 
 RECORDINGS = SHARED / "vllm-0.32-cpu"
 INTERVAL = 15.0
@@ -23,10 +22,8 @@ DOWN_ERROR = "GET http://10.0.0.7:8000/metrics: connection refused"
 
 @functools.cache
 def replayed(name: str) -> tuple[tuple[Diagnosis, ...], ...]:
-    """The diagnoses of every cycle of one recording (cached: replay takes a second)."""
-    path = RECORDINGS / f"{name}.jsonl.gz"
-    pipeline = Pipeline(load_files(default_rule_files()))
-    return tuple(tuple(c.diagnoses) for c in replay(pipeline, [Path(path)], INTERVAL))
+    """The diagnoses of every cycle of one recording (replayed once for the whole suite: tests.support.replays)."""
+    return tuple(c.diagnoses for c in replayed_once(RECORDINGS / f"{name}.jsonl.gz", interval_s=INTERVAL))
 
 
 def _shift(d: Diagnosis, off: float) -> Diagnosis:

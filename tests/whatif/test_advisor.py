@@ -24,8 +24,7 @@ from tests.support.wait import until
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
 
 
-# One worker runs this module (pytest-xdist, scripts/test.sh), so each recording's replay is simulated once.
-pytestmark = pytest.mark.xdist_group("whatif_advisor")
+# One worker runs this module (pytest-xdist --dist loadfile, scripts/test.sh), so each replay is simulated once.
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import delta, in_window, measure
 from kvdoctor.whatif.workload import infer_engine
 
-SPEC = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-specdecode/spec_decode.jsonl.gz"
+SPEC = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-specdecode/spec_decode.jsonl.gz"
 SPEC_WINDOW = (1795953966.0, 1795954014.0)  # labels.json: steady, 1 req/s open loop, n-gram k=3
 
 
@@ -113,7 +113,7 @@ def test_the_advice_to_stop_speculating_carries_its_predicted_effect():
     assert effect.after["itl_p50_s"] <= effect.now["itl_p50_s"]
 
 
-PAIRS2 = Path(__file__).parent / "fixtures/recordings/vllm-0.32-cpu-whatif2"
+PAIRS2 = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif2"
 KNOB_PAIRS = [p for p in load_pairs(PAIRS2) if set(p["change"]) & set(REVERSIBLE)]
 # Known miss, kept visible: with the 768-token prefix no longer shared, 8 decoders read 8 copies of its KV instead of
 # one, and this CPU's pure-decode steps slow from mostly < 50 ms to 50-75 ms (ITL p50 42 → 53 ms). The step model
