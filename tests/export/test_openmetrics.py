@@ -17,8 +17,8 @@ from kvdoctor.query import recording_instance
 from kvdoctor.rules.evaluate import Evaluation
 from kvdoctor.verdicts import VERDICTS, Diagnosis, Finding
 from tests.conftest import labelled_windows
-from tests.support.prometheus import PrometheusServer, backfill, binaries
 from tests.support.pipelines import replay_all
+from tests.support.prometheus import PrometheusServer, backfill, binaries
 
 
 def _cycle(t: float, diagnoses: list[Diagnosis], errors: int = 0) -> Cycle:

@@ -25,8 +25,8 @@ from kvdoctor.export.openmetrics import export_openmetrics
 from tests.conftest import FIXTURES, SHARED, labelled_windows
 from tests.support.dashboards import RULES, dashboard_files, load, metric_names, queries, substitute
 from tests.support.openmetrics import read_frames, recordings_to_openmetrics
-from tests.support.prometheus import PrometheusServer, backfill, binaries
 from tests.support.pipelines import replay_all
+from tests.support.prometheus import PrometheusServer, backfill, binaries
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # backfills a Prometheus first: ~20 s
 
