@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -84,7 +85,16 @@ def run_pair(directory: Path, pair: dict[str, object], seed: int = 0) -> PairRes
     alo, ahi = _span(pair["heavy_after"])
     change = dict(parse_knob(f"{k}={v}") for k, v in dict(pair["change"]).items())  # type: ignore[call-overload]
     history = [s for s in before if s.t <= hi]
-    pred = predict(history, in_window(before, lo, hi), change, seed=seed)
+    # vLLM does not export its scheduler limits: pass the ones the server was started with, as an operator would
+    flags = flag_values(str(pair.get("before_flags", "")))
+    pred = predict(
+        history,
+        in_window(before, lo, hi),
+        change,
+        seed=seed,
+        max_num_seqs=flags.get("--max-num-seqs"),
+        max_num_batched_tokens=flags.get("--max-num-batched-tokens"),
+    )
     measured_after = measure(in_window(after, alo, ahi))
     result = PairResult(str(pair["name"]), change, pred, measured_after)
     result.unchanged_error = errors(pred.unchanged, pred.measured, HEADLINE)
@@ -95,6 +105,16 @@ def run_pair(directory: Path, pair: dict[str, object], seed: int = 0) -> PairRes
         guess = direction(getattr(pred.unchanged, k), getattr(pred.predicted, k))
         result.direction_right[k] = real == guess or (real == 0 and _small(pred, k))
     return result
+
+
+def flag_values(cmdline: str) -> dict[str, int]:
+    """The scheduler limits a `vllm serve` command line sets (--max-num-seqs N, --max-num-batched-tokens N)."""
+    words = cmdline.replace("=", " ").split()
+    out = {}
+    for flag, value in itertools.pairwise(words):
+        if flag in ("--max-num-seqs", "--max-num-batched-tokens") and value.isdigit():
+            out[flag] = int(value)
+    return out
 
 
 def _small(pred: Prediction, k: str) -> bool:

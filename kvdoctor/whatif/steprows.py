@@ -78,7 +78,7 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         # a request preempted mid-prefill counts its wait in its prefill time: only clean intervals say how long
         # a prefill takes
         clean = delta(a, b, "vllm:num_preemptions_total") == 0
-        if clean and n_pre >= 2 and math.isfinite(computed) and computed <= prefill_budget:
+        if clean and n_pre >= 1 and math.isfinite(computed) and computed <= prefill_budget:
             y_pre = mean_of(a, b, "vllm:request_prefill_time_seconds")
             n = max(computed, prefill)
             pre_rows.append(([1.0, beside, n, beside * per_request, n * half], y_pre, n_pre))
