@@ -56,7 +56,7 @@ class StepModel:
     c_prefill: float
     c_kv: float = 0.0
     c_attn: float = 0.0
-    source: str = ""  # "fit", "fit+prior(...)" — how each coefficient was obtained
+    source: str = ""  # "fit" (all from the data), "fit+structure", "fit+prior(roofline)"
     residual_ratio: float = math.nan  # relative RMS error of the fit on the history it came from
     points: int = 0  # distinct operating points (running levels) the fit saw
     notes: tuple[str, ...] = ()
