@@ -49,11 +49,12 @@ def fit_rows(rows: list[Row], physical: StepModel | None = None) -> StepModel:
     levels = {round(x[1] * 2) / 2 for x, _, w in rows if w > 0}
     model = StepModel(c[0], c[1], c[2], c[3], c[4], points=len(levels), provenance=tuple(origin))
     notes = [*prior.notes, f"step prior: {prior.source}", _said(model, origin)]
-    unsure = [n for n, o in zip(COEFFS, origin, strict=True) if o == prior.kind and n in ("c_decode", "c0")]
+    # how a step grows with the batch is what extrapolates: say when the history could not decide it alone
+    unsure = [n for n, o in zip(COEFFS, origin, strict=True) if prior.kind in o and n in ("c0", "c_decode")]
     if unsure:
         lo, hi = min(levels), max(levels)
         notes.append(
-            f"the history shows decoding batches of {lo:g}-{hi:g} only: {' and '.join(unsure)} come from the "
+            f"the history shows decoding batches of {lo:g}-{hi:g} only: {' and '.join(unsure)} lean on the "
             f"{prior.kind}, uncertain beyond that range"
         )
     share_data = all(o == "data" or o.startswith("pinned") for o in origin)

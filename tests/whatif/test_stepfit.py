@@ -48,7 +48,7 @@ def test_single_requests_leave_the_decode_cost_to_the_structure_and_say_so():
     m = fit_rows(rows)
     assert m.provenance[1] == "structure"
     assert m.source == "fit+structure"
-    assert any("c_decode come from the structure" in n for n in m.notes)
+    assert any("c_decode lean on the structure" in n for n in m.notes)
     assert any("c_decode" in n and "(structure)" in n for n in m.notes)
     # a decoding request is priced from the structure, not as one prefill token
     assert m.c_decode == pytest.approx(DECODE_PER_PREFILL * m.c_prefill, rel=0.3)
