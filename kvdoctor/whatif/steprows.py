@@ -35,6 +35,7 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         while j < len(snaps) - 1 and snaps[j].t - snaps[i].t < interval_s:
             j += 1
         a, b = snaps[i], snaps[j]
+        window = snaps[i : j + 1]  # by index: a scan of the whole history per interval is quadratic in it
         i = j
         if b.get("vllm:generation_tokens_total", 0) < a.get("vllm:generation_tokens_total", 0):
             continue  # restart inside the interval
@@ -53,7 +54,6 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         ctx = decoding * per_request
         pairs = prefill * half  # a prompt of P tokens makes P²/2 pairs however it is chunked
         y = delta(a, b, f"{itl}_sum") / n_itl
-        window = [s for s in snaps if a.t <= s.t <= b.t]
         # the ITL mean weighs each step by its decoding requests: when the batch swings (open-loop arrivals) it
         # answers for the decoder-weighted batch Σr²/Σr over the busy steps, read from the running gauge; idle
         # scrapes run no step, so they do not count (with them a light load's batch of 1 would read as 3)
