@@ -9,8 +9,10 @@ and a prefill token's, is fitted with a decoding request priced at DECODE_PER_PR
 request pushes one token through every weight, as a prefill token does, but as one row of a thin matrix product
 beside a prompt's thick one, and it alone pays the vocabulary projection and the sampler: its compute runs at
 about half a prefill token's efficiency (decode kernels reach roughly half their ideal speed on GPUs too). The
-KV-read and attention terms start at 0, with a spread that lets them take up to half the per-request and
-per-token cost at the context lengths the history showed.
+KV-read and attention terms start at 0. The structure is a weak argument (decode kernels on CPUs can cost far more
+per request than that at long contexts, and less at small batches on fast hosts), so its spread is wide: the
+per-request cost may be several times its mean and the KV-read term as large as it at the context lengths the
+history showed, and data that span either decide it.
 
 Only ratios are taken from either (decode, KV-read and attention cost per prefill token's): c0 and a prefill
 token's cost are fitted to the target's own step times, and the fit's data override each coefficient where the
@@ -29,7 +31,7 @@ from kvdoctor.whatif.model import StepModel
 EFFICIENCY = 0.5
 DECODE_PER_PREFILL = 2.0
 # a prior's spread per coefficient, relative to its mean (c0, c_decode, c_prefill, c_kv, c_attn)
-SPREAD = (0.5, 0.75, 0.5, 0.5, 0.5)
+SPREAD = (0.5, 1.5, 0.5, 0.5, 0.5)
 FLAT = 1e3  # relative spread of a prior that says nothing
 
 
@@ -109,11 +111,11 @@ def shaped(rows: Rows, ratios: tuple[float, float, float], kind: str, source: st
         c0 = min(ys, default=0.0) * 0.5
     mean = (c0, r_dec * c_tok, c_tok, r_kv * c_tok, r_attn * c_tok)
     sd = [m * s for m, s in zip(mean, SPREAD, strict=True)]
-    # a term the ratios leave at 0 may still be there: up to half the per-request (per-token) cost at the
-    # context (prompt) lengths the history showed
+    # a term the ratios leave at 0 may still be there: the KV reads as much as the per-request cost again (or
+    # more) at the context lengths the history showed, attention up to half the per-token cost
     ctx, half = _ratio(rows, 3, 1), _ratio(rows, 4, 2)
     if r_kv == 0:
-        sd[3] = 0.5 * mean[1] / ctx if ctx > 0 else FLAT * mean[1]
+        sd[3] = 1.5 * mean[1] / ctx if ctx > 0 else FLAT * mean[1]
     if r_attn == 0:
         sd[4] = 0.5 * c_tok / half if half > 0 else FLAT * c_tok
     return Prior(mean, tuple(sd), kind, source, tuple(notes))
