@@ -117,7 +117,10 @@ def test_same_seed_same_prediction(shared_032):
 PAIR_LIST = load_pairs(PAIRS)
 # No wrong direction since the pairs were re-recorded alone on the machine (the first mnbt pair, recorded beside
 # other jobs, showed a -17 % tokens/s a quiet re-recording does not); a (pair, quantity) here keeps a miss visible.
-KNOWN_WRONG: set[tuple[str, str]] = set()
+# Known miss since the step model's prior (session 6): load_x1.5_healthy's history shows batches of 1-3 only, so the
+# per-request decode cost leans on the structure (2x a prefill token) and ITL p50 is predicted +13-16 % where this
+# Xeon's measured +4 % (flat): its small-batch decode costs less than the structure says.
+KNOWN_WRONG: set[tuple[str, str]] = {("load_x1.5_healthy", "itl_p50_s")}
 # Known miss, kept visible: with 512-token chunks the simulated TTFT p95 is 1.12 s against the client's 1.03 s, but
 # 8.6 % of simulated TTFTs pass 1 s against 3.3 % measured, and vLLM's next TTFT bucket is 1-2.5 s wide: read through
 # the buckets that is 1.63 s predicted against 0.96 s measured (p50 within 5 %).

@@ -96,7 +96,7 @@ def shaped(rows: Rows, ratios: tuple[float, float, float], kind: str, source: st
     ys = [y for _, y, w in rows if y > 0 and w > 0]
     c0, c_tok = post.mean
     notes = []
-    if c_tok <= 0 or c0 <= 0:
+    if c_tok <= 0:
         # one operating point cannot split a step into fixed and per-token cost; the midpoint errs least
         # either way (all fixed would predict no cost for a bigger batch, all per-token no floor)
         w_sum = sum(w for _, _, w in shape) or 1.0
@@ -107,10 +107,12 @@ def shaped(rows: Rows, ratios: tuple[float, float, float], kind: str, source: st
             "step times did not grow with the batch or the prompt in the history: fixed and per-token cost "
             "taken as half the mean step each (uncertain: a bigger batch may cost between 0 and 2x that)"
         )
-    if c0 <= 0:
-        c0 = min(ys, default=0.0) * 0.5
+    floor = min(ys, default=0.0)
+    if c0 <= 0:  # the steps are (nearly) all per-token cost: a small fixed cost, free to move
+        c0 = 0.1 * floor
     mean = (c0, r_dec * c_tok, c_tok, r_kv * c_tok, r_attn * c_tok)
     sd = [m * s for m, s in zip(mean, SPREAD, strict=True)]
+    sd[0] = max(sd[0], 0.5 * floor) if c0 < 0.5 * floor else sd[0]
     # a term the ratios leave at 0 may still be there: the KV reads as much as the per-request cost again (or
     # more) at the context lengths the history showed, attention up to half the per-token cost
     ctx, half = _ratio(rows, 3, 1), _ratio(rows, 4, 2)
