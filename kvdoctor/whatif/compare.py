@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -116,7 +117,16 @@ def _run(
     alo, ahi = _span(pair[f"heavy_{second}"])
     change = dict(parse_knob(f"{k}={v}") for k, v in raw.items())
     history = [s for s in before if s.t <= hi]
-    pred = predict(history, in_window(before, lo, hi), change, seed=seed)
+    # vLLM does not export its scheduler limits: pass the ones the server was started with, as an operator would
+    flags = flag_values(str(pair.get(f"{first}_flags", "")))
+    pred = predict(
+        history,
+        in_window(before, lo, hi),
+        change,
+        seed=seed,
+        max_num_seqs=flags.get("--max-num-seqs"),
+        max_num_batched_tokens=flags.get("--max-num-batched-tokens"),
+    )
     after_window = in_window(after, alo, ahi)
     measured_after = measure(after_window)
     name = str(pair["name"]) + (" (reversed)" if first == "after" else "")
@@ -129,6 +139,16 @@ def _run(
         guess = direction(getattr(pred.unchanged, k), getattr(pred.predicted, k))
         result.direction_right[k] = real == guess or (real == 0 and _small(pred, k))
     return result
+
+
+def flag_values(cmdline: str) -> dict[str, int]:
+    """The scheduler limits a `vllm serve` command line sets (--max-num-seqs N, --max-num-batched-tokens N)."""
+    words = cmdline.replace("=", " ").split()
+    out = {}
+    for flag, value in itertools.pairwise(words):
+        if flag in ("--max-num-seqs", "--max-num-batched-tokens") and value.isdigit():
+            out[flag] = int(value)
+    return out
 
 
 def _small(pred: Prediction, k: str) -> bool:

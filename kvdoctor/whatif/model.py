@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -62,10 +62,12 @@ class StepModel:
     c_prefill: float
     c_kv: float = 0.0
     c_attn: float = 0.0
-    source: str = ""  # "fit", "fit+prior(...)" — how each coefficient was obtained
+    source: str = ""  # "fit" (all from the data), "fit+structure", "fit+prior(roofline)"
     residual_ratio: float = math.nan  # relative RMS error of the fit on the history it came from
     points: int = 0  # distinct operating points (running levels) the fit saw
     notes: tuple[str, ...] = ()
+    # where each of c0, c_decode, c_prefill, c_kv, c_attn came from: "data", "prior", "structure", "data+prior"…
+    provenance: tuple[str, ...] = ()
 
     def duration(
         self, decoding: float, prefill_tokens: float, context_tokens: float, prefill_pairs: float = 0.0
@@ -81,16 +83,13 @@ class StepModel:
 
     def scaled(self, factor: float) -> StepModel:
         """The same shape with every coefficient multiplied by factor."""
-        return StepModel(
-            self.c0 * factor,
-            self.c_decode * factor,
-            self.c_prefill * factor,
-            self.c_kv * factor,
-            self.c_attn * factor,
-            self.source,
-            self.residual_ratio,
-            self.points,
-            self.notes,
+        return replace(
+            self,
+            c0=self.c0 * factor,
+            c_decode=self.c_decode * factor,
+            c_prefill=self.c_prefill * factor,
+            c_kv=self.c_kv * factor,
+            c_attn=self.c_attn * factor,
         )
 
 

@@ -84,6 +84,13 @@ class Prediction:
                 "residual_ratio": _r(s.residual_ratio),
                 "operating_points": s.points,
                 "notes": list(s.notes),
+                "provenance": dict(
+                    zip(
+                        ("c0_s", "c_decode_s", "c_prefill_s", "c_kv_s", "c_attn_s"),
+                        s.provenance,
+                        strict=False,
+                    )
+                ),
             },
             "assumptions": [
                 *self.assumptions,

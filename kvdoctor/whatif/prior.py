@@ -1,18 +1,49 @@
-"""A physical prior for the step time, from the GPU's data sheet and the model's size (roofline, half of peak).
+"""Priors for the step-time coefficients: from the engine's facts (a roofline) or from the step's structure.
 
-A decode step reads every weight once and the KV of every running request: c0 ≈ weight bytes / bandwidth and
-c_kv ≈ KV bytes per token / bandwidth. Each token, decode or prefill, costs ≈ 2 × parameters FLOPs. Achieved
-bandwidth and FLOP/s are taken as half of peak (vLLM reaches about that at small batches on an H200); only the
-shape is used — the fit scales it to the target's own step times.
+The roofline (a GPU's data sheet and the model's size, half of peak): a decode step reads every weight once and
+the KV of every running request, c0 ≈ weight bytes / bandwidth and c_kv ≈ KV bytes per token / bandwidth; each
+token, decode or prefill, costs ≈ 2 × parameters FLOPs and each prefill pair 4 × layers × heads × head_dim.
+
+The structure, when no data sheet is given: what even a history of single requests shows, a decode step's cost
+and a prefill token's, is fitted with a decoding request priced at DECODE_PER_PREFILL prefill tokens. A decoding
+request pushes one token through every weight, as a prefill token does, but as one row of a thin matrix product
+beside a prompt's thick one, and it alone pays the vocabulary projection and the sampler: its compute runs at
+about half a prefill token's efficiency (decode kernels reach roughly half their ideal speed on GPUs too). The
+KV-read and attention terms start at 0. The structure is a weak argument (decode kernels on CPUs can cost far more
+per request than that at long contexts, and less at small batches on fast hosts), so its spread is wide: the
+per-request cost may be several times its mean and the KV-read term as large as it at the context lengths the
+history showed, and data that span either decide it.
+
+Only ratios are taken from either (decode, KV-read and attention cost per prefill token's): c0 and a prefill
+token's cost are fitted to the target's own step times, and the fit's data override each coefficient where the
+history spans it (bayes.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvdoctor.capacity.arch import ModelSpec, weights_bytes
 from kvdoctor.capacity.presets import GpuSpec
+from kvdoctor.whatif.bayes import Rows, nonneg_posterior
 from kvdoctor.whatif.model import StepModel
 
 EFFICIENCY = 0.5
+DECODE_PER_PREFILL = 2.0
+# a prior's spread per coefficient, relative to its mean (c0, c_decode, c_prefill, c_kv, c_attn)
+SPREAD = (0.5, 1.5, 0.5, 0.5, 0.5)
+FLAT = 1e3  # relative spread of a prior that says nothing
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A Gaussian prior per coefficient (c0, c_decode, c_prefill, c_kv, c_attn), and what it came from."""
+
+    mean: tuple[float, ...]
+    sd: tuple[float, ...]
+    kind: str  # "prior" (the engine's facts) or "structure" (the step's shape)
+    source: str  # in words, for the notes
+    notes: tuple[str, ...] = ()
 
 
 def physical_prior(
@@ -29,10 +60,70 @@ def physical_prior(
     bw = gpu.bandwidth_bytes_per_s * EFFICIENCY
     flops = gpu.bf16_flops_per_s * EFFICIENCY
     per_token = 2 * model.params / tp / flops
+    head_dim = model.head_dim or model.hidden_size // max(1, model.num_attention_heads)
+    per_pair = 4 * model.full_layers * model.num_attention_heads * head_dim / tp / flops
     return StepModel(
         c0=weights_bytes(model.params, dtype) / tp / bw,
         c_decode=per_token,
         c_prefill=per_token,
         c_kv=kv_bytes_per_token / tp / bw,
+        c_attn=per_pair,
         source=f"roofline {model.name} on {gpu.name}",
     )
+
+
+def roofline(physical: StepModel, rows: Rows) -> Prior:
+    """The roofline's ratios of decode, KV-read and attention cost to a prefill token's, fitted to the history."""
+    per = physical.c_prefill or 1.0
+    ratios = (physical.c_decode / per, physical.c_kv / per, physical.c_attn / per)
+    return shaped(rows, ratios, "prior", physical.source)
+
+
+def structural(rows: Rows) -> Prior:
+    """The step's structure fitted to the history: a decoding request costs DECODE_PER_PREFILL prefill tokens."""
+    source = f"structure: a decoding request costs {DECODE_PER_PREFILL:g}× a prefill token"
+    return shaped(rows, (DECODE_PER_PREFILL, 0.0, 0.0), "structure", source)
+
+
+def shaped(rows: Rows, ratios: tuple[float, float, float], kind: str, source: str) -> Prior:
+    """c0 and a prefill token's cost fitted to the history, the other costs as ratios of it (decode, KV, pairs).
+
+    Both are what even a history of single requests shows (a decode step's cost and a prompt's), so the prior is
+    anchored to the target's own step times whatever machine the ratios were drawn for."""
+    r_dec, r_kv, r_attn = ratios
+    shape = [([x[0], r_dec * x[1] + x[2] + r_kv * x[3] + r_attn * x[4]], y, w) for x, y, w in rows]
+    post, _ = nonneg_posterior(shape, [0.0, 0.0], [FLAT, FLAT], 1.0)
+    ys = [y for _, y, w in rows if y > 0 and w > 0]
+    c0, c_tok = post.mean
+    notes = []
+    if c_tok <= 0:
+        # one operating point cannot split a step into fixed and per-token cost; the midpoint errs least
+        # either way (all fixed would predict no cost for a bigger batch, all per-token no floor)
+        w_sum = sum(w for _, _, w in shape) or 1.0
+        mean_y = sum(w * y for _, y, w in shape) / w_sum
+        mean_tok = sum(w * x[1] for x, _, w in shape) / w_sum
+        c0, c_tok = mean_y / 2, mean_y / 2 / mean_tok if mean_tok > 0 else 0.0
+        notes.append(
+            "step times did not grow with the batch or the prompt in the history: fixed and per-token cost "
+            "taken as half the mean step each (uncertain: a bigger batch may cost between 0 and 2x that)"
+        )
+    floor = min(ys, default=0.0)
+    if c0 <= 0:  # the steps are (nearly) all per-token cost: a small fixed cost, free to move
+        c0 = 0.1 * floor
+    mean = (c0, r_dec * c_tok, c_tok, r_kv * c_tok, r_attn * c_tok)
+    sd = [m * s for m, s in zip(mean, SPREAD, strict=True)]
+    sd[0] = max(sd[0], 0.5 * floor) if c0 < 0.5 * floor else sd[0]
+    # a term the ratios leave at 0 may still be there: the KV reads as much as the per-request cost again (or
+    # more) at the context lengths the history showed, attention up to half the per-token cost
+    ctx, half = _ratio(rows, 3, 1), _ratio(rows, 4, 2)
+    if r_kv == 0:
+        sd[3] = 1.5 * mean[1] / ctx if ctx > 0 else FLAT * mean[1]
+    if r_attn == 0:
+        sd[4] = 0.5 * c_tok / half if half > 0 else FLAT * c_tok
+    return Prior(mean, tuple(sd), kind, source, tuple(notes))
+
+
+def _ratio(rows: Rows, num: int, den: int) -> float:
+    top = sum(w * x[num] for x, _, w in rows if x[den] > 0)
+    bottom = sum(w * x[den] for x, _, w in rows if x[den] > 0)
+    return top / bottom if bottom > 0 else 0.0

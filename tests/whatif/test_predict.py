@@ -132,11 +132,14 @@ def test_same_seed_same_prediction(shared_032):
 PAIR_LIST = load_pairs(PAIRS)
 # No wrong direction since the pairs were re-recorded alone on the machine (the first mnbt pair, recorded beside
 # other jobs, showed a -17 % tokens/s a quiet re-recording does not); a (pair, quantity) here keeps a miss visible.
-KNOWN_WRONG: set[tuple[str, str]] = set()
-# Known miss, kept visible: with 512-token chunks the simulated TTFT p95 is 1.12 s against the client's 1.03 s, but
-# 8.6 % of simulated TTFTs pass 1 s against 3.3 % measured, and vLLM's next TTFT bucket is 1-2.5 s wide: read through
-# the buckets that is 1.63 s predicted against 0.96 s measured (p50 within 5 %).
-KNOWN_FAR = {("max_num_batched_tokens_2048_to_512", "changed", "ttft_p95_s")}
+# Known miss since the step model's prior (session 6): load_x1.5_healthy's history shows batches of 1-3 only, so the
+# per-request decode cost leans on the structure (2x a prefill token) and ITL p50 is predicted +13-16 % where this
+# Xeon's measured +4 % (flat): its small-batch decode costs less than the structure says.
+KNOWN_WRONG: set[tuple[str, str]] = {("load_x1.5_healthy", "itl_p50_s")}
+# The max_num_batched_tokens 2048 -> 512 TTFT p95 miss (1.63 s predicted against 0.96 s, read through vLLM's 1-2.5 s
+# bucket) closed with the Bayesian step model (session 6: ~1.25 s, 29 %); a (pair, side, quantity) here keeps a miss
+# visible.
+KNOWN_FAR: set[tuple[str, str, str]] = set()
 # generous bounds (unchanged, changed): the benchmark reports the real errors; these catch a model that falls apart
 BOUNDS = {
     "ttft_p50_s": (0.3, 0.5),
@@ -169,9 +172,9 @@ def test_a_roofline_prior_shapes_the_fit_where_the_history_shows_one_batch_size(
     assert physical_prior(get_model("Qwen3-8B"), custom_gpu(80), 1024.0) is None  # no data sheet, no prior
     plain = fit_step_model(snaps, 2048)
     shaped = fit_step_model(snaps, 2048, roofline)
-    assert shaped.source == "fit+prior(roofline)" and plain.source == "fit+prior(shared per-token cost)"
+    assert shaped.source == "fit+prior(roofline)" and plain.source == "fit+structure"
     assert any("roofline Qwen3-8B on H100-80GB" in n for n in shaped.notes)
-    assert shaped.c_kv > 0 and plain.c_kv == 0
+    assert shaped.c_kv > 0
     ratio = roofline.c_decode / roofline.c0
     assert abs(shaped.c_decode / shaped.c0 - ratio) < abs(plain.c_decode / plain.c0 - ratio)
     for x, y, _ in history_rows(snaps, 2048):  # still the target's own step times
