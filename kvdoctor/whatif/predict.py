@@ -174,9 +174,22 @@ def learn(
     sigma = histo.fit_sigma(res_now.itl, buckets["itl"], delta_buckets(a, b, hist_name(b, "itl")))
     info = window[-1].info
     return Basis(
-        workload, engine, step, replicas, info, measured, duration, buckets, sigma, res_now, notes, seed,
-        rows, physical, span,
-    )  # fmt: skip
+        workload,
+        engine,
+        step,
+        replicas,
+        info,
+        measured,
+        duration,
+        buckets,
+        sigma,
+        res_now,
+        notes,
+        seed,
+        rows,
+        physical,
+        span,
+    )
 
 
 def predict(
@@ -250,9 +263,20 @@ def predict(
     if band_after.unseen:
         assumptions.append("after the change " + "; ".join(band_after.unseen) + ": its intervals are widened")
     return Prediction(
-        measured, unchanged, predicted, workload, step, engine, after, changes, assumptions, *over,
-        band_now, band_after, member_s,
-    )  # fmt: skip
+        measured,
+        unchanged,
+        predicted,
+        workload,
+        step,
+        engine,
+        after,
+        changes,
+        assumptions,
+        *over,
+        band_now,
+        band_after,
+        member_s,
+    )
 
 
 def _kv_bytes_per_token(info: dict[str, str]) -> float:

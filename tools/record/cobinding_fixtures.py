@@ -126,9 +126,14 @@ def main() -> int:
     arrivals = heavy["requests_started"] / heavy["settings"]["duration"]
     s = heavy["settings"]
     offered = arrivals * (s["out_min"] + s["out_max"]) / 2
-    thirds = [measure(in_window(recording_snaps(rec), sw[0] + i * (sw[1] - sw[0]) / 3,
-                                sw[0] + (i + 1) * (sw[1] - sw[0]) / 3)).generation_tokens_per_s
-              for i in range(3)]  # fmt: skip
+    thirds = [
+        measure(
+            in_window(
+                recording_snaps(rec), sw[0] + i * (sw[1] - sw[0]) / 3, sw[0] + (i + 1) * (sw[1] - sw[0]) / 3
+            )
+        ).generation_tokens_per_s
+        for i in range(3)
+    ]
     co = (
         f"co-binding: the cap is reached, but generated tokens/s stay flat ({', '.join(f'{t:.0f}' for t in thirds)} "
         f"tok/s over the window's thirds) below the {offered:.0f} tok/s offered ({arrivals:.2f} req/s x "
@@ -143,32 +148,66 @@ def main() -> int:
         why = check(cls, o)
         if why:
             bad.append(f"{cls} {w}: {why}; {say(o)}")
-        entry = {"file": rec.name, "vllm": "0.32.0", "expected": cls, "steady_from": round(w[0], 2),
-                 "steady_to": round(w[1], 2), "notes": f"{notes}; {say(o)}; {WHO}"}  # fmt: skip
+        entry = {
+            "file": rec.name,
+            "vllm": "0.32.0",
+            "expected": cls,
+            "steady_from": round(w[0], 2),
+            "steady_to": round(w[1], 2),
+            "notes": f"{notes}; {say(o)}; {WHO}",
+        }
         entry.update(extra)
         labels.append(entry)
 
-    label("healthy", lw, lo, f"light: open loop Poisson {light['settings']['rate']:g} req/s, prompt 100-300, out "
-          f"32-96, seed {light['settings']['seed']}, {ls:.2f}-{light['load_end']:.2f} (60 s + up to 10 s drain); "
-          "criteria: waiting 0 in every scrape, KV < 0.1, no preemption, requests finishing and tokens generated "
-          "throughout; its ITL p50 is the light-load baseline", load_start=round(ls, 2))  # fmt: skip
-    label("batch_cap", sw, so, f"past capacity, held: open loop {s['rate']:g} req/s (at most {s['concurrency']} in "
-          f"flight, never reached), seed {s['seed']}, arrivals {hs:.2f}-{h_stop:.2f}; running first at the cap with "
-          f"a queue at {capped:.2f}; criteria (the pack's batch_cap): median running >= {CAP - 1} of {CAP}, a "
-          f"queue in every scrape (here {so['wait_first']:g} -> {so['wait_last']:g}, max {so['wait_max']:g}), "
-          f"KV < 0.2 (max {so['kv_max']:.3f}), no preemption; {co}", relief="compute")  # fmt: skip
-    label("batch_cap", dw, do, f"the queue draining: arrivals stopped at {h_stop:.2f}, the queue falls "
-          f"{do['wait_first']:g} -> {do['wait_last']:g} with the batch still at the cap, in-flight cancelled at "
-          f"load_end {end:.2f} (running and waiting drop to 0 in one scrape); criteria as past capacity; co-binding as "
-          f"there: {do['q'].generation_tokens_per_s:.0f} tok/s, as while arrivals held, ITL p50 "
-          f"{do['q'].itl_p50_s / base:.1f}x light; the careful verdict is compute (`relief`)",
-          relief="compute", load_end=round(end, 2))  # fmt: skip
+    label(
+        "healthy",
+        lw,
+        lo,
+        f"light: open loop Poisson {light['settings']['rate']:g} req/s, prompt 100-300, out "
+        f"32-96, seed {light['settings']['seed']}, {ls:.2f}-{light['load_end']:.2f} (60 s + up to 10 s drain); "
+        "criteria: waiting 0 in every scrape, KV < 0.1, no preemption, requests finishing and tokens generated "
+        "throughout; its ITL p50 is the light-load baseline",
+        load_start=round(ls, 2),
+    )
+    label(
+        "batch_cap",
+        sw,
+        so,
+        f"past capacity, held: open loop {s['rate']:g} req/s (at most {s['concurrency']} in "
+        f"flight, never reached), seed {s['seed']}, arrivals {hs:.2f}-{h_stop:.2f}; running first at the cap with "
+        f"a queue at {capped:.2f}; criteria (the pack's batch_cap): median running >= {CAP - 1} of {CAP}, a "
+        f"queue in every scrape (here {so['wait_first']:g} -> {so['wait_last']:g}, max {so['wait_max']:g}), "
+        f"KV < 0.2 (max {so['kv_max']:.3f}), no preemption; {co}",
+        relief="compute",
+    )
+    label(
+        "batch_cap",
+        dw,
+        do,
+        f"the queue draining: arrivals stopped at {h_stop:.2f}, the queue falls "
+        f"{do['wait_first']:g} -> {do['wait_last']:g} with the batch still at the cap, in-flight cancelled at "
+        f"load_end {end:.2f} (running and waiting drop to 0 in one scrape); criteria as past capacity; co-binding as "
+        f"there: {do['q'].generation_tokens_per_s:.0f} tok/s, as while arrivals held, ITL p50 "
+        f"{do['q'].itl_p50_s / base:.1f}x light; the careful verdict is compute (`relief`)",
+        relief="compute",
+        load_end=round(end, 2),
+    )
     lull = (end + SETTLE_S, end + 28.0)
-    label("healthy", lull, seen(rec, *lull), f"the lull after load_end {end:.2f}, its first 30 s (not yet "
-          "idle_after without traffic): running 0, waiting 0, counters flat")  # fmt: skip
+    label(
+        "healthy",
+        lull,
+        seen(rec, *lull),
+        f"the lull after load_end {end:.2f}, its first 30 s (not yet "
+        "idle_after without traffic): running 0, waiting 0, counters flat",
+    )
     idle = (end + IDLE_FROM_S, kept[-1])
-    label("idle", idle, seen(rec, *idle), f"the drain from {IDLE_FROM_S:g} s after load_end {end:.2f} (idle_after "
-          "30 s plus a 15 s scrape and a cycle): running 0, waiting 0, KV 0, counters flat")  # fmt: skip
+    label(
+        "idle",
+        idle,
+        seen(rec, *idle),
+        f"the drain from {IDLE_FROM_S:g} s after load_end {end:.2f} (idle_after "
+        "30 s plus a 15 s scrape and a cycle): running 0, waiting 0, KV 0, counters flat",
+    )
     for b in bad:
         print("NOT LABELLED:", b, file=sys.stderr)
     if bad:
