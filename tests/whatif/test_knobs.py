@@ -22,23 +22,30 @@ STEP = StepModel(c0=0.01, c_decode=0.002, c_prefill=0.0002)
 
 @pytest.mark.parametrize(
     ("text", "expect"),
-    [("enable_prefix_caching=false", ("enable_prefix_caching", "false")),
-     ("enable-prefix-caching=On", ("enable_prefix_caching", "true")),
-     ("enable_prefix_caching=0", ("enable_prefix_caching", "false")),
-     ("num_speculative_tokens=0", ("num_speculative_tokens", 0)),
-     ("num_speculative_tokens=5", ("num_speculative_tokens", 5)),
-     ("prefix_hit_ratio=0.4", ("prefix_hit_ratio", 0.4))],
-)  # fmt: skip
+    [
+        ("enable_prefix_caching=false", ("enable_prefix_caching", "false")),
+        ("enable-prefix-caching=On", ("enable_prefix_caching", "true")),
+        ("enable_prefix_caching=0", ("enable_prefix_caching", "false")),
+        ("num_speculative_tokens=0", ("num_speculative_tokens", 0)),
+        ("num_speculative_tokens=5", ("num_speculative_tokens", 5)),
+        ("prefix_hit_ratio=0.4", ("prefix_hit_ratio", 0.4)),
+    ],
+)
 def test_the_new_knobs_parse_in_vllms_words(text, expect):
     assert parse_knob(text) == expect
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("enable_prefix_caching=sometimes", "true or false"), ("num_speculative_tokens=-1", "whole number from 0"),
-     ("num_speculative_tokens=2.5", "whole number from 0"), ("num_speculative_tokens=99", "to 16"),
-     ("prefix_hit_ratio=1", r"in \[0, 1\)"), ("prefix_hit_ratio=lots", "not a number")],
-)  # fmt: skip
+    [
+        ("enable_prefix_caching=sometimes", "true or false"),
+        ("num_speculative_tokens=-1", "whole number from 0"),
+        ("num_speculative_tokens=2.5", "whole number from 0"),
+        ("num_speculative_tokens=99", "to 16"),
+        ("prefix_hit_ratio=1", r"in \[0, 1\)"),
+        ("prefix_hit_ratio=lots", "not a number"),
+    ],
+)
 def test_bad_values_name_the_knob(text, message):
     with pytest.raises(KnobError, match=message) as err:
         parse_knob(text)
@@ -169,8 +176,11 @@ def test_a_quantile_read_from_buckets_is_only_as_sharp_as_its_bucket():
 
 def test_without_per_position_counters_the_mean_acceptance_is_spread_over_k_positions():
     itl = "vllm:inter_token_latency_seconds"
-    counters = {"vllm:spec_decode_num_drafts_total": 100.0, "vllm:spec_decode_num_draft_tokens_total": 300.0,
-                "vllm:spec_decode_num_accepted_tokens_total": 90.0}  # fmt: skip
+    counters = {
+        "vllm:spec_decode_num_drafts_total": 100.0,
+        "vllm:spec_decode_num_draft_tokens_total": 300.0,
+        "vllm:spec_decode_num_accepted_tokens_total": 90.0,
+    }
     a = Snap(0.0, flat={f"{itl}_count": 0.0}, buckets={itl: {math.inf: 0.0}})
     b = Snap(60.0, flat={f"{itl}_count": 1000.0, **counters}, buckets={itl: {math.inf: 1000.0}})
     got = spec.read([a, b])

@@ -74,8 +74,11 @@ def test_prefix_caching_off_moves_toward_the_same_load_without_shared_prefixes(s
     shared = recording_snaps(shared_032 / "prefix_cache_shared.jsonl.gz")
     unique = recording_snaps(shared_032 / "prefix_cache_unique.jsonl.gz")
     t0, u0 = shared[0].t, unique[0].t
-    p = predict([s for s in shared if s.t <= t0 + 60], in_window(shared, t0 + 10, t0 + 60),
-                {"enable_prefix_caching": "false"})  # fmt: skip
+    p = predict(
+        [s for s in shared if s.t <= t0 + 60],
+        in_window(shared, t0 + 10, t0 + 60),
+        {"enable_prefix_caching": "false"},
+    )
     off = measure(in_window(unique, u0 + 10, u0 + 60))
     assert p.workload.prefix_hit_ratio > 0.9 and not p.engine_after.enable_prefix_caching
     for k, sign in (("ttft_p50_s", 1), ("ttft_p95_s", 1), ("generation_tokens_per_s", -1)):
@@ -91,8 +94,10 @@ def test_plan_tries_speculation_off_only_where_the_server_speculates(spec_window
     history, window = spec_window
     tried = flags.combinations(learn(history, window), None)
     assert {"num_speculative_tokens": 0} in tried and {} in tried
-    assert all(set(c) <= {"max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "num_speculative_tokens"}
-               for c in tried)  # fmt: skip
+    assert all(
+        set(c) <= {"max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "num_speculative_tokens"}
+        for c in tried
+    )
     snaps = recording_snaps(shared_032 / "healthy.jsonl.gz")
     plain = flags.combinations(learn(snaps, in_window(snaps, snaps[0].t + 10, snaps[0].t + 90)), None)
     assert not any("num_speculative_tokens" in c for c in plain)
@@ -105,8 +110,11 @@ def test_the_advice_to_stop_speculating_carries_its_predicted_effect():
         if frame.text is not None:
             t = frame.t
             advisor.observe("spec", t, parser.parse(frame.text).samples)
-    off = next(a for a in advise.compute({"itl_p50_s": 0.1, "itl_baseline_s": 0.02, "spec_decode_acceptance": 0.2})
-               if a.flag == "--speculative-config")  # fmt: skip
+    off = next(
+        a
+        for a in advise.compute({"itl_p50_s": 0.1, "itl_baseline_s": 0.02, "spec_decode_acceptance": 0.2})
+        if a.flag == "--speculative-config"
+    )
     d = Diagnosis("spec", "tiny", t, "compute", SPEC_WINDOW[0], advice=[off])
     effect = advisor.annotate([d], t)[0].advice[0].effect
     assert effect is not None and effect.change == {"num_speculative_tokens": 0}, advisor.failures()
