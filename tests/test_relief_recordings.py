@@ -2,10 +2,11 @@
 
 A labelled window's `expected` is what the rule pack alone says (the Prometheus-only path, which cannot simulate);
 with the simulator checking each relief (the cap ×2, the cache ×2, a second replica) on the advisor, as `check`,
-`replay` and `serve` run it, every batch-capped window keeps its class: there raising the cap buys throughput or
-TTFT. (A `relief` label key would name another verdict; no recording here has one: the co-binding steps of
-llama_ramp_c32 hold past the cap 27 s, under the advisor's 30 s.) The advisor here is the real one in sync mode, asked at the
-end of the window (its history is the whole recording up to then), so each window costs three simulations.
+`replay` and `serve` run it, a window's `relief` label (where there is one) names the verdict, and every other
+batch-capped window keeps its class: there raising the cap buys throughput. The co-binding windows (a cap reached
+with a queue while compute limits throughput) must name compute first, with the simulator's reason and the replica
+leading the advice. The advisor here is the real one in sync mode, asked at the end of the window (its history is the
+whole recording up to then), so each window costs three or four simulations.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.conftest import labelled_windows
 
 WINDOWS = labelled_windows()
 CAPPED = [w for w in WINDOWS if w["expected"] == "batch_cap" and "relief" not in w]
+RELIEVED = [w for w in WINDOWS if "relief" in w]
 
 
 def _id(w: dict) -> str:
@@ -56,3 +58,21 @@ def test_a_cap_whose_raise_buys_throughput_stays_the_verdict(entry):
     d = _at_the_end(entry["path"], entry["steady_to"], 0.0)
     assert d is not None
     assert d.verdict == "batch_cap", [(f.name, f.summary) for f in d.findings]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", RELIEVED, ids=[_id(w) for w in RELIEVED])
+def test_the_co_binding_window_names_the_limit_whose_relief_helps_first_with_the_simulators_reason(entry):
+    d = _at_the_end(entry["path"], entry["steady_to"], 0.0)
+    assert d is not None
+    check = next((f for f in d.findings if f.name == "relief_check"), None)
+    assert d.verdict == entry["relief"] and check is not None, [(f.name, f.summary) for f in d.findings]
+    # both names on record: the pack's as co-binding
+    assert d.evidence["limit_rule"] == d.evidence["co_binding"] == entry["expected"]
+    assert check.evidence["limit_checked"] == entry["relief"]
+    if entry["relief"] == "compute":
+        # the reason: the rule's relief buys no capacity at a saturated server, the replica does
+        assert "buys no throughput" in check.summary and "compute-bound; a second replica" in check.summary
+        assert d.advice[0].change == {"replicas": 2}, d.advice
+        assert check.evidence[f"{entry['expected']}_relief_throughput_gain"] < 1.05
+        assert check.evidence["compute_relief_throughput_gain"] > 1.5
