@@ -151,7 +151,7 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("engine_waiting_max_1m", "Engine waiting, 1m peak", "count", "kvdoctor:engine_waiting:max1m", per_engine=True),
     Signal("engine_kv_usage_max_1m", "Engine KV usage, 1m peak", "pct", "kvdoctor:engine_kv_usage:max1m",
            per_engine=True),
-    Signal("engine_preemptions_per_s", "Engine preemptions", "rate", "kvdoctor:engine_preemptions:rate1m",
+    Signal("engine_preemptions_per_s", "Engine preemptions", "rate", "kvdoctor:engine_preemptions:rate_held",
            per_engine=True),
     Signal("engine_kv_bound", "Engine out of KV cache", "pct", "kvdoctor:engine_kv_bound:max30s", per_engine=True),
     Signal("engine_batch_cap_plateau", "Engine batch cap", "count", "kvdoctor:engine_batch_cap:plateau",
