@@ -3,7 +3,7 @@
 A labelled window's `expected` is what the rule pack alone says (the Prometheus-only path, which cannot simulate);
 with the simulator checking each relief (the cap ×2, the cache ×2, a second replica) on the advisor, as `check`,
 `replay` and `serve` run it, a window's `relief` label (where there is one) names the verdict, and every other
-batch-capped window keeps its class: there raising the cap buys throughput. The co-binding windows (a cap reached
+limited window keeps its class: there the limit's own relief pays. The co-binding windows (a cap reached
 with a queue while compute limits throughput) must name compute first, with the simulator's reason and the replica
 leading the advice. The advisor here is the real one in sync mode, asked at the end of the window (its history is the
 whole recording up to then), so each window costs three or four simulations.
@@ -18,12 +18,12 @@ import pytest
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
-from kvdoctor.verdicts import Diagnosis
+from kvdoctor.verdicts import LIMITS, Diagnosis
 from kvdoctor.whatif.advisor import Advisor
 from tests.conftest import labelled_windows
 
 WINDOWS = labelled_windows()
-CAPPED = [w for w in WINDOWS if w["expected"] == "batch_cap" and "relief" not in w]
+LIMITED = [w for w in WINDOWS if w["expected"] in LIMITS and "relief" not in w]
 RELIEVED = [w for w in WINDOWS if "relief" in w]
 SIM_SCRAPES = 5  # the what-if learns from no fewer scrapes (whatif/predict.learn)
 
@@ -54,11 +54,12 @@ def _at_the_end(path: Path, steady_to: float, cadence: float) -> Diagnosis | Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", CAPPED, ids=[_id(w) for w in CAPPED])
-def test_a_cap_whose_raise_buys_throughput_stays_the_verdict(entry):
+@pytest.mark.parametrize("entry", LIMITED, ids=[_id(w) for w in LIMITED])
+def test_a_limit_whose_own_relief_pays_stays_the_verdict(entry):
+    # batch caps whose raise buys throughput, caches whose growth does, compute that only a replica relieves
     d = _at_the_end(entry["path"], entry["steady_to"], 0.0)
     assert d is not None
-    assert d.verdict == "batch_cap", [(f.name, f.summary) for f in d.findings]
+    assert d.verdict == entry["expected"], [(f.name, f.summary) for f in d.findings]
 
 
 @pytest.mark.slow

@@ -29,10 +29,10 @@ from kvdoctor.whatif.workload import WindowError
 RETRY_S = 30.0  # a prediction that had too little traffic to learn from is tried again this soon
 FOLLOWUP_EVERY_S = 30.0  # a follow-up is recomputed as the new configuration shows more
 WINDOW_S = 120.0  # at most this much of the recent steady load is what a prediction learns its workload from
-MIN_STEADY_S = 30.0  # no prediction from a shorter steady stretch…
-VERDICT_WINDOW_S = (
-    15.0  # …but a borderline limit's from the stretch it has held, at least the pack's verdict window
-)
+# no prediction from a steady stretch under MIN_STEADY_S, but a borderline limit's from the stretch it has held, at
+# least the pack's verdict window (VERDICT_WINDOW_S)
+MIN_STEADY_S = 30.0
+VERDICT_WINDOW_S = 15.0
 STEADY_S = 60.0  # a prediction from a shorter steady stretch is redone RETRY_S later
 Key = tuple[str, tuple[tuple[str, float | str], ...]]
 
@@ -242,6 +242,7 @@ class Advisor:
         history = history[cuts[-1] :] if cuts else history  # only the engine as it runs now
         eff = None
         young = False
+        ready = None  # when a steady stretch found too short will be long enough
         try:
             if len(history) < 5:
                 raise WindowError("too little history")
@@ -249,8 +250,7 @@ class Advisor:
             lo = max(lo, hi - WINDOW_S)
             need = self._steady_needed(target, t)
             if hi - lo < need:  # a limit that just appeared: its cost not shown yet
-                with self._lock:
-                    self._ready[key] = t + need - (hi - lo)
+                ready = t + need - (hi - lo)
                 raise WindowError("the load has not held long enough")
             young = hi - lo < STEADY_S
             window = [s for s in history if lo <= s.t <= hi]
@@ -268,8 +268,10 @@ class Advisor:
             eff = None
         with self._lock:
             self._effects[key] = eff
-            if eff is not None:
+            if ready is None:
                 self._ready.pop(key, None)
+            else:
+                self._ready[key] = ready
             if young:
                 self._young.add(key)
             else:
