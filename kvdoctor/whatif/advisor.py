@@ -170,7 +170,9 @@ class Advisor:
         with self._lock:
             eff = self._effects.get(key)
             every = RETRY_S if key in self._young else self.refresh_s  # a prediction from a short window soon
-            stale = key not in self._effects or (eff is not None and t - eff.t >= every)
+            stale = key not in self._effects or (
+                eff is not None and t - eff.t >= every and t >= self._ready.get(key, t)
+            )
             # retried RETRY_S later, or once a too-short steady stretch has grown long enough
             due = self._ready.get(key, self._asked.get(key, t) + RETRY_S)
             retry = key in self._effects and eff is None and t >= due
@@ -267,6 +269,15 @@ class Advisor:
         except RuntimeError:  # the simulation child is gone (interpreter shutdown): asked again
             eff = None
         with self._lock:
+            prev, since = self._effects.get(key), self._limits.get(target)
+            if (
+                eff is None
+                and ready is not None
+                and prev is not None
+                and since is not None
+                and since <= prev.t
+            ):
+                eff = prev  # the limit it judged still holds (a queue draining): it stands until a steady stretch
             self._effects[key] = eff
             if ready is None:
                 self._ready.pop(key, None)
