@@ -10,7 +10,9 @@ wait_health=1 (then wait until GET /health answers 200, e.g. after a server rest
 List-valued options take '/'-separated values (commas separate phase keys): --models a/b spreads requests over
 served model names (LoRA adapters), --dp-ranks 0/0/0/1 sends an X-data-parallel-rank header (worker i, or request i
 in open loop, gets entry i mod len). --unique-head N puts N random words, unique per request, before the shared
-prefix (a request ID or timestamp in a system prompt: defeats prefix caching). A failed request (server down) is
+prefix (a request ID or timestamp in a system prompt: defeats prefix caching). --greedy F sends a seeded share F of
+requests with temperature 0 (else 1): on a random-weight model greedy output falls into a loop whose n-gram drafts
+are accepted, so F sets how much speculative decoding pays. A failed request (server down) is
 retried after 0.5 s, so a closed loop keeps going across a restart without spinning. --warmup sends one short
 request and waits for it before the first scrape (0.16 took 18-45 s to serve its very first request).
 """
@@ -29,7 +31,7 @@ import aiohttp
 VOCAB = 4092  # words w0..w4091, one token each (see make_model.py)
 PHASE_KEYS = ["concurrency", "rate", "duration", "drain", "ramp", "prompt_min", "prompt_max", "out_min"]
 PHASE_KEYS += ["out_max", "shared_prefix", "max_requests", "seed", "pause", "wait_health"]
-PHASE_KEYS += ["unique_head", "models", "dp_ranks"]
+PHASE_KEYS += ["unique_head", "models", "dp_ranks", "greedy"]
 RETRY_PAUSE = 0.5
 
 
@@ -68,10 +70,10 @@ def pick(values, i):
     return vs[i % len(vs)] if vs else None
 
 
-async def one_request(session, a, prompt, max_tokens, stats, i=0):
+async def one_request(session, a, prompt, max_tokens, stats, i=0, greedy=False):
     model = pick(a.models, i) or a.model
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
-    body.update(temperature=1.0, stream=True)
+    body.update(temperature=0.0 if greedy else 1.0, stream=True)
     rank = pick(a.dp_ranks, i)
     headers = {"X-data-parallel-rank": rank} if rank is not None else None
     t0 = time.time()
@@ -106,18 +108,27 @@ def make_prompt(rng, p, shared):
     return prompt
 
 
+def greedy_picker(p, stream):
+    """Whether each next request is sent greedy (temperature 0): a share p.greedy, from its own seeded RNG."""
+    # apart from the prompt RNG: the same prompts and lengths with or without greedy requests
+    rng = random.Random(f"greedy/{p.seed}/{stream}")
+    return lambda: p.greedy > 0 and rng.random() < p.greedy
+
+
 async def worker(wid, session, p, deadline, stats, counter):
     rng = random.Random(p.seed * 1000 + wid)
+    greedy = greedy_picker(p, wid)
     shared = words(random.Random(p.seed), p.shared_prefix) if p.shared_prefix else None
     while time.time() < deadline and counter[0] < p.max_requests:
         counter[0] += 1
         prompt = make_prompt(rng, p, shared)
-        await one_request(session, p, prompt, rng.randint(p.out_min, p.out_max), stats, wid)
+        await one_request(session, p, prompt, rng.randint(p.out_min, p.out_max), stats, wid, greedy())
 
 
 async def open_loop(session, p, deadline, stats, counter):
     """Poisson arrivals at p.rate req/s, at most p.concurrency in flight (extra arrivals dropped)."""
     rng = random.Random(p.seed)
+    greedy = greedy_picker(p, "open")
     inflight, dropped = set(), 0
     shared = words(random.Random(p.seed), p.shared_prefix) if p.shared_prefix else None
     while time.time() < deadline and counter[0] < p.max_requests:
@@ -128,7 +139,8 @@ async def open_loop(session, p, deadline, stats, counter):
             continue
         counter[0] += 1
         prompt = make_prompt(rng, p, shared)
-        coro = one_request(session, p, prompt, rng.randint(p.out_min, p.out_max), stats, counter[0] - 1)
+        n_out = rng.randint(p.out_min, p.out_max)
+        coro = one_request(session, p, prompt, n_out, stats, counter[0] - 1, greedy())
         inflight.add(asyncio.create_task(coro))
     if inflight:
         await asyncio.gather(*inflight, return_exceptions=True)
@@ -264,6 +276,7 @@ if __name__ == "__main__":
     ap.add_argument("--unique-head", type=int, default=0, help="N random words unique to each request, first")
     ap.add_argument("--models", default="", help="served model names to spread requests over, a/b/c")
     ap.add_argument("--dp-ranks", default="", help="X-data-parallel-rank per worker (or request), 0/0/1")
+    ap.add_argument("--greedy", type=float, default=0.0, help="share of requests sent greedy (temperature 0)")
     ap.add_argument("--warmup", action="store_true", help="one short request before the first scrape")
     ap.add_argument("--phase", action="append", help="key=value,... overriding options (repeatable)")
     asyncio.run(main(ap.parse_args()))
