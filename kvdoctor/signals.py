@@ -151,7 +151,7 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("engine_waiting_max_1m", "Engine waiting, 1m peak", "count", "kvdoctor:engine_waiting:max1m", per_engine=True),
     Signal("engine_kv_usage_max_1m", "Engine KV usage, 1m peak", "pct", "kvdoctor:engine_kv_usage:max1m",
            per_engine=True),
-    Signal("engine_preemptions_per_s", "Engine preemptions", "rate", "kvdoctor:engine_preemptions:rate1m",
+    Signal("engine_preemptions_per_s", "Engine preemptions", "rate", "kvdoctor:engine_preemptions:rate_held",
            per_engine=True),
     Signal("engine_kv_bound", "Engine out of KV cache", "pct", "kvdoctor:engine_kv_bound:max30s", per_engine=True),
     Signal("engine_batch_cap_plateau", "Engine batch cap", "count", "kvdoctor:engine_batch_cap:plateau",
@@ -237,11 +237,15 @@ FINDINGS: dict[str, FindingKind] = {
         FindingKind("relief_check", (), "Relief check", severity="info",
                     meaning=(
             "More than one limit could be named, and the what-if simulation of each relief (the batch cap ×2, the "
-            "KV cache ×2, a second replica) says the rule's limit is not what to relieve: its relief buys less "
-            "than 5 % throughput and less than 10 % on the quantity that suffers (TTFT p95 while requests queue, "
-            "else ITL p50), while another relief buys more. The rule's limit is then co-binding: the diagnosis "
-            "names the limit whose relief helps (its verdict, `limit_checked`) and keeps the rule's (`limit_rule`, "
-            "`co_binding`); the pack's `bottleneck` label and its alert stay the rule's."),
+            "KV cache ×2, a second replica) says another limit is what to relieve. A relief helps when it raises "
+            "throughput (tokens/s, completed requests/s) by 5 % or more; while the server is saturated (clients "
+            "wait for answers, or arrivals outpace completions) nothing else counts, since at the same throughput "
+            "a shorter TTFT is paid in ITL and past capacity the queue grows either way; below capacity a relief "
+            "also helps when it cuts the quantity that suffers (TTFT p95 while requests queue, else ITL p50) by "
+            "10 % without lengthening the other by 10 %. The cap and the cache are asked first; compute is named "
+            "when only the replica helps. The rule's limit is then co-binding: the diagnosis names the limit whose "
+            "relief helps (its verdict, `limit_checked`) and keeps the rule's (`limit_rule`, `co_binding`); the "
+            "pack's `bottleneck` label and its alert stay the rule's."),
             advice="Make the change this finding leads with first (its predicted effect is beside it); the rule's "
                    "own advice follows it in the list."),
         FindingKind("max_model_len_oversized", ("max_model_len", "request_p99_tokens", "requests_observed"),

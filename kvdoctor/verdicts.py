@@ -51,6 +51,16 @@ class Effect:
     after_p90: dict[str, float | None] = field(default_factory=dict)
     # where the prediction leaves what the server has shown, e.g. "batch 31 never seen (largest 5)"
     unseen: str = ""
+    # how the load met the server as simulated now: clients waiting for answers (a closed loop), or an open loop
+    # past capacity; either way throughput is what the server gives, and a latency moved at the same throughput is
+    # traded for another, not gained (whatif/relief.py)
+    closed_loop: bool = False
+    overloaded_now: bool = False
+
+    @property
+    def saturated(self) -> bool:
+        """Throughput is the server's capacity now: only a change that raises it relieves the load."""
+        return self.closed_loop or self.overloaded_now
 
     def summary(self) -> str:
         """`TTFT p95 7.3 s → ≈0.9 s (0.7–1.2), ITL p50 5 → ≈18 ms (15–22), throughput +170 % (+120…+230 %)`."""

@@ -2,10 +2,11 @@
 
 A labelled window's `expected` is what the rule pack alone says (the Prometheus-only path, which cannot simulate);
 with the simulator checking each relief (the cap ×2, the cache ×2, a second replica) on the advisor, as `check`,
-`replay` and `serve` run it, every batch-capped window keeps its class: there raising the cap buys throughput or
-TTFT. (A `relief` label key would name another verdict; no recording here has one: the co-binding steps of
-llama_ramp_c32 hold past the cap 27 s, under the advisor's 30 s.) The advisor here is the real one in sync mode, asked at the
-end of the window (its history is the whole recording up to then), so each window costs three simulations.
+`replay` and `serve` run it, a window's `relief` label (where there is one) names the verdict, and every other
+limited window keeps its class: there the limit's own relief pays. The co-binding windows (a cap reached
+with a queue while compute limits throughput) must name compute first, with the simulator's reason and the replica
+leading the advice. The advisor here is the real one in sync mode, asked at the end of the window (its history is the
+whole recording up to then), so each window costs three or four simulations.
 """
 
 from __future__ import annotations
@@ -17,12 +18,25 @@ import pytest
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
-from kvdoctor.verdicts import Diagnosis
+from kvdoctor.verdicts import LIMITS, Diagnosis
+from kvdoctor.whatif import relief
 from kvdoctor.whatif.advisor import Advisor
 from tests.conftest import labelled_windows
 
 WINDOWS = labelled_windows()
-CAPPED = [w for w in WINDOWS if w["expected"] == "batch_cap" and "relief" not in w]
+LIMITED = [w for w in WINDOWS if w["expected"] in LIMITS and "relief" not in w]
+RELIEVED = [w for w in WINDOWS if "relief" in w]
+SIM_SCRAPES = 5  # the what-if learns from no fewer scrapes (whatif/predict.learn)
+# Known gaps, strict (a fix makes them fail until removed). The simulator's step model (c0 + c_decode per request +
+# c_prefill per token, fitted to the history) puts this llama-shaped server and tiny_ramp_c32's top steps alike at
+# ~90 % of their ceiling at 32 running, so the cap x2 buys +4.3 to +5.3 % tokens/s here depending on the window
+# and the scrape phase, and +5.7 to +6.5 % on tiny, where the recordings show ~0 % (tokens/s flat from 14 to 31
+# running) and ~15 % (the step line through 1 and 12 running). Where it lands at or above the 5 % that counts as
+# throughput, the cap keeps the name: the co-binding verdict here waits on the step model (issue 21 item 1).
+STEP_MODEL_GAPS = {
+    ("llama_cobind_c32.jsonl.gz", 1796169326, 15.0): "cap x2 +5.3 % at 15 s scrapes: at the 5 % line",
+    ("llama_cobind_c32.jsonl.gz", 1796169519, 0.0): "cap x2 +5.2 % on the drain's window: at the 5 % line",
+}
 
 
 def _id(w: dict) -> str:
@@ -40,10 +54,12 @@ class _AtTheEnd(Advisor):
         return super().annotate(diagnoses, t) if t >= self.at else diagnoses
 
 
-def _at_the_end(path: Path, steady_to: float, cadence: float) -> Diagnosis | None:
-    """The diagnosis of the window's last evaluation, with the relief check run on it."""
+def _at_the_end(
+    path: Path, steady_to: float, cadence: float, asked_from: float | None = None
+) -> Diagnosis | None:
+    """The diagnosis of the window's last evaluation, with the relief check run on it (asked from `asked_from`)."""
     at = steady_to - 4.5  # evaluations are 5 s apart: the last one inside the window
-    pipeline = Pipeline(load_files(default_rule_files()), advisor=_AtTheEnd(at))
+    pipeline = Pipeline(load_files(default_rule_files()), advisor=_AtTheEnd(min(at, asked_from or at)))
     for c in replay(pipeline, [path], 5.0, cadence):
         if c.t >= at:
             return next((d for d in c.diagnoses if d.model_name), None) if c.t <= steady_to + 0.5 else None
@@ -51,8 +67,37 @@ def _at_the_end(path: Path, steady_to: float, cadence: float) -> Diagnosis | Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", CAPPED, ids=[_id(w) for w in CAPPED])
-def test_a_cap_whose_raise_buys_throughput_stays_the_verdict(entry):
+@pytest.mark.parametrize("entry", LIMITED, ids=[_id(w) for w in LIMITED])
+def test_a_limit_whose_own_relief_pays_stays_the_verdict(entry):
+    # batch caps whose raise buys throughput, caches whose growth does, compute that only a replica relieves
     d = _at_the_end(entry["path"], entry["steady_to"], 0.0)
     assert d is not None
-    assert d.verdict == "batch_cap", [(f.name, f.summary) for f in d.findings]
+    assert d.verdict == entry["expected"], [(f.name, f.summary) for f in d.findings]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cadence", [0.0, 15.0], ids=["native", "scrape15s"])
+@pytest.mark.parametrize("entry", RELIEVED, ids=[_id(w) for w in RELIEVED])
+def test_the_co_binding_window_names_the_limit_whose_relief_helps_first_with_the_simulators_reason(
+    entry, cadence, request
+):
+    if cadence and entry["steady_to"] - entry["steady_from"] < SIM_SCRAPES * cadence:
+        pytest.skip(f"the limit holds under {SIM_SCRAPES} scrapes at this interval: nothing to simulate from")
+    gap = STEP_MODEL_GAPS.get((entry["file"], round(entry["steady_from"]), cadence))
+    if gap:
+        request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
+    # asked through the window, as the daemon asks every cycle: a queue draining at the end of it is judged on
+    # the stretch the limit held (the advisor keeps that judgement while the limit holds)
+    d = _at_the_end(entry["path"], entry["steady_to"], cadence, entry["steady_from"])
+    assert d is not None
+    check = next((f for f in d.findings if f.name == "relief_check"), None)
+    assert d.verdict == entry["relief"] and check is not None, [(f.name, f.summary) for f in d.findings]
+    # both names on record: the pack's as co-binding
+    assert d.evidence["limit_rule"] == d.evidence["co_binding"] == entry["expected"]
+    assert check.evidence["limit_checked"] == entry["relief"]
+    if entry["relief"] == "compute":
+        # the reason: the rule's relief buys no capacity at a saturated server, the replica does
+        assert "buys no throughput" in check.summary and "compute-bound; a second replica" in check.summary
+        assert d.advice[0].change == {"replicas": 2}, d.advice
+        assert check.evidence[f"{entry['expected']}_relief_throughput_gain"] < 1 + relief.NOISE
+        assert check.evidence["compute_relief_throughput_gain"] >= 1 + relief.NOISE

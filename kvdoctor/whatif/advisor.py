@@ -17,29 +17,24 @@ from dataclasses import replace
 from kvdoctor.samples import Sample
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import relief
+from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.followup import FollowUp, follow_up
 from kvdoctor.whatif.offload import Offload
-from kvdoctor.whatif.predict import Prediction, predict
-from kvdoctor.whatif.saturation import DURATION_DEPENDENT, Overload
+from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects
 from kvdoctor.whatif.sources import default_window
-from kvdoctor.whatif.window import Quantities, Snap, restarts, snapshot
+from kvdoctor.whatif.window import Snap, restarts, snapshot
 from kvdoctor.whatif.workload import WindowError
 
-EFFECT_KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "queue_time_p95_s", "generation_tokens_per_s")
 RETRY_S = 30.0  # a prediction that had too little traffic to learn from is tried again this soon
 FOLLOWUP_EVERY_S = 30.0  # a follow-up is recomputed as the new configuration shows more
 WINDOW_S = 120.0  # at most this much of the recent steady load is what a prediction learns its workload from
-MIN_STEADY_S = 30.0  # no prediction from a shorter steady stretch
+# no prediction from a steady stretch under MIN_STEADY_S, but a borderline limit's from the stretch it has held, at
+# least the pack's verdict window (VERDICT_WINDOW_S)
+MIN_STEADY_S = 30.0
+VERDICT_WINDOW_S = 15.0
 STEADY_S = 60.0  # a prediction from a shorter steady stretch is redone RETRY_S later
 Key = tuple[str, tuple[tuple[str, float | str], ...]]
-
-
-def _q(q: Quantities, overload: Overload | None = None) -> dict[str, float | None]:
-    d = q.to_dict()
-    # past saturation these have no steady value to show: their size is the length simulated
-    grows = DURATION_DEPENDENT if overload else ()
-    return {k: None if k in grows else v for k, v in d.items() if k in EFFECT_KEYS and not isinstance(v, str)}
 
 
 class Advisor:
@@ -59,6 +54,7 @@ class Advisor:
         self._history: dict[str, deque[Snap]] = {}
         self._effects: dict[Key, Effect | None] = {}
         self._asked: dict[Key, float] = {}
+        self._ready: dict[Key, float] = {}  # when a window found too short will have held long enough
         self._young: set[Key] = set()
         self._lock = threading.Lock()
         # bounded, oldest dropped and counted; a key waits once (else a fleet slower to simulate than its cycles
@@ -69,6 +65,7 @@ class Advisor:
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
         self._failures: dict[str, str] = {}  # target -> why its last simulation raised (until one works)
+        self._limits: dict[str, float] = {}  # target → since when its borderline limit has held
 
     def observe(self, target: str, t: float, samples: Iterable[Sample]) -> None:
         """Keep one scrape of a target."""
@@ -96,6 +93,7 @@ class Advisor:
         with self._lock:
             self._history.pop(target, None)
             self._failures.pop(target, None)
+            self._limits.pop(target, None)
             self._restarts.pop(target, None)
             self._followups.pop(target, None)
             self._shared.forget(target)
@@ -103,11 +101,13 @@ class Advisor:
                 self._effects.pop(k, None)
             for k in [k for k in self._asked if k[0] == target]:
                 self._asked.pop(k, None)
+                self._ready.pop(k, None)
             self._young = {k for k in self._young if k[0] != target}
 
     def annotate(self, diagnoses: list[Diagnosis], t: float) -> list[Diagnosis]:
         """Attach predicted effects to the advice (and follow-ups as findings); never waits in background mode."""
         for d in diagnoses:
+            self._note_limit(d)
             d.advice = [self._with_effect(d.target, a, t) for a in d.advice]
             for f in d.findings:
                 f.advice = [self._with_effect(d.target, a, t) for a in f.advice]
@@ -118,18 +118,23 @@ class Advisor:
                 d.findings.append(fu.finding())
         return diagnoses
 
+    def _note_limit(self, d: Diagnosis) -> None:
+        with self._lock:  # since when a borderline limit has held (_steady_needed); forgotten when it ends
+            if relief.reliefs(d):
+                self._limits[d.target] = d.since
+            else:
+                self._limits.pop(d.target, None)
+
+    def _steady_needed(self, target: str, t: float) -> float:
+        # 30 s lets a new limit's queue show its cost; a borderline limit is judged on the stretch it has held (at
+        # least the pack's 15 s verdict window), so a co-binding stretch shorter than 30 s is judged too
+        with self._lock:
+            since = self._limits.get(target)
+        return MIN_STEADY_S if since is None else min(MIN_STEADY_S, max(VERDICT_WINDOW_S, t - since))
+
     def _relieve(self, d: Diagnosis, t: float) -> None:
         # what each relief of a limit buys, from the same cache and worker as the advice's effects
-        got = {}
-        for r in relief.reliefs(d):
-            eff = self._with_effect(d.target, Advice("", "", "", r.change), t).effect
-            if eff is not None:
-                got[r.limit] = (r, eff)
-        finding = relief.check(d, got)
-        if finding is not None:
-            d.findings.append(finding)
-            relief.lead_with(d, finding)
-            relief.name_the_limit(d, finding)
+        relief.apply(d, lambda change: self._with_effect(d.target, Advice("", "", "", change), t).effect)
 
     def followups(self) -> dict[str, FollowUp]:
         """The latest follow-up per target."""
@@ -165,8 +170,12 @@ class Advisor:
         with self._lock:
             eff = self._effects.get(key)
             every = RETRY_S if key in self._young else self.refresh_s  # a prediction from a short window soon
-            stale = key not in self._effects or (eff is not None and t - eff.t >= every)
-            retry = key in self._effects and eff is None and t - self._asked.get(key, t) >= RETRY_S
+            stale = key not in self._effects or (
+                eff is not None and t - eff.t >= every and t >= self._ready.get(key, t)
+            )
+            # retried RETRY_S later, or once a too-short steady stretch has grown long enough
+            due = self._ready.get(key, self._asked.get(key, t) + RETRY_S)
+            retry = key in self._effects and eff is None and t >= due
             if stale or retry:
                 self._asked[key] = t
         if stale or retry:
@@ -235,14 +244,15 @@ class Advisor:
         history = history[cuts[-1] :] if cuts else history  # only the engine as it runs now
         eff = None
         young = False
+        ready = None  # when a steady stretch found too short will be long enough
         try:
             if len(history) < 5:
                 raise WindowError("too little history")
             lo, hi = default_window(history)  # the load as it has held lately, not the ramp into it
             lo = max(lo, hi - WINDOW_S)
-            if (
-                hi - lo < MIN_STEADY_S
-            ):  # a limit that just appeared: its queue has not shown what it costs yet
+            need = self._steady_needed(target, t)
+            if hi - lo < need:  # a limit that just appeared: its cost not shown yet
+                ready = t + need - (hi - lo)
                 raise WindowError("the load has not held long enough")
             young = hi - lo < STEADY_S
             window = [s for s in history if lo <= s.t <= hi]
@@ -252,37 +262,29 @@ class Advisor:
             if eff is None:
                 args = (history, window, dict(change))
                 p = self.offload.run(predict, *args) if self.offload is not None else predict(*args)
-                eff = _effect(p, dict(change), t)
+                eff = effect_of(p, dict(change), t)
                 self._shared.put(fp, change, eff)
         except (WindowError, ValueError, ZeroDivisionError):
             eff = None  # not enough traffic yet: asked again after refresh_s
         except RuntimeError:  # the simulation child is gone (interpreter shutdown): asked again
             eff = None
         with self._lock:
+            prev, since = self._effects.get(key), self._limits.get(target)
+            if (
+                eff is None
+                and ready is not None
+                and prev is not None
+                and since is not None
+                and since <= prev.t
+            ):
+                eff = prev  # the limit it judged still holds (a queue draining): it stands until a steady stretch
             self._effects[key] = eff
+            if ready is None:
+                self._ready.pop(key, None)
+            else:
+                self._ready[key] = ready
             if young:
                 self._young.add(key)
             else:
                 self._young.discard(key)
         return eff
-
-
-def _effect(p: Prediction, change: dict[str, float | str], t: float) -> Effect:
-    """The advice's effect from a prediction: now and after, the 80 % interval after, overload and unseen ranges."""
-    now, after = _q(p.unchanged, p.overload_now), _q(p.predicted, p.overload_after)
-    sides = (("now", p.overload_now), ("after", p.overload_after))
-    said = [f"{side} {o.line()}" for side, o in sides if o]
-    band = p.band_after
-    low, high = (_q(band.low, p.overload_after), _q(band.high, p.overload_after)) if band else ({}, {})
-    eff = Effect(
-        dict(change),
-        now,
-        after,
-        p.predicted.bottleneck,
-        t,
-        overload="; ".join(said),
-        after_p10=low,
-        after_p90=high,
-        unseen="; ".join(band.unseen) if band else "",
-    )
-    return replace(eff, text=eff.summary())

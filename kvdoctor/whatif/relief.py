@@ -1,26 +1,37 @@
 """The limit is the one whose relief helps: what the cap ×2, the cache ×2 and a second replica each buy.
 
-The rule pack names a limit from thresholds; the simulator can say whether relieving it would help. When the rule's
-limit's own relief buys nothing (no throughput, no gain on the quantity that suffers) while another relief does, the
-limit is the other one and the rule's is co-binding. The diagnosis keeps both: its verdict becomes the limit whose
-relief helps, its evidence keeps the rule's (`limit_rule`, `co_binding`; the pack's `bottleneck` label and alert stay
-the rule's, the Prometheus-only path cannot simulate), and a `relief_check` finding says what the simulator found,
-with the advice leading with the change that helps.
+The rule pack names a limit from thresholds; the simulator can say whether relieving it would help. Help is capacity:
+while the server is saturated (an open loop past capacity, or clients that wait for answers) its throughput is what
+it can give, and a relief that buys no throughput only moves the wait from TTFT into ITL (or back): past capacity the
+queue grows either way, and in a closed loop the same throughput means the same mean request latency (Little's law).
+Below capacity every arrival is served whatever the change, so there a relief helps when it cuts the quantity that
+suffers without worsening the other latency. The cap ×2 and the cache ×2 each relieve one resource; a second replica
+relieves all of them, so compute is named only when no single-resource relief helps and the replica does.
+
+When that names another limit than the rule's, the diagnosis keeps both: its verdict becomes the limit whose relief
+helps, its evidence keeps the rule's (`limit_rule`, `co_binding`; the pack's `bottleneck` label and alert stay the
+rule's, the Prometheus-only path cannot simulate), and a `relief_check` finding says what the simulator found, with
+the advice leading with the change that helps.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvdoctor import fmt
 from kvdoctor.verdicts import Advice, Diagnosis, Effect, Finding, Verdict
 
 NEAR = 0.6  # ITL p50 at this share of the ITL from which compute is named: compute is within reach
 FULL = 0.6  # KV usage from which the cache may be co-binding
-BUYS = 1.10  # a relief helps when it improves the suffering quantity by at least 10 %…
-THROUGHPUT_BUYS = 1.05  # …or the throughput by at least 5 %
+NOISE = 0.05  # throughput within 5 % either way is the same capacity (the simulation's noise), not a gain
+BUYS = 1.10  # below capacity a relief helps when it cuts the suffering latency by at least 10 %…
+WORSE = 1.10  # …and lengthens the other by less than 10 %
 LABELS = {"batch_cap": "the batch cap", "kv_cache": "the KV cache", "compute": "compute"}
+REACHED = {"batch_cap": "is reached", "kv_cache": "is full", "compute": "is at its ceiling"}
 QUANTITY = {"ttft_p95_s": "TTFT p95", "itl_p50_s": "ITL p50"}
+OTHER = {"ttft_p95_s": "itl_p50_s", "itl_p50_s": "ttft_p95_s"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,16 @@ class Relief:
     limit: str
     change: dict[str, float | str]
     text: str
+
+
+class Gain(NamedTuple):
+    """What one relief buys as factors, above 1 better (1.0 where a side is not predicted)."""
+
+    throughput: (
+        float  # generation tokens/s after over now (completed requests/s where tokens/s is not predicted)
+    )
+    latency: float  # the suffering quantity, now over after
+    other: float  # the other latency, now over after (below 1: it lengthened)
 
 
 def borderline(d: Diagnosis) -> bool:
@@ -72,55 +93,85 @@ def suffering(d: Diagnosis) -> str:
     return "ttft_p95_s" if waiting and waiting >= 1 else "itl_p50_s"
 
 
-def gain(effect: Effect, quantity: str) -> tuple[float, float]:
-    """(factor on the suffering quantity, factor on throughput); above 1 is better, 1.0 where not predicted."""
-    a, b = effect.now.get(quantity), effect.after.get(quantity)
-    lat = a / b if a and b and a > 0 and b > 0 else 1.0
-    x, y = effect.now.get("generation_tokens_per_s"), effect.after.get("generation_tokens_per_s")
-    tps = y / x if x and y and x > 0 else 1.0
-    return lat, tps
+def gain(effect: Effect, quantity: str) -> Gain:
+    """What the effect buys: throughput, the suffering quantity and the other latency as factors."""
+    tps = _ratio(effect.after, effect.now, "generation_tokens_per_s")
+    if tps is None:
+        tps = _ratio(effect.after, effect.now, "requests_per_s")
+    return Gain(
+        tps or 1.0,
+        _ratio(effect.now, effect.after, quantity) or 1.0,
+        _ratio(effect.now, effect.after, OTHER.get(quantity, "")) or 1.0,
+    )
+
+
+def helps(effect: Effect, quantity: str) -> bool:
+    """The relief raises capacity, or (below capacity) cuts the suffering latency without lengthening the other."""
+    g = gain(effect, quantity)
+    if g.throughput >= 1 + NOISE:
+        return True
+    if effect.saturated or g.throughput <= 1 - NOISE:
+        return False  # the same throughput past capacity: a latency moved is a latency traded
+    return g.latency >= BUYS and g.other > 1 / WORSE
+
+
+def score(effect: Effect, quantity: str) -> float:
+    """How much a relief that helps buys: throughput while saturated, else the suffering quantity's cut."""
+    g = gain(effect, quantity)
+    return g.throughput if effect.saturated else g.latency
 
 
 def check(d: Diagnosis, effects: dict[str, tuple[Relief, Effect]]) -> Finding | None:
     """The relief_check finding when the simulator names another limit than the rule did; None when they agree."""
     rule = d.verdict
-    if rule not in effects or "compute" not in effects:
-        return None  # the rule's own relief or the replica not predicted yet
+    if any(r.limit not in effects for r in reliefs(d)) or rule not in effects or "compute" not in effects:
+        return None  # a relief not predicted yet: no name from half the answer
     q = suffering(d)
-
-    def helps(limit: str) -> bool:
-        lat, tps = gain(effects[limit][1], q)
-        return lat >= BUYS or tps >= THROUGHPUT_BUYS
-
-    if helps(rule):
-        return None
-    others = [k for k in effects if k not in (rule, "compute") and helps(k)]
-    checked = max(others, key=lambda k: gain(effects[k][1], q)[0]) if others else "compute"
-    if not helps(checked):
+    single = [k for k in effects if k != "compute" and helps(effects[k][1], q)]
+    if single:
+        checked = max(single, key=lambda k: score(effects[k][1], q))
+    elif helps(effects["compute"][1], q):
+        checked = "compute"  # only the replica, which adds compute beside the slots and the cache, helps
+    else:
         return None  # nothing the simulator tries helps: no better name than the rule's
+    if checked == rule:
+        return None
     relief, eff = effects[rule]
     better_relief, better = effects[checked]
-    now_tps, after_tps = eff.now.get("generation_tokens_per_s"), eff.after.get("generation_tokens_per_s")
-    tps = f" ({fmt.sig3(now_tps)} → {fmt.sig3(after_tps)} tok/s)" if now_tps and after_tps else ""
-    lat, _ = gain(better, q)
-    summary = (
-        f"{LABELS[rule]} is reached, but {relief.text} buys no throughput{tps}: {checked.replace('_', ' ')}-bound; "
-        f"{better_relief.text} {_cut(lat, q)}"
-    )
+    named = checked.replace("_", " ")
+    if helps(eff, q):  # a replica for compute, or a relief that buys less: the other resource binds first
+        summary = (
+            f"{named}-bound before {rule.replace('_', ' ')}: {better_relief.text} {_buys(better, q)}; "
+            f"{relief.text} {_buys(eff, q)}"
+        )
+    else:
+        summary = (
+            f"{LABELS[rule]} {REACHED[rule]}, but {relief.text} buys {_bought(eff, q)}: "
+            f"{named}-bound; {better_relief.text} {_buys(better, q)}"
+        )
+    g_rule, g_checked = gain(eff, q), gain(better, q)
     evidence: dict[str, float | str] = {
         "limit_rule": rule,
         "limit_checked": checked,
         "co_binding": rule,
         "suffering": q,
-        f"{rule}_relief_gain": round(gain(eff, q)[0], 3),
-        f"{checked}_relief_gain": round(lat, 3),
+        "saturated": "yes" if better.saturated else "no",
+        f"{rule}_relief_throughput_gain": round(g_rule.throughput, 3),
+        f"{rule}_relief_gain": round(g_rule.latency, 3),
+        f"{checked}_relief_throughput_gain": round(g_checked.throughput, 3),
+        f"{checked}_relief_gain": round(g_checked.latency, 3),
     }
+    why = (
+        "at capacity only more throughput relieves the queue"
+        if better.saturated
+        else "below capacity every request is served either way"
+    )
     return Finding(
         "relief_check",
         "info",
         summary,
         f"The rule pack names {rule} from its thresholds; the what-if simulation of each relief says "
-        f"{checked.replace('_', ' ')} is what limits here: {eff.summary()} for {relief.text}, "
+        f"{named} is what limits here ({why}): {eff.summary()} for {relief.text}, "
         f"{better.summary()} for {better_relief.text}.",
         evidence,
         [
@@ -134,6 +185,20 @@ def check(d: Diagnosis, effects: dict[str, tuple[Relief, Effect]]) -> Finding | 
         ],
         bottleneck="",
     )
+
+
+def apply(d: Diagnosis, effect_of: Callable[[dict[str, float | str]], Effect | None]) -> None:
+    """Check a limited diagnosis' reliefs with `effect_of` (a cached prediction or None); name the limit that helps."""
+    got = {}
+    for r in reliefs(d):
+        eff = effect_of(r.change)
+        if eff is not None:
+            got[r.limit] = (r, eff)
+    finding = check(d, got)
+    if finding is not None:
+        d.findings.append(finding)
+        lead_with(d, finding)
+        name_the_limit(d, finding)
 
 
 def lead_with(d: Diagnosis, finding: Finding) -> None:
@@ -150,8 +215,48 @@ def name_the_limit(d: Diagnosis, finding: Finding) -> None:
     d.verdict = Verdict(checked)
 
 
-def _cut(factor: float, quantity: str) -> str:
+def _bought(eff: Effect, quantity: str) -> str:
+    """What the rule's own relief buys, said against capacity: `no throughput (52 tok/s either way)`."""
+    g = gain(eff, quantity)
+    a, b = eff.now.get("generation_tokens_per_s"), eff.after.get("generation_tokens_per_s")
+    rates = f"{fmt.sig3(a)} → {fmt.sig3(b)} tok/s" if a and b else ""
+    if abs(g.throughput - 1) < NOISE:
+        text = f"no throughput ({fmt.sig3(a)} tok/s either way)" if a and b else "no throughput"
+    else:
+        text = f"{g.throughput - 1:+.0%} throughput" + (f" ({rates})" if rates else "")
+    if eff.saturated and g.latency >= BUYS:
+        moved = _span(eff, quantity)
+        text += f"; {QUANTITY.get(quantity, quantity)} {moved} at the same throughput only moves the wait into decoding"
+    elif eff.saturated and eff.overloaded_now:
+        text += "; the queue grows either way"
+    return text
+
+
+def _buys(eff: Effect, quantity: str) -> str:
+    """What the relief that helps buys: `doubles throughput (52 → 104 tok/s) and cuts TTFT p95 7.2×`."""
+    g = gain(eff, quantity)
     label = QUANTITY.get(quantity, quantity)
+    if not eff.saturated:
+        return _cut(g.latency, label)
+    a, b = eff.now.get("generation_tokens_per_s"), eff.after.get("generation_tokens_per_s")
+    rates = f" ({fmt.sig3(a)} → {fmt.sig3(b)} tok/s)" if a and b else ""
+    more = (
+        "doubles throughput" if 1.9 <= g.throughput <= 2.1 else f"raises throughput {g.throughput - 1:+.0%}"
+    )
+    text = more + rates
+    if g.latency >= BUYS:
+        text += f" and {_cut(g.latency, label)}"
+    elif eff.overloaded_now and (after := eff.after.get(quantity)) is not None:
+        text += f" and ends the overload ({label} ≈{fmt.sig3(after)} s)"
+    return text
+
+
+def _span(eff: Effect, quantity: str) -> str:
+    a, b = eff.now.get(quantity), eff.after.get(quantity)
+    return f"{fmt.sig3(a)} → {fmt.sig3(b)} s" if a is not None and b is not None else ""
+
+
+def _cut(factor: float, label: str) -> str:
     if 1.9 <= factor <= 2.1:
         return f"halves {label}"
     return f"cuts {label} {factor:.1f}×" if factor > 2.1 else f"cuts {label} by {1 - 1 / factor:.0%}"
@@ -159,6 +264,11 @@ def _cut(factor: float, quantity: str) -> str:
 
 def _flag(limit: str) -> str:
     return {"batch_cap": "--max-num-seqs", "kv_cache": "--kv-cache-memory-bytes"}.get(limit, "replicas")
+
+
+def _ratio(top: dict[str, float | None], bottom: dict[str, float | None], key: str) -> float | None:
+    a, b = top.get(key), bottom.get(key)
+    return a / b if a is not None and b is not None and a > 0 and b > 0 else None
 
 
 def _num(v: float | str | None) -> float | None:

@@ -103,7 +103,10 @@ def infer_workload(snaps: list[Snap]) -> Workload:
     queued = sum(1 for w in waiting if w > 0) / len(waiting)
     med = statistics.median(inside)
     held = sum(1 for x in inside if abs(x - med) <= 0.1 * med) / len(inside) if med > 0 else 0.0
-    if queued >= PERSISTENT_QUEUE and held >= HELD:
+    k = max(1, len(inside) // 6)
+    trend = statistics.fmean(inside[-k:]) - statistics.fmean(inside[:k])  # ends averaged against noise
+    # a queue that grows by a tenth of its level is arrivals outpacing completions, not clients waiting for answers
+    if queued >= PERSISTENT_QUEUE and held >= HELD and trend < 0.1 * med:
         n = max(1, round(med))
         why = (
             f"closed loop: running + waiting held at {n} in {held:.0%} of scrapes while requests waited in "
@@ -122,10 +125,7 @@ def infer_workload(snaps: list[Snap]) -> Workload:
             f"clients wait for answers (≈{think:.2g} s between an answer and the next request)"
         )
         return Workload("closed", done / dt, n, think, prompt, output, hit, why)
-    k = max(
-        1, len(inside) // 6
-    )  # a growing queue adds arrivals not yet finished; ends averaged against noise
-    rate = (done + max(0.0, statistics.fmean(inside[-k:]) - statistics.fmean(inside[:k]))) / dt
+    rate = (done + max(0.0, trend)) / dt  # a growing queue adds arrivals not yet finished
     reason = (
         f"requests waited in only {queued:.0%} of scrapes"
         if queued < PERSISTENT_QUEUE

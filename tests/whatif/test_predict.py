@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -10,12 +11,13 @@ import pytest
 from kvdoctor.whatif.compare import load_pairs, run_pair
 from kvdoctor.whatif.knobs import KnobError, parse_knob
 from kvdoctor.whatif.predict import predict
-from kvdoctor.whatif.sources import recording_snaps
+from kvdoctor.whatif.sources import default_window, recording_snaps
 from kvdoctor.whatif.stepfit import fit_step_model, history_rows
-from kvdoctor.whatif.window import delta_buckets, in_window
+from kvdoctor.whatif.window import delta, delta_buckets, in_window
 from kvdoctor.whatif.workload import WindowError, infer_workload, length_dist
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
+COBIND = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-cobinding"
 
 
 def _window(shared: Path, name: str, lo: float, hi: float):
@@ -37,6 +39,20 @@ def test_independent_arrivals_without_a_queue_are_an_open_loop(shared_032):
     w = infer_workload(window)
     assert w.kind == "open"
     assert 1.7 <= w.rate_per_s <= 2.3
+
+
+def test_a_queue_growing_past_capacity_is_an_open_loop_at_a_15s_scrape():
+    # llama-shaped, 1 req/s open loop above its ~0.8 req/s capacity: the queue grows all window; at a 15 s scrape its
+    # few scrapes sit within 10 % of their median, which alone would read as a closed loop of ~90 clients
+    held = next(w for w in json.loads((COBIND / "labels.json").read_text()) if w.get("relief"))
+    snaps = recording_snaps(COBIND / held["file"])
+    kept = [s for i, s in enumerate(snaps) if i % 8 == 0 and s.t <= held["steady_to"]]  # ~15 s of 2 s scrapes
+    window = in_window(kept, *default_window(kept))  # what the advisor learns from at the window's end
+    w = infer_workload(window)
+    done = delta(window[0], window[-1], "vllm:request_success_total") / (window[-1].t - window[0].t)
+    assert w.kind == "open", w.why
+    assert w.rate_per_s > 1.1 * done  # the arrivals the growing queue holds, beyond those completed
+    assert 0.8 <= w.rate_per_s <= 1.25
 
 
 def test_prefix_hit_ratio_comes_from_the_counters(shared_032):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from kvdoctor.pipeline import Pipeline
@@ -31,8 +32,8 @@ def test_a_clear_cap_is_not_second_guessed():
     assert capped[-1].advice[0].flag == "--max-num-seqs"
 
 
-def _effect(change, now, after, then="compute"):
-    return Effect(change, now, after, then)
+def _effect(change, now, after, then="compute", **load):
+    return Effect(change, now, after, then, **load)
 
 
 def _capped() -> Diagnosis:
@@ -83,7 +84,8 @@ def test_a_cap_whose_raise_buys_nothing_is_co_binding_and_compute_is_named():
     assert f.evidence["limit_rule"] == "batch_cap" and f.evidence["limit_checked"] == "compute"
     assert f.evidence["co_binding"] == "batch_cap"
     assert (
-        "buys no throughput (149 → 148 tok/s): compute-bound; a second replica halves TTFT p95" in f.summary
+        "buys no throughput (149 tok/s either way): compute-bound; a second replica halves TTFT p95"
+        in f.summary
     )
     relief.lead_with(d, f)
     assert [a.change for a in d.advice] == [
@@ -139,3 +141,98 @@ def test_a_relief_check_for_another_verdict_changes_nothing():
     d.verdict = "healthy"  # the rule's limit ended since the check: not applied to another verdict
     relief.name_the_limit(d, f)
     assert d.verdict == "healthy" and "limit_rule" not in d.evidence
+
+
+# What the simulator said on llama_ramp_c32's 1.1 req/s step (cap 32 reached, 31 running, a queue; clients hold at
+# most 44 in flight, so a closed loop): raising the cap empties the queue but buys no throughput.
+SATURATED = {"ttft_p95_s": 17.5, "itl_p50_s": 0.285, "generation_tokens_per_s": 48.9}
+
+
+def _saturated(cap_after, replica_after, rule="batch_cap", **load):
+    d = _capped()
+    d.verdict = rule
+    by_limit = {r.limit: r for r in relief.reliefs(d)}
+    load = load or {"closed_loop": True}
+    changes = {
+        "batch_cap": {"max_num_seqs": 64},
+        "kv_cache": {"kv_cache_tokens": 131072},
+        "compute": {"replicas": 2},
+    }
+    after = {"batch_cap": cap_after, "kv_cache": {}, "compute": replica_after}
+    return d, {
+        k: (by_limit[k], _effect(changes[k], SATURATED, {**SATURATED, **after[k]}, **load)) for k in changes
+    }
+
+
+def test_at_capacity_a_relief_that_buys_no_throughput_only_trades_itl_for_ttft():
+    # the cap ×2 cuts TTFT p95 7× at +3 % tokens/s: the same throughput, the wait moved into decoding
+    d, effects = _saturated(
+        {"ttft_p95_s": 2.59, "generation_tokens_per_s": 50.5},
+        {"ttft_p95_s": 2.41, "itl_p50_s": 0.17, "generation_tokens_per_s": 93.1},
+    )
+    assert not relief.helps(effects["batch_cap"][1], "ttft_p95_s")
+    f = relief.check(d, effects)
+    assert (
+        f is not None and f.evidence["limit_checked"] == "compute" and f.evidence["co_binding"] == "batch_cap"
+    )
+    assert f.summary == (
+        "the batch cap is reached, but raising --max-num-seqs to 64 buys no throughput (48.9 tok/s either way); "
+        "TTFT p95 17.5 → 2.59 s at the same throughput only moves the wait into decoding: compute-bound; "
+        "a second replica doubles throughput (48.9 → 93.1 tok/s) and cuts TTFT p95 7.3×"
+    )
+    relief.lead_with(d, f)
+    relief.name_the_limit(d, f)
+    assert d.verdict == "compute" and d.advice[0].change == {"replicas": 2}
+    # the same numbers below capacity (an open loop the server keeps up with): the TTFT cut is the help it looks
+    cap, replica = {"ttft_p95_s": 2.59, "generation_tokens_per_s": 50.5}, {"ttft_p95_s": 2.41}
+    d, effects = _saturated(cap, replica, closed_loop=False)
+    assert relief.helps(effects["batch_cap"][1], "ttft_p95_s") and relief.check(d, effects) is None
+
+
+def test_past_capacity_the_queue_grows_either_way_and_the_replica_ends_the_overload():
+    # an open loop above capacity: TTFT has no steady value now (it measures how long was simulated)
+    cap, replica = {"generation_tokens_per_s": 49.8}, {"ttft_p95_s": 3.0, "generation_tokens_per_s": 76.0}
+    d, effects = _saturated(cap, replica, overloaded_now=True)
+    for k, (r, e) in effects.items():  # only the replica's side is not overloaded after
+        after = e.after if k == "compute" else {**e.after, "ttft_p95_s": None}
+        effects[k] = (r, replace(e, now={**SATURATED, "ttft_p95_s": None}, after=after))
+    f = relief.check(d, effects)
+    assert f is not None and f.evidence["limit_checked"] == "compute"
+    assert (
+        "buys no throughput (48.9 tok/s either way); the queue grows either way: compute-bound" in f.summary
+    )
+    assert (
+        "a second replica raises throughput +55% (48.9 → 76 tok/s) and ends the overload (TTFT p95 ≈3 s)"
+        in (f.summary)
+    )
+
+
+def test_below_capacity_a_ttft_cut_bought_with_slower_tokens_is_no_help():
+    d, effects = _predicted(
+        {"ttft_p95_s": 2.0, "itl_p50_s": 0.09}, {}, {"ttft_p95_s": 6.0, "itl_p50_s": 0.05}
+    )
+    assert not relief.helps(effects["batch_cap"][1], "ttft_p95_s")  # ITL p50 +50 %
+    f = relief.check(d, effects)
+    assert f is not None and f.evidence["limit_checked"] == "compute"  # the replica cuts both
+    d, effects = _predicted(
+        {"ttft_p95_s": 2.0, "itl_p50_s": 0.063}, {}, {"ttft_p95_s": 6.0, "itl_p50_s": 0.05}
+    )
+    assert relief.check(d, effects) is None  # ITL p50 +5 % for TTFT ÷4: the cap it is
+
+
+def test_a_compute_call_whose_cap_raise_buys_throughput_names_the_cap():
+    # the rule says compute, but 64 seqs complete 15 % more at capacity: the cap binds first, compute co-binding
+    d, effects = _saturated(
+        {"generation_tokens_per_s": 56.2}, {"generation_tokens_per_s": 93.1}, rule="compute"
+    )
+    f = relief.check(d, effects)
+    assert (
+        f is not None and f.evidence["limit_checked"] == "batch_cap" and f.evidence["co_binding"] == "compute"
+    )
+    assert f.summary.startswith(
+        "batch cap-bound before compute: raising --max-num-seqs to 64 raises throughput +15%"
+    )
+    d, effects = _saturated(
+        {"generation_tokens_per_s": 50.0}, {"generation_tokens_per_s": 93.1}, rule="compute"
+    )
+    assert relief.check(d, effects) is None  # only the replica helps: compute, as the rule said
