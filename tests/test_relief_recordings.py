@@ -35,7 +35,6 @@ SIM_SCRAPES = 5  # the what-if learns from no fewer scrapes (whatif/predict.lear
 # throughput, the cap keeps the name: the co-binding verdict here waits on the step model (issue 21 item 1).
 STEP_MODEL_GAPS = {
     ("llama_cobind_c32.jsonl.gz", 1796169326, 15.0): "cap x2 +5.3 % at 15 s scrapes: at the 5 % line",
-    ("llama_cobind_c32.jsonl.gz", 1796169519, 0.0): "cap x2 +5.2 % on the drain's window: at the 5 % line",
 }
 
 
