@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from kvdoctor.notify.alertmanager import alertname, pack_alertnames, rfc3339, to_alert
+from kvdoctor.notify.alerts import AlertView
 from kvdoctor.notify.config import AlertmanagerConfig
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.signals import FINDINGS
@@ -50,15 +51,17 @@ def _pack_alerts() -> dict[str, Any]:
 def sink_labels(finding: str, instance: str = "10.0.0.7:8000", model: str = "llama") -> dict[str, str]:
     """The labels kvdoctor's Alertmanager sink pushes for a finding."""
     kind = FINDINGS[finding]
-    view = {
-        "target": instance,
-        "model_name": model,
-        "finding": finding,
-        "severity": kind.severity or _pack_alerts()[finding].labels["severity"],
-        "bottleneck": finding if finding in ("kv_cache", "batch_cap", "compute") else "",
-        "status": "firing",
-        "fired_at": time.time(),
-    }
+    view = AlertView.from_dict(
+        {
+            "target": instance,
+            "model_name": model,
+            "finding": finding,
+            "severity": kind.severity or _pack_alerts()[finding].labels["severity"],
+            "bottleneck": finding if finding in ("kv_cache", "batch_cap", "compute") else "",
+            "status": "firing",
+            "fired_at": time.time(),
+        }
+    )
     return dict(to_alert(view, AlertmanagerConfig(urls=("http://am",)), time.time())["labels"])
 
 
@@ -77,11 +80,11 @@ def test_the_sink_uses_the_packs_alertnames_and_prometheus_labels() -> None:
     assert pack_alertnames() == {f: r.name for f, r in pack.items()}
     assert set(pack) <= set(FINDINGS)
     for finding in pack:
-        assert alertname({"finding": finding}) == pack[finding].name
+        assert alertname(AlertView(finding=finding)) == pack[finding].name
         if finding != "target_down":
             assert sink_labels(finding) == prometheus_labels(finding), finding
     assert (
-        alertname({"finding": "metrics_missing"}) == "VLLMMetricsMissing"
+        alertname(AlertView(finding="metrics_missing")) == "VLLMMetricsMissing"
     )  # Python-only findings keep the prefix
     assert set(RECEIVER) == set(FINDINGS), "a finding without an expected receiver"
 
