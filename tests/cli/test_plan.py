@@ -18,36 +18,10 @@ from kvdoctor.whatif.sources import default_window, history_before, recording_sn
 from kvdoctor.whatif.window import in_window, measure
 from tests.support.openmetrics import recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
+from tests.support.whatif_json import Q_KEYS, SATURATION_KEYS
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BATCHCAP = PAIRS / "batchcap_before.jsonl.gz"  # max_num_seqs 4, 24 closed-loop clients: 20 wait
-Q_KEYS = {
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "itl_p50_s",
-    "itl_p95_s",
-    "queue_time_p95_s",
-    "generation_tokens_per_s",
-    "requests_per_s",
-    "running",
-    "waiting",
-    "kv_usage_max",
-    "preemptions_per_s",
-    "bottleneck",
-}
-SATURATION_KEYS = {
-    "overloaded",
-    "arrivals_requests_per_s",
-    "capacity_requests_per_s",
-    "capacity_generation_tokens_per_s",
-    "capacity_requests_per_s_per_replica",
-    "capacity_generation_tokens_per_s_per_replica",
-    "queue_growth_requests_per_s",
-    "ttft_growth_s_per_minute",
-    "ttft_reaches_s",
-    "ttft_reaches_after_s",
-    "duration_dependent",
-}
 SHAPE = {
     "changes",
     "replicas",

@@ -12,36 +12,10 @@ from kvdoctor.cli import main
 from kvdoctor.replayserver import Playlist, ReplayServer
 from tests.support.openmetrics import recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
+from tests.support.whatif_json import Q_KEYS, SATURATION_KEYS
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BEFORE = PAIRS / "batchcap_before.jsonl.gz"
-Q_KEYS = {
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "itl_p50_s",
-    "itl_p95_s",
-    "queue_time_p95_s",
-    "generation_tokens_per_s",
-    "requests_per_s",
-    "running",
-    "waiting",
-    "kv_usage_max",
-    "preemptions_per_s",
-    "bottleneck",
-}
-SATURATION_KEYS = {
-    "overloaded",
-    "arrivals_requests_per_s",
-    "capacity_requests_per_s",
-    "capacity_generation_tokens_per_s",
-    "capacity_requests_per_s_per_replica",
-    "capacity_generation_tokens_per_s_per_replica",
-    "queue_growth_requests_per_s",
-    "ttft_growth_s_per_minute",
-    "ttft_reaches_s",
-    "ttft_reaches_after_s",
-    "duration_dependent",
-}
 
 
 def test_json_has_the_documented_shape_and_the_change_shows(capsys):

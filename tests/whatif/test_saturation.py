@@ -22,23 +22,11 @@ from kvdoctor.whatif.predict import learn, simulate
 from kvdoctor.whatif.saturation import detect
 from kvdoctor.whatif.sources import default_window, history_before, recording_snaps
 from kvdoctor.whatif.window import in_window, measure
+from tests.support.whatif_json import SATURATION_KEYS
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
 OPEN = PAIRS / "loadx15_before.jsonl.gz"  # open loop, Poisson 4 req/s, out 32-128 tokens, healthy
 CAPPED = PAIRS / "loadcap_before.jsonl.gz"  # the same server with --max-num-seqs 4, 16 clients: at its cap
-SATURATION_KEYS = {
-    "overloaded",
-    "arrivals_requests_per_s",
-    "capacity_requests_per_s",
-    "capacity_generation_tokens_per_s",
-    "capacity_requests_per_s_per_replica",
-    "capacity_generation_tokens_per_s_per_replica",
-    "queue_growth_requests_per_s",
-    "ttft_growth_s_per_minute",
-    "ttft_reaches_s",
-    "ttft_reaches_after_s",
-    "duration_dependent",
-}
 # Outputs differ between the two recordings (32-128 vs 64-256 tokens), so the open-loop traffic spends a larger
 # share of each step on prefill: its decode capacity in tokens/s is expected somewhat below the capped window's.
 CAPACITY_TOLERANCE = 0.25
