@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from kvdoctor.report.history import History
 from kvdoctor.report.page import ASSETS, CHARTS
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.verdicts import Diagnosis, Finding
+from tests.support.chromium import chromium
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 T0 = 1796000400.0
@@ -93,25 +93,14 @@ def test_report_page_links_its_scripts_and_styles_which_the_daemon_serves(daemon
 def test_the_daemons_report_draws_its_charts_under_its_csp_with_no_console_error(
     daemon: Daemon, tmp_path: Path
 ) -> None:
-    cmd = [
-        CHROMIUM or "chromium",
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=5000",
+    run = chromium(
+        tmp_path,
         "--enable-logging=stderr",
         "--v=0",
         "--window-size=1400,1000",
         "--dump-dom",
         _url(daemon, "/report"),
-    ]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert [ln for ln in run.stderr.splitlines() if "CONSOLE" in ln] == []
     m = re.search(r'<pre id="chart-state"[^>]*>(.*?)</pre>', run.stdout, re.S)

@@ -14,6 +14,7 @@ import pytest
 from kvdoctor.report.build import build_report
 from kvdoctor.report.economics import Prices
 from kvdoctor.report.page import CHARTS, render_html
+from tests.support.chromium import chromium as support_chromium
 from tests.support.fleet import T0, Fleet
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -26,23 +27,7 @@ pytestmark = [
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # --enable-logging=stderr prints every console message (and uncaught error) as a CONSOLE line
-    cmd = [
-        CHROMIUM or "chromium",
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=5000",
-        "--enable-logging=stderr",
-        "--v=0",
-        *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return support_chromium(tmp_path, "--enable-logging=stderr", "--v=0", *args)
 
 
 def console(run: subprocess.CompletedProcess[str]) -> list[str]:
