@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from kvdoctor.ingest.recording import Frame, load_frames
 from kvdoctor.pipeline import Cycle, Pipeline
 from kvdoctor.query import recording_instance
+
+STALE_S = 300.0  # Prometheus' lookback: a sample older than this is invisible to every rule
 
 
 def replay(
@@ -48,3 +51,7 @@ def replay(
             on_cycle(cycle)
         yield cycle
         t += interval_s
+        if 0 < i < len(frames) and t - frames[i - 1][0] > STALE_S and frames[i][0] - t > interval_s:
+            # nothing scraped for a lookback: every series is stale until the next frame, so each evaluation between
+            # would say the same nothing (recordings made days apart span days); step the clock on its grid instead
+            t += math.floor((frames[i][0] - t) / interval_s) * interval_s
