@@ -17,7 +17,7 @@ from tests.faults import FaultServer, refused_url
 from tests.support.clock import ManualClock
 from tests.support.daemon import watched
 
-FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
+FAST = HttpOptions(connect_timeout=1.0, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
 # For targets that answer: their verdict must not depend on how fast a busy machine serves them.
 ROOMY = HttpOptions(connect_timeout=10.0, read_timeout=10.0, total_timeout=10.0, max_bytes=4 * 1024 * 1024)
 MODES = ["hang", "drip", "garbage", "truncate", "huge", "html"]
