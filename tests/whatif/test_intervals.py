@@ -24,22 +24,11 @@ from kvdoctor.whatif.knobs import parse_knob
 from kvdoctor.whatif.predict import Prediction, predict
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import Quantities, in_window
+from tests.support.whatif_json import Q_KEYS
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BEFORE = PAIRS / "batchcap_before.jsonl.gz"
-NUMERIC = {
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "itl_p50_s",
-    "itl_p95_s",
-    "queue_time_p95_s",
-    "generation_tokens_per_s",
-    "requests_per_s",
-    "running",
-    "waiting",
-    "kv_usage_max",
-    "preemptions_per_s",
-}
+NUMERIC = Q_KEYS - {"bottleneck"}  # every quantity that carries a number
 
 
 @pytest.fixture(scope="module")
