@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import promql_parser as pp
 
 from kvdoctor.ingest.parse import ParseError, Parser
 from kvdoctor.ingest.recording import RecordingError, load_frames
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.promql.engine import Evaluator
 from kvdoctor.promql.values import Range, Scalar, String, Value, format_value
 from kvdoctor.store import Store
@@ -63,7 +63,7 @@ def load_store(
     return store
 
 
-def instant_query(store: Store, expr: str, t: float, subquery_step_s: float = 60.0) -> dict[str, Any]:
+def instant_query(store: Store, expr: str, t: float, subquery_step_s: float = 60.0) -> JsonObject:
     """Evaluate expr at t (unix seconds); returns what Prometheus' /api/v1/query returns under `data`."""
     node = pp.parse(expr)
     t_ms = round(t * 1000)
@@ -73,7 +73,7 @@ def instant_query(store: Store, expr: str, t: float, subquery_step_s: float = 60
     return to_api(value, t_ms / 1000)
 
 
-def to_api(value: Value, t: float) -> dict[str, Any]:
+def to_api(value: Value, t: float) -> JsonObject:
     """A value in the shape of Prometheus' HTTP API."""
     if isinstance(value, Scalar):
         return {"resultType": "scalar", "result": [t, format_value(value.v)]}

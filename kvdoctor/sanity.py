@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kvdoctor.jsondoc import JsonValue
+
 # Ratios vLLM exports as fractions 0-1; a little over 1 is rounding, more is a broken exporter.
 RATIO_MAX = 1.05
 RATIOS = frozenset({"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"})
@@ -65,7 +67,7 @@ def finite(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def scrub(doc: Any) -> Any:
+def scrub(doc: JsonValue) -> JsonValue:
     """A copy of a JSON-ready document with every non-finite float replaced by None (JSON has no Infinity)."""
     if isinstance(doc, float):
         return doc if math.isfinite(doc) else None

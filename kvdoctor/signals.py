@@ -8,7 +8,8 @@ A new signal is one entry here plus its recording rule in rules/kvdoctor.yml.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from kvdoctor.jsondoc import JsonObject
 
 UNITS = ("pct", "count", "rate", "seconds", "tok/s", "tokens", "plain")
 
@@ -34,7 +35,7 @@ class Signal:
     chart_line: str = ""  # evidence key drawn on the same chart as a horizontal line (an SLO)
     summary: bool = False  # shown in the one-line evidence of a report or timeline
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-ready, with the page label filled in."""
         return {**self.__dict__, "short": self.short or self.label}
 

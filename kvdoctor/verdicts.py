@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kvdoctor.jsondoc import JsonObject
+
 
 class Verdict(StrEnum):
     """What kvdoctor can conclude about a (target, model), in the order of kvdoctor_bottleneck_code."""
@@ -138,7 +140,7 @@ class Diagnosis:
         """The verdict under the name the API, /metrics and alerts have always used for it."""
         return self.verdict
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """A JSON-ready dict (NaN values become None); `bottleneck` repeats `verdict` for existing readers."""
         d = asdict(self)
         d["bottleneck"] = self.verdict

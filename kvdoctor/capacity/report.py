@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvdoctor import fmt
 from kvdoctor.capacity.advice import ARITH, LIVE
 from kvdoctor.capacity.budget import CapacityEstimate, ModelFigures
 from kvdoctor.capacity.live import LiveCapacity
 from kvdoctor.capacity.presets import GpuSpec
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.verdicts import Advice
 
 NO_CACHE = "KV cache not sized: give --gpu NAME, --gpu-memory GiB or --kv-cache-bytes SIZE for its tokens and concurrency"
 Arithmetic = CapacityEstimate | ModelFigures  # ModelFigures: no GPU or cache size given
 
 
-def _estimate_dict(e: Arithmetic) -> dict[str, Any]:
+def _estimate_dict(e: Arithmetic) -> JsonObject:
     d, m = e.deployment, e.deployment.model
     sized = e if isinstance(e, CapacityEstimate) else None
     return {
@@ -46,7 +45,7 @@ def _fp8_known(gpu: GpuSpec) -> bool:
     return gpu.compute_capability is not None or gpu.fp8_native is not None
 
 
-def _live_dict(lc: LiveCapacity) -> dict[str, Any]:
+def _live_dict(lc: LiveCapacity) -> JsonObject:
     def r(x: float | None) -> float | None:
         return None if x is None else round(x, 3)
 
@@ -77,9 +76,9 @@ def _live_dict(lc: LiveCapacity) -> dict[str, Any]:
     }
 
 
-def to_dict(est: Arithmetic | None, live: LiveCapacity | None, advice: list[Advice]) -> dict[str, Any]:
+def to_dict(est: Arithmetic | None, live: LiveCapacity | None, advice: list[Advice]) -> JsonObject:
     """The --json document: headline fields (arithmetic if available, else live), both views, advice."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if est is not None:
         out.update(_estimate_dict(est))
         out["source"] = ARITH

@@ -13,6 +13,7 @@ from typing import Any
 from kvdoctor.config.schema import ScrapeDefaults, TargetSpec
 from kvdoctor.config.targets import TARGET_KEYS, parse_target
 from kvdoctor.config.yamlpos import Located
+from kvdoctor.jsondoc import JsonObject
 
 SD_KEYS = {"namespaces", "selector", "port", "path", "scheme", "kubeconfig"}
 # what an entry may set for every pod it finds (the pod itself gives its URL, name, labels and max_num_seqs)
@@ -93,7 +94,7 @@ def parse_kubernetes_sd(
     return out
 
 
-def pod_ready(pod: dict[str, Any]) -> bool:
+def pod_ready(pod: JsonObject) -> bool:
     """Running, with an IP, and its Ready condition True (as an Endpoints controller would count it)."""
     status = pod.get("status") or {}
     if status.get("phase") != "Running" or not status.get("podIP"):
@@ -103,7 +104,7 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-def pod_target(pod: dict[str, Any], sd: KubernetesSD) -> TargetSpec | None:
+def pod_target(pod: JsonObject, sd: KubernetesSD) -> TargetSpec | None:
     """The target a ready pod is (named pod_ip:port), or None when it is not ready or names no port to scrape."""
     if not pod_ready(pod):
         return None
@@ -147,7 +148,7 @@ def pod_target(pod: dict[str, Any], sd: KubernetesSD) -> TargetSpec | None:
     )
 
 
-def _serving_container(containers: list[dict[str, Any]], port: int | None) -> dict[str, Any] | None:
+def _serving_container(containers: list[JsonObject], port: int | None) -> JsonObject | None:
     """The container that declares the port, else the one that runs vLLM, else the first."""
     for c in containers:
         if any(p.get("containerPort") == port for p in c.get("ports") or []):
@@ -158,7 +159,7 @@ def _serving_container(containers: list[dict[str, Any]], port: int | None) -> di
     return containers[0] if containers else None
 
 
-def _argv(container: dict[str, Any]) -> list[str]:
+def _argv(container: JsonObject) -> list[str]:
     """command + args as words; a `sh -c "vllm serve …"` string is split as the shell would."""
     words: list[str] = []
     for w in [*(container.get("command") or []), *(container.get("args") or [])]:

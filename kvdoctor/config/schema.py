@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from kvdoctor.ingest.fetch import HttpOptions
 from kvdoctor.ingest.parse import ScrapeLimits
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.verdicts import RUNBOOK_PATH
 
 if TYPE_CHECKING:  # podsd builds TargetSpecs from this module, so only the type is imported
@@ -103,7 +104,7 @@ class Config:
     web_config: str | None = None
     external_url: str | None = None  # how users reach kvdoctor (a proxy's URL); default: from `listen`
     runbook_url: str | None = None  # the runbook page links point to; default: <external URL>/runbook
-    notify: dict[str, Any] | None = None
+    notify: JsonObject | None = None
     path: str | None = None
     doc: Located | None = field(default=None, repr=False, compare=False)  # where each key was written
 

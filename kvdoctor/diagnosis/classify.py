@@ -12,6 +12,7 @@ from kvdoctor.diagnosis import advise, engines, stall
 from kvdoctor.diagnosis.engines import Engines
 from kvdoctor.diagnosis.evidence import Key, split_engines
 from kvdoctor.diagnosis.target import Target
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.rules.evaluate import Alert
 from kvdoctor.signals import FINDINGS, evidence_for
 from kvdoctor.verdicts import LIMITS, Advice, Diagnosis, Finding, Verdict
@@ -200,11 +201,11 @@ class Classifier:
             advice = [Advice("", a.annotations["advice"])] if a.annotations.get("advice") else []
         return advice
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> JsonObject:
         """The since-table as JSON-ready data."""
         return {"since": [[k[0], k[1], b, s] for k, (b, s) in self.since.items()]}
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: JsonObject) -> None:
         """Reload a since-table saved by to_state()."""
         for item in state.get("since", []):
             try:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvdoctor.capacity.budget import CapacityEstimate
 from kvdoctor.capacity.live import LiveCapacity
+from kvdoctor.jsondoc import JsonObject
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class Target:
             }
         self.step_errors = errors
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Its scrape health as /api/v1/targets shows it, JSON-ready."""
         return {
             "name": self.name,

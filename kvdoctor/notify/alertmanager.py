@@ -7,11 +7,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import urlencode
 
 import requests
 
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.notify.alerts import AlertView
 from kvdoctor.notify.config import AlertmanagerConfig
 from kvdoctor.notify.redact import describe_error, redact, redacting_logger
@@ -61,7 +61,7 @@ def shifted(a: AlertView, offset: float) -> AlertView:
     )
 
 
-def to_alert(a: AlertView, config: AlertmanagerConfig, now: float, job: str | None = None) -> dict[str, Any]:
+def to_alert(a: AlertView, config: AlertmanagerConfig, now: float, job: str | None = None) -> JsonObject:
     """One Alertmanager API v2 postable alert for a lifecycle alert view (job: the target's, else config.job)."""
     # The labels Prometheus gives the pack's alerts (job, instance, model_name + the rule's own), so that one
     # Alertmanager config groups, routes and inhibits both alike; `target` would only repeat `instance`.
@@ -85,7 +85,7 @@ def to_alert(a: AlertView, config: AlertmanagerConfig, now: float, job: str | No
         "runbook_url": runbook if runbook.startswith(("https://", "http://")) else "",
     }
     ends = a.resolved_at if a.status == "resolved" and a.resolved_at else now + config.ends_at_after
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "labels": {k: str(v) for k, v in labels.items() if v != ""},
         "annotations": {k: v for k, v in annotations.items() if v},
         "startsAt": rfc3339(a.fired_at or now),
@@ -106,7 +106,7 @@ class AlertmanagerSink:
         self.config = config
         self.session = session or requests.Session()
         self._cond = threading.Condition()
-        self._latest: list[dict[str, Any]] | None = None
+        self._latest: list[JsonObject] | None = None
         self._busy = False
         self._stop = False
         self.last_error = ""
@@ -125,7 +125,7 @@ class AlertmanagerSink:
             self._latest = payload
             self._cond.notify_all()
 
-    def post(self, payload: list[dict[str, Any]]) -> list[tuple[bool, str]]:
+    def post(self, payload: list[JsonObject]) -> list[tuple[bool, str]]:
         """POST to every configured Alertmanager; returns (ok, redacted result line) per URL."""
         out = []
         for url in self.config.urls:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from kvdoctor import fmt
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.verdicts import Diagnosis, Finding
 
 Evidence = dict[str, float | int | str | None]  # JSON-ready: NaN is None
@@ -45,7 +46,7 @@ class AlertView:
     fired_evidence: Evidence = field(default_factory=dict)  # the evidence when it started firing
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AlertView:
+    def from_dict(cls, d: JsonObject) -> AlertView:
         """A view from its JSON (keys it does not know are left out; missing ones take their defaults)."""
         known = {f.name for f in fields(cls)} - {"advice"}
         said = {f.name for f in fields(AdviceView)}
@@ -139,12 +140,12 @@ class Event:
         """Idempotency key: incident plus event sequence."""
         return f"{self.incident}#{self.seq}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-ready dict."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Event:
+    def from_dict(cls, d: JsonObject) -> Event:
         """Inverse of to_dict (an outbox row written by an older kvdoctor reads too)."""
         return cls(**{**d, "alerts": [AlertView.from_dict(a) for a in d.get("alerts", [])]})
 

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvdoctor.config.yamlpos import KeyPath, Located, Problems, Where
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.notify.matchers import LABELS, Matcher, parse_duration, parse_matchers, parse_time
 from kvdoctor.notify.redact import register_secret
 
@@ -236,7 +237,7 @@ _TOP = {"enabled", "slack", "alertmanager", "for", "for_overrides", "resolve_aft
 
 
 def parse_notify_config(
-    section: dict[str, Any] | None, env: Mapping[str, str], doc: Located | None = None
+    section: JsonObject | None, env: Mapping[str, str], doc: Located | None = None
 ) -> tuple[NotifyConfig, list[str]]:
     """Parse `notify:` and the environment; returns the config and every error found (never raises), each placed at
     the file:line of doc (the config it came from: `Config.doc`) or at the environment variable that set it."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kvdoctor.errors import InputError
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.report.steps import Step, opt, step_from_diagnosis
 from kvdoctor.verdicts import LIMITS, Diagnosis
 
@@ -179,7 +180,7 @@ class History:
         segs = [s for kh in self.keys.values() for s in kh.segments]
         return (min(s.start for s in segs), max(s.end for s in segs)) if segs else None
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> JsonObject:
         """Compact JSON-ready data for the state file (distribution bins sparse, segments as lists)."""
         keys = [
             {
@@ -193,13 +194,13 @@ class History:
         return {"source": self.source, "keys": keys}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> History:
+    def from_state(cls, state: JsonObject) -> History:
         """A history saved by to_state(); malformed entries are dropped."""
         h = cls(str(state.get("source", "")))
         h.restore(state)
         return h
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: JsonObject) -> None:
         """Load the keys saved by to_state() (a malformed entry is dropped, the others kept)."""
         for item in state.get("keys") or []:
             try:
@@ -221,7 +222,7 @@ class History:
                 continue
 
 
-def _hour_state(h: Hour) -> dict[str, Any]:
+def _hour_state(h: Hour) -> JsonObject:
     d = asdict(h)
     for b in ("kv_bins", "util_bins"):
         d[b] = [[i, s] for i, s in enumerate(d[b]) if s]

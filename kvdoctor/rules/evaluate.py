@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.promql.engine import Evaluator
 from kvdoctor.promql.nodes import names_read
 from kvdoctor.promql.values import Elem, EvalError, Scalar, drop_name
@@ -173,11 +173,11 @@ class RuleEngine:
                     continue
             del self.active[key]
 
-    def to_state(self) -> list[dict[str, Any]]:
+    def to_state(self) -> list[JsonObject]:
         """Active alerts as JSON-ready dicts (to survive a restart)."""
         return [a.__dict__.copy() for a in self.active.values()]
 
-    def restore(self, state: list[dict[str, Any]]) -> None:
+    def restore(self, state: list[JsonObject]) -> None:
         """Reload active alerts saved by to_state(); unknown rules are ignored."""
         names = {r.name for g in self.groups for r in g.rules}
         for item in state:

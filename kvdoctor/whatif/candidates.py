@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvdoctor.jsondoc import JsonObject
+
 Changes = dict[str, float | str]
 
 
@@ -25,7 +27,7 @@ class Candidate:
         """The tightest margin (−inf when an SLO has no value)."""
         return min((m if m is not None else -math.inf for m in self.margins.values()), default=math.inf)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The `--json` shape of a candidate."""
         return {
             "changes": dict(self.changes),
@@ -54,7 +56,7 @@ class Plan:
     # the window's traffic, what load ×1 means: headroom × it is the rate at which an SLO breaks
     requests_per_s: float = math.nan
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The `--json` shape the issue names."""
         return {
             "slos": dict(self.slos),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvdoctor.capacity.arch import ModelSpec
 from kvdoctor.capacity.presets import GpuSpec
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.whatif import histo, intervals, knobs, members, spec
 from kvdoctor.whatif.intervals import Band, Reader
 from kvdoctor.whatif.model import (
@@ -49,7 +49,7 @@ class Prediction:
     band_after: Band | None = None
     member_s: float = 0.0  # how long each of the interval's short simulations ran
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The `--json` shape."""
         w, s = self.workload, self.step
         now = (

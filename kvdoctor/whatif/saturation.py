@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.whatif.model import SimResult, Workload
 
 MARGIN = 0.05  # arrivals this far above completions, and a queue growing by this share of them: not noise
@@ -46,7 +46,7 @@ class Overload:
         g = self.ttft_growth_per_min / 60.0
         return self.reach_s / g if g > 0 else math.inf
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The `--json` keys, next to a prediction's quantities."""
         n = self.replicas
         return {
@@ -73,7 +73,7 @@ class Overload:
         )
 
 
-NOT_OVERLOADED: dict[str, Any] = {
+NOT_OVERLOADED: JsonObject = {
     "overloaded": False,
     "arrivals_requests_per_s": None,
     "capacity_requests_per_s": None,
@@ -109,6 +109,6 @@ def _r(v: float) -> float | None:
     return float(f"{v:.4g}") if math.isfinite(v) else None
 
 
-def as_dict(overload: Overload | None) -> dict[str, Any]:
+def as_dict(overload: Overload | None) -> JsonObject:
     """The saturation keys of one side of a prediction: its overload, or `overloaded: false` with nulls."""
     return overload.to_dict() if overload is not None else dict(NOT_OVERLOADED, duration_dependent=[])
