@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -44,6 +45,18 @@ class SourceHost(Protocol):
     def registry(self) -> CollectorRegistry:
         """kvdoctor's own /metrics, where the source adds its families."""
         ...
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """What the Prometheus source did last: its URL, whether the last cycle answered, its counts."""
+
+    url: str
+    ok: bool | None  # None before the first cycle
+    failures_total: int
+    last_error: str
+    queries_total: int
+    last_cycle_queries: int
 
 
 class DaemonSource:
@@ -106,17 +119,17 @@ class DaemonSource:
         for target in targets.values():
             state.set_target(target)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> SourceStatus:
         """What the source did last, for /metrics."""
         with self._lock:
-            return {
-                "url": self._config.url if self._config else "",
-                "ok": self.ok,
-                "failures_total": self.failures_total,
-                "last_error": self.last_error,
-                "queries_total": self.queries_total,
-                "last_cycle_queries": self.evaluator.last_cycle_queries if self.evaluator else 0,
-            }
+            return SourceStatus(
+                url=self._config.url if self._config else "",
+                ok=self.ok,
+                failures_total=self.failures_total,
+                last_error=self.last_error,
+                queries_total=self.queries_total,
+                last_cycle_queries=self.evaluator.last_cycle_queries if self.evaluator else 0,
+            )
 
 
 class SourceCollector:
@@ -135,17 +148,17 @@ class SourceCollector:
         )
         info.add_metric(["prometheus", url], 1.0)
         up = GaugeMetricFamily("kvdoctor_source_up", "1 if every query of the last cycle succeeded.")
-        if st["ok"] is not None:
-            up.add_metric([], 1.0 if st["ok"] else 0.0)
+        if st.ok is not None:
+            up.add_metric([], 1.0 if st.ok else 0.0)
         total = CounterMetricFamily("kvdoctor_source_queries", "Queries sent to the Prometheus source.")
-        total.add_metric([], float(st["queries_total"]))
+        total.add_metric([], float(st.queries_total))
         last = GaugeMetricFamily(
             "kvdoctor_source_cycle_queries",
             "Queries in the last cycle (depends on the rules, not the fleet size).",
         )
-        last.add_metric([], float(st["last_cycle_queries"]))
+        last.add_metric([], float(st.last_cycle_queries))
         fails = CounterMetricFamily("kvdoctor_source_cycle_failures", "Cycles that failed on a source error.")
-        fails.add_metric([], float(st["failures_total"]))
+        fails.add_metric([], float(st.failures_total))
         yield from (info, up, total, last, fails)
         yield from _facts(self.source.daemon.cfg.targets, self.source.daemon.cfg.idle_after_s)
 

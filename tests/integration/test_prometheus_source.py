@@ -144,7 +144,7 @@ def test_prometheus_source_matches_scrape_source(fleet: tuple[dict[str, str], st
     assert all(not st.missing for st in prom.pipeline.targets.values())
     # a fixed number of queries per cycle: four reads plus one per alerting rule
     alerts = sum(r.kind == "alert" for g in groups for r in g.rules)
-    assert prom.source.status()["last_cycle_queries"] == len(QUERIES) + alerts
+    assert prom.source.status().last_cycle_queries == len(QUERIES) + alerts
     text = generate_latest(prom.registry).decode()
     assert f"kvdoctor_source_cycle_queries {float(len(QUERIES) + alerts)}" in text
     assert "kvdoctor_source_up 1.0" in text and "kvdoctor_bottleneck_code{" in text

@@ -47,7 +47,7 @@ def test_daemon_publishes_diagnoses_targets_and_source_metrics(fake, tmp_path):
     assert snap.targets["10.0.0.0:8000"].labels == {"job": "vllm", "team": "a"}
     assert "up == 0" in snap.targets["10.0.0.1:8000"].last_error
     text = generate_latest(d.registry).decode()
-    n = d.source.status()["last_cycle_queries"]
+    n = d.source.status().last_cycle_queries
     assert f"kvdoctor_source_cycle_queries {float(n)}" in text and "kvdoctor_source_up 1.0" in text
     assert f"kvdoctor_source_queries_total {float(n)}" in text
     code = float(VERDICTS.index("kv_cache"))
@@ -76,12 +76,12 @@ def test_prometheus_down_fails_the_cycle_keeps_the_last_diagnoses_and_recovers(f
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "HTTP 502" in errors[0].getMessage() and "tok-xyz" not in caplog.text
     status = d.source.status()
-    assert status["ok"] is False and status["failures_total"] == 2
+    assert status.ok is False and status.failures_total == 2
     assert [x.target for x in d.state.snapshot().diagnoses] == [x.target for x in first]
     text = generate_latest(d.registry).decode()
     assert "kvdoctor_source_up 0.0" in text and "kvdoctor_source_cycle_failures_total 2.0" in text
     state["down"] = False
-    assert d.cycle() and d.source.status()["ok"] is True
+    assert d.cycle() and d.source.status().ok is True
 
 
 def test_alert_state_survives_a_restart(fake, tmp_path):
