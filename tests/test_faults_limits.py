@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from kvdoctor.config import Config, TargetSpec, load_config
-from kvdoctor.config.schema import ScrapeDefaults
+from kvdoctor.config.schema import Overrides, ScrapeDefaults
 from kvdoctor.daemon.runner import Daemon, load_everything
 from kvdoctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from kvdoctor.ingest.parse import LimitExceeded, Parser, ScrapeLimits
@@ -140,7 +140,7 @@ def test_a_target_over_a_limit_is_down_naming_it_and_nothing_of_it_is_ingested(g
 def test_a_reload_applies_new_limits_on_the_next_scrape(good, tmp_path):
     cfg = tmp_path / "kvdoctor.yml"
     cfg.write_text(f"interval: 5s\ntargets: [{{url: '{good.url}', name: good}}]\n")
-    d = Daemon(*load_everything(str(cfg), {}), str(cfg), {})
+    d = Daemon(*load_everything(str(cfg), Overrides()), str(cfg), Overrides())
     try:
         d.cycle()
         assert d.state.target("good").up

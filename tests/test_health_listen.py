@@ -90,7 +90,7 @@ def test_health_listen_in_the_config_the_environment_and_on_the_command_line(tmp
     assert load_config(None, {"KVDOCTOR_HEALTH_LISTEN": "0.0.0.0:9861"}).health_listen == "0.0.0.0:9861"
     assert load_config(None, {}).health_listen is None
     args = build_parser().parse_args(["serve", "--health-listen", "127.0.0.1:9861"])
-    assert overrides(args)["health_listen"] == "127.0.0.1:9861"
+    assert overrides(args).health_listen == "127.0.0.1:9861"
 
 
 def test_exporter_toolkit_flag_spellings_are_aliases(tmp_path: Path) -> None:
@@ -121,6 +121,6 @@ def test_exporter_toolkit_flag_spellings_are_aliases(tmp_path: Path) -> None:
         ]
     )
     assert overrides(toolkit) == overrides(ours)
-    assert overrides(toolkit)["listen"] == "0.0.0.0:9860" and overrides(toolkit)["web_config"] == "web.yml"
+    assert overrides(toolkit).listen == "0.0.0.0:9860" and overrides(toolkit).web_config == "web.yml"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--web.listen-address", "nope"])

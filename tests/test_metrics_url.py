@@ -27,4 +27,4 @@ def test_config_check_and_serve_agree(tmp_path, typed, url):
     cfg.write_text(f"targets: ['{typed}']\n")
     assert load_config(str(cfg), env={}).targets[0].url == url
     assert _spec(build_parser().parse_args(["check", typed])).url == url
-    assert overrides(build_parser().parse_args(["serve", "--target", typed]))["targets"][0] == url
+    assert overrides(build_parser().parse_args(["serve", "--target", typed])).targets[0] == url

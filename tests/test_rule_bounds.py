@@ -18,6 +18,7 @@ from prometheus_client import generate_latest
 
 from kvdoctor.cli import main
 from kvdoctor.config import Config, TargetSpec
+from kvdoctor.config.schema import Overrides
 from kvdoctor.daemon.reload import load_off_thread
 from kvdoctor.daemon.runner import Daemon, load_everything
 from kvdoctor.errors import ValidationError
@@ -121,8 +122,8 @@ def test_a_deep_reload_is_refused_with_file_line_and_recorded(tmp_path: Path) ->
     rules.write_text(default_rule_files()[0].read_text())
     cfg_file = tmp_path / "kvdoctor.yml"
     cfg_file.write_text(f"targets: ['http://127.0.0.1:9/metrics']\nrules: ['{rules}']\n")
-    cfg, groups = load_everything(str(cfg_file), {})
-    d = Daemon(cfg, groups, str(cfg_file), {})
+    cfg, groups = load_everything(str(cfg_file), Overrides())
+    d = Daemon(cfg, groups, str(cfg_file), Overrides())
     rule_file(rules, NESTED_1200)
     web = WebServer(
         d.state, d.registry, listen="127.0.0.1:0", reload=d.reload
@@ -154,10 +155,10 @@ def test_a_reload_check_gives_up_at_its_deadline_and_on_stop(tmp_path: Path) -> 
     running = Config(targets=[TargetSpec(url="http://127.0.0.1:9/metrics")])
     stop = threading.Event()
     with pytest.raises(ValidationError, match=r"took over 0s|ran past its deadline"):
-        load_off_thread(str(cfg_file), {}, running, stop, timeout_s=0.0)
+        load_off_thread(str(cfg_file), Overrides(), running, stop, timeout_s=0.0)
     stop.set()
     with pytest.raises(ValidationError, match=r"reload abandoned: kvdoctor is stopping"):
-        load_off_thread(str(cfg_file), {}, running, stop, timeout_s=60.0)
+        load_off_thread(str(cfg_file), Overrides(), running, stop, timeout_s=60.0)
 
 
 def test_a_firing_alert_whose_rule_starts_failing_keeps_firing(shared_032: Path) -> None:

@@ -197,8 +197,6 @@ def test_serve_takes_the_link_bases_as_flags() -> None:
         ["serve", "--web.external-url", "https://kv.example/", "--runbook-url", "https://wiki.example/rb"]
     )
     flags = overrides(args)
-    assert (
-        flags["external_url"] == "https://kv.example/" and flags["runbook_url"] == "https://wiki.example/rb"
-    )
+    assert flags.external_url == "https://kv.example/" and flags.runbook_url == "https://wiki.example/rb"
     with pytest.raises(ConfigError, match="--external-url: expected an absolute http"):
         overrides(build_parser().parse_args(["serve", "--external-url", "kv.example"]))

@@ -10,7 +10,7 @@ from typing import Any
 from kvdoctor.cli.common import interval_arg, listen_arg
 from kvdoctor.config import ConfigError
 from kvdoctor.config.durations import parse_duration
-from kvdoctor.config.schema import PrometheusSource, check_url
+from kvdoctor.config.schema import Overrides, PrometheusSource, check_url
 from kvdoctor.config.targets import metrics_url
 from kvdoctor.daemon.logs import setup_logging
 from kvdoctor.daemon.runner import Daemon, load_everything
@@ -163,24 +163,23 @@ def prometheus_source(args: argparse.Namespace) -> PrometheusSource | None:
     return PrometheusSource(args.prometheus_url, http)
 
 
-def overrides(args: argparse.Namespace) -> dict[str, Any]:
+def overrides(args: argparse.Namespace) -> Overrides:
     """Config fields set on the command line."""
-    out: dict[str, Any] = {
-        "listen": args.listen,
-        "health_listen": args.health_listen,
-        "interval_s": args.interval,
-        "state_file": args.state_file,
-        "log_format": args.log_format,
-        "rules": args.rules,
-        "web_config": args.web_config,
-        "external_url": _url(args.external_url, "--external-url"),
-        "runbook_url": _url(args.runbook_url, "--runbook-url"),
-    }
-    if args.target:
-        out["targets"] = [metrics_url(u) for u in args.target]
-    out["prometheus"] = prometheus_source(args)
-    out["source"] = args.source or ("prometheus" if out["prometheus"] else None)
-    return out
+    prometheus = prometheus_source(args)
+    return Overrides(
+        listen=args.listen,
+        health_listen=args.health_listen,
+        interval_s=args.interval,
+        state_file=args.state_file,
+        log_format=args.log_format,
+        rules=args.rules,
+        web_config=args.web_config,
+        external_url=_url(args.external_url, "--external-url"),
+        runbook_url=_url(args.runbook_url, "--runbook-url"),
+        targets=tuple(metrics_url(u) for u in args.target) if args.target else None,
+        prometheus=prometheus,
+        source=args.source or ("prometheus" if prometheus else None),
+    )
 
 
 def _url(url: str | None, flag: str) -> str | None:

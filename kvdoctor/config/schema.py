@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
@@ -117,6 +117,28 @@ class Config:
             return runbook_page(self.runbook_url)
         base = self.external_url or default_external_url(bound or self.listen, tls)
         return base.rstrip("/") + RUNBOOK_PATH
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Config fields `kvdoctor serve` was given on the command line (None: not given, the config's value stands)."""
+
+    listen: str | None = None
+    health_listen: str | None = None
+    interval_s: float | None = None
+    state_file: str | None = None
+    log_format: str | None = None
+    rules: list[str] | None = None
+    web_config: str | None = None
+    external_url: str | None = None
+    runbook_url: str | None = None
+    targets: tuple[str | TargetSpec, ...] | None = None  # --target URLs (or specs) replace the config's
+    prometheus: PrometheusSource | None = None
+    source: str | None = None
+
+    def given(self) -> list[tuple[str, object]]:
+        """(Config field, value) of each flag given, in field order."""
+        return [(f.name, v) for f in fields(self) if (v := getattr(self, f.name)) is not None]
 
 
 def default_external_url(listen: str, tls: bool = False) -> str:

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from kvdoctor.config import Config, ConfigError, TargetSpec, load_config
+from kvdoctor.config.schema import Overrides
 from kvdoctor.config.targets import parse_target
 from kvdoctor.config.yamlpos import Located
 from kvdoctor.notify import parse_notify_config
@@ -32,23 +33,23 @@ RELOAD_DEADLINE_S = 20.0  # reading and checking a reload's files; past it the r
 
 
 def load_everything(
-    cfg_path: str | None, overrides: dict[str, Any], deadline: float | None = None
+    cfg_path: str | None, overrides: Overrides, deadline: float | None = None
 ) -> tuple[Config, list[RuleGroup]]:
     """Config (with CLI overrides) and rules; raises ConfigError/RuleLoadError listing every problem.
 
     deadline: a time.monotonic() past which the rule files are no longer checked (RuleLoadError)."""
     cfg = load_config(cfg_path)
     errors: list[str] = []
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key == "targets":  # URLs from --target get the config's `scrape:` defaults like any other target
-            flags = Located({}, {}, "--target")
-            value = [
-                v if isinstance(v, TargetSpec) else parse_target(v, flags, (), errors, cfg.scrape)
-                for v in value
-            ]
-        setattr(cfg, key, [v for v in value if v is not None] if key == "targets" else value)
+    for key, value in overrides.given():
+        if key != "targets":
+            setattr(cfg, key, value)
+    if overrides.targets is not None:  # --target URLs get the config's `scrape:` defaults like any other
+        flags = Located({}, {}, "--target")
+        specs = (
+            v if isinstance(v, TargetSpec) else parse_target(v, flags, (), errors, cfg.scrape)
+            for v in overrides.targets
+        )
+        cfg.targets = [v for v in specs if v is not None]
     if errors:
         raise ConfigError(errors)
     return cfg, load_files(rule_files(cfg.rules), deadline)
@@ -56,7 +57,7 @@ def load_everything(
 
 def load_off_thread(
     cfg_path: str | None,
-    overrides: dict[str, Any],
+    overrides: Overrides,
     running: Config,
     stop: threading.Event,
     timeout_s: float = RELOAD_DEADLINE_S,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvdoctor.config import Config, ConfigError
-from kvdoctor.config.schema import default_external_url
+from kvdoctor.config.schema import Overrides, default_external_url
 from kvdoctor.daemon import persist
 from kvdoctor.daemon.assembly import daemon_pipeline, daemon_state
 from kvdoctor.daemon.discovery import Discovery
@@ -46,11 +46,11 @@ class Daemon:
         cfg: Config,
         groups: list[RuleGroup],
         cfg_path: str | None = None,
-        overrides: dict[str, Any] | None = None,
+        overrides: Overrides | None = None,
         on_change: Any = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or {}
+        self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or Overrides()
         self.state = daemon_state(cfg)
         self.pipeline = daemon_pipeline(cfg, groups)
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)

@@ -125,10 +125,11 @@ def test_reload_with_a_broken_rule_file_keeps_the_last_good(kv_server, tmp_path)
     rules.write_text((default_rule_files()[0]).read_text())
     cfg_file = tmp_path / "kvdoctor.yml"
     cfg_file.write_text(f"targets: ['{kv_server.url}']\nrules: ['{rules}']\n")
+    from kvdoctor.config.schema import Overrides
     from kvdoctor.daemon.runner import load_everything
 
-    cfg, groups = load_everything(str(cfg_file), {})
-    d = watched(Daemon(cfg, groups, str(cfg_file), {}), cfg.targets[0].name, kv_server)
+    cfg, groups = load_everything(str(cfg_file), Overrides())
+    d = watched(Daemon(cfg, groups, str(cfg_file), Overrides()), cfg.targets[0].name, kv_server)
     assert d.cycle()[0].bottleneck == "kv_cache"
     rules.write_text("groups:\n  - name: x\n    rules:\n      - record: bad\n        expr: sum(rate(x[5m])\n")
     ok, message = d.reload()

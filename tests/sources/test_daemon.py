@@ -120,8 +120,8 @@ def test_serve_flags_build_the_prometheus_section(tmp_path):
             "30s",
         )
     )
-    prom = out["prometheus"]
-    assert out["source"] == "prometheus" and prom.url == "https://prom:9090/"
+    prom = out.prometheus
+    assert prom is not None and out.source == "prometheus" and prom.url == "https://prom:9090/"
     h = prom.http
     assert (h.bearer_token, h.basic_auth, h.verify, h.read_timeout) == (
         "tok-abc",
@@ -131,8 +131,8 @@ def test_serve_flags_build_the_prometheus_section(tmp_path):
     )
     assert h.headers == (("X-Scope-OrgID", "tenant-1"),)
     insecure = overrides(_args("--prometheus-url", "http://p:9090", "--prometheus-insecure-skip-verify"))
-    assert insecure["prometheus"].http.verify is False
-    assert overrides(_args("--target", "gpu:8000"))["source"] is None
+    assert insecure.prometheus.http.verify is False
+    assert overrides(_args("--target", "gpu:8000")).source is None
 
 
 @pytest.mark.parametrize(
