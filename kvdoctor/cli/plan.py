@@ -133,9 +133,9 @@ def _pct(m: float | None) -> str:
 
 def _line(c: Candidate, slos: dict[str, float]) -> str:
     change = ", ".join(f"{k}={v}" for k, v in c.changes.items()) or "today's flags"
-    values = "  ".join(f"{k[:-2]} {_s(c.predicted.get(k))}" for k in slos)
-    if c.predicted.get("overloaded"):  # past saturation those values only measure the time simulated
-        cap = c.predicted.get("capacity_requests_per_s")
+    values = "  ".join(f"{k[:-2]} {_s(c.predicted.value(k))}" for k in slos)
+    if c.predicted.overload:  # past saturation those values only measure the time simulated
+        cap = c.predicted.value("capacity_requests_per_s")
         values = f"overloaded (capacity {cap:.3g} req/s, the queue grows)" if cap else "overloaded"
     ok = "holds" if c.meets else "breaks"
     return (

@@ -4,11 +4,36 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvdoctor.jsondoc import JsonObject
+from kvdoctor.whatif.saturation import Overload, as_dict
+from kvdoctor.whatif.window import Quantities
 
 Changes = dict[str, float | str]
+
+
+@dataclass(frozen=True, eq=False)
+class Predicted:
+    """What one candidate predicts: the simulation's quantities, its overload if any, the SLOs' other quantiles."""
+
+    quantities: Quantities
+    overload: Overload | None
+    extra: tuple[tuple[str, float | None], ...] = ()  # SLO quantiles Quantities does not carry, rounded
+
+    def to_json(self) -> JsonObject:
+        """`predicted` in plan's `--json`: whatif --json's quantity and saturation keys, then the extra quantiles."""
+        return {**self.quantities.to_dict(), **as_dict(self.overload), **dict(self.extra)}
+
+    def value(self, key: str) -> float | None:
+        """A predicted number as `--json` shows it (4 significant digits); None when the simulation has none."""
+        v = self.to_json().get(key)
+        return v if isinstance(v, float) else None
+
+    def __eq__(self, other: object) -> bool:
+        # as their JSON: an unmeasured NaN there is null, which equals itself
+        return isinstance(other, Predicted) and self.to_json() == other.to_json()
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -17,7 +42,7 @@ class Candidate:
 
     changes: Changes
     replicas: int
-    predicted: dict[str, Any]
+    predicted: Predicted
     margins: dict[str, float | None]
     meets: bool
     cost_per_hour_usd: float | None = None
@@ -32,7 +57,7 @@ class Candidate:
         return {
             "changes": dict(self.changes),
             "replicas": self.replicas,
-            "predicted": self.predicted,
+            "predicted": self.predicted.to_json(),
             "margins": {k: rounded(v) for k, v in self.margins.items()},
             "meets_slos": self.meets,
             "cost_per_hour_usd": rounded(self.cost_per_hour_usd),
@@ -63,7 +88,7 @@ class Plan:
             "load": rounded(self.load),
             "current": {
                 "headroom": {k: rounded(v) for k, v in self.headroom.items()},
-                "predicted": self.current.predicted,
+                "predicted": self.current.predicted.to_json(),
                 "replicas": self.current.replicas,
                 "requests_per_s": rounded(self.requests_per_s),
             },

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from kvdoctor.whatif import flags, knobs
-from kvdoctor.whatif.candidates import Candidate, Changes, Plan, rounded
+from kvdoctor.whatif.candidates import Candidate, Changes, Plan, Predicted, rounded
 from kvdoctor.whatif.model import Engine, SimResult, Workload
 from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import as_dict, detect
@@ -80,12 +80,13 @@ class Planner:
         q = quantities(res, n, b.buckets, b.sigma)
         q.bottleneck = verdict(q, engine, b.step.duration(1, 0, 0.0), n)
         overload = detect(res, w, n)
-        predicted = {**q.to_dict(), **as_dict(overload)}
-        for k in self.slos:
-            if k not in predicted:
-                predicted[k] = rounded(extra_value(k, res, b.buckets, b.sigma))
+        carried = {**q.to_dict(), **as_dict(overload)}
+        extra = tuple(
+            (k, rounded(extra_value(k, res, b.buckets, b.sigma))) for k in self.slos if k not in carried
+        )
+        predicted = Predicted(q, overload, extra)
         # a queue that grows while the overload lasts breaks every latency objective: no value of it holds
-        values = {k: None if overload or not isinstance(v := predicted[k], float) else v for k in self.slos}
+        values = {k: None if overload else predicted.value(k) for k in self.slos}
         margins = {k: margin(v, self.slos[k]) for k, v in values.items()}
         meets = all(holds(v, self.slos[k]) for k, v in values.items())
         cand = Candidate(dict(changes), n, predicted, margins, meets)

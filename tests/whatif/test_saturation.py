@@ -103,13 +103,15 @@ def test_plan_treats_an_overloaded_candidate_as_breaking_even_a_generous_slo():
     basis = learn(*history_before(snaps, lo, hi), max_num_seqs=4)
     planner = Planner(basis, {"ttft_p95_s": 1000.0})  # above any TTFT the short simulation reaches
     over = planner.evaluate({}, 1, 3.0)
-    assert over.predicted["overloaded"] is True
+    assert over.predicted.overload is not None
     assert not over.meets and over.margins == {"ttft_p95_s": None}
-    assert over.predicted["ttft_p95_s"] < 1000.0  # the duration-dependent number alone would have passed
+    assert (
+        over.predicted.value("ttft_p95_s") or 0
+    ) < 1000.0  # the duration-dependent number alone would have passed
     calm = planner.evaluate({}, 1, 0.5)
-    assert calm.meets and calm.predicted["overloaded"] is False
+    assert calm.meets and calm.predicted.overload is None
     # today's cap breaks the objective where the arrivals pass the capacity, not beyond ×8
-    capacity = over.predicted["capacity_requests_per_s"]
+    capacity = over.predicted.overload.capacity_requests_per_s
     assert planner.headroom("ttft_p95_s") == pytest.approx(capacity / basis.workload.rate_per_s, rel=0.15)
 
 
