@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
 
 from kvdoctor import fmt
 from kvdoctor.jsondoc import JsonObject
@@ -49,11 +48,34 @@ class AlertView:
     def from_dict(cls, d: JsonObject) -> AlertView:
         """A view from its JSON (keys it does not know are left out; missing ones take their defaults)."""
         known = {f.name for f in fields(cls)} - {"advice"}
-        said = {f.name for f in fields(AdviceView)}
-        advice = tuple(
-            AdviceView(**{k: str(v or "") for k, v in a.items() if k in said}) for a in d.get("advice") or ()
-        )
-        return cls(**{k: v for k, v in d.items() if k in known}, advice=advice)
+        return cls(**{k: v for k, v in d.items() if k in known}, advice=_advice(d))
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What an alert shows of a finding and its diagnosis as last seen: text, evidence (NaN as null), runbook,
+    advice. The lifecycle compares two of them to decide whether a change is worth a thread reply."""
+
+    summary: str = ""
+    description: str = ""
+    evidence: Evidence = field(default_factory=dict)
+    runbook: str = ""
+    bottleneck: str = ""
+    since: float | None = None
+    advice: tuple[AdviceView, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: JsonObject) -> Shown:
+        """Read back from the state file (unknown keys left out, missing ones defaulted)."""
+        known = {f.name for f in fields(cls)} - {"advice"}
+        return cls(**{k: v for k, v in d.items() if k in known}, advice=_advice(d))
+
+
+def _advice(d: JsonObject) -> tuple[AdviceView, ...]:
+    said = {f.name for f in fields(AdviceView)}
+    return tuple(
+        AdviceView(**{k: str(v or "") for k, v in a.items() if k in said}) for a in d.get("advice") or ()
+    )
 
 
 @dataclass
@@ -71,9 +93,10 @@ class TrackedFinding:
     resolved_at: float | None = None
     announced: bool = False
     silenced: bool = False
-    snapshot: dict[str, Any] = field(default_factory=dict)
-    notified: dict[str, Any] = field(default_factory=dict)  # snapshot at the last notification
-    fired_evidence: dict[str, Any] = field(default_factory=dict)  # evidence when it started firing
+    snapshot: Shown = field(default_factory=Shown)
+    notified: Shown | None = None  # what the last notification showed, and at which severity
+    notified_severity: str | None = None
+    fired_evidence: Evidence = field(default_factory=dict)  # evidence when it started firing
 
     @property
     def key(self) -> str:
@@ -82,27 +105,55 @@ class TrackedFinding:
 
     def labels(self) -> dict[str, str]:
         """Labels for silences, routes and grouping."""
-        bottleneck = str(self.snapshot.get("bottleneck") or "")
         return {
             "target": self.target,
             "model_name": self.model_name,
             "finding": self.finding,
             "severity": self.severity,
-            "bottleneck": bottleneck,
+            "bottleneck": self.snapshot.bottleneck,
         }
 
     def view(self) -> AlertView:
         """What renderers and sinks need of it."""
-        return AlertView.from_dict(
-            {
-                **self.snapshot,
-                **self.labels(),
-                "status": self.status,
-                "started": self.started,
-                "last_seen": self.last_seen,
-                "fired_at": self.fired_at,
-                "resolved_at": self.resolved_at,
-                "fired_evidence": self.fired_evidence,
+        s = self.snapshot
+        return AlertView(
+            summary=s.summary,
+            description=s.description,
+            evidence=s.evidence,
+            runbook=s.runbook,
+            bottleneck=s.bottleneck,
+            since=s.since,
+            advice=s.advice,
+            target=self.target,
+            model_name=self.model_name,
+            finding=self.finding,
+            severity=self.severity,
+            status=self.status,
+            started=self.started,
+            last_seen=self.last_seen,
+            fired_at=self.fired_at,
+            resolved_at=self.resolved_at,
+            fired_evidence=self.fired_evidence,
+        )
+
+    def to_state(self) -> JsonObject:
+        """JSON for the state file, in the layout earlier kvdoctors wrote (`notified` holds its severity)."""
+        d = asdict(self)
+        severity = d.pop("notified_severity")
+        d["notified"] = {**d["notified"], "severity": severity} if self.notified is not None else {}
+        return d
+
+    @classmethod
+    def from_state(cls, d: JsonObject) -> TrackedFinding:
+        """Inverse of to_state."""
+        notified = d.get("notified") or {}
+        return cls(
+            **{
+                **d,
+                "snapshot": Shown.from_dict(d.get("snapshot") or {}),
+                "notified": Shown.from_dict(notified) if notified else None,
+                "notified_severity": notified.get("severity"),
+                "fired_evidence": dict(d.get("fired_evidence") or {}),
             }
         )
 
@@ -150,33 +201,28 @@ class Event:
         return cls(**{**d, "alerts": [AlertView.from_dict(a) for a in d.get("alerts", [])]})
 
 
-def snapshot_of(f: Finding, d: Diagnosis) -> dict[str, Any]:
+def snapshot_of(f: Finding, d: Diagnosis) -> Shown:
     """What an alert shows of a finding and its diagnosis: text, evidence (NaN as null), runbook, advice."""
     evidence = {**d.evidence, **f.evidence} if f.bottleneck else dict(f.evidence)
     clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in evidence.items()}
-    return {
-        "summary": f.summary,
-        "description": f.description,
-        "evidence": clean,
-        "runbook": f.runbook,
-        "bottleneck": f.bottleneck,
-        "since": f.since,
-        "advice": [
-            {
-                "flag": a.flag,
-                "text": a.text,
-                "source": a.source,
-                "predicted": a.effect.text if a.effect else "",
-            }
+    return Shown(
+        summary=f.summary,
+        description=f.description,
+        evidence=clean,
+        runbook=f.runbook,
+        bottleneck=f.bottleneck,
+        since=f.since,
+        advice=tuple(
+            AdviceView(flag=a.flag, text=a.text, source=a.source, predicted=a.effect.text if a.effect else "")
             for a in f.advice
-        ],
-    }
+        ),
+    )
 
 
-def material_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def material_changes(old: Shown, new: Shown) -> list[str]:
     """Human descriptions of changes worth a thread reply (not every wobble of the numbers)."""
     out = []
-    oe, ne = old.get("evidence", {}), new.get("evidence", {})
+    oe, ne = old.evidence, new.evidence
     for k in sorted(set(oe) & set(ne)):
         a, b = oe[k], ne[k]
         if not isinstance(a, int | float) or not isinstance(b, int | float):
@@ -187,6 +233,6 @@ def material_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             big = abs(b - a) >= 0.5 * max(abs(a), abs(b)) and abs(b - a) > 1e-9
         if big:
             out.append(f"{fmt.label_of(k)} {fmt.value(k, a)} → {fmt.value(k, b)}")
-    if {a["flag"] for a in old.get("advice", [])} != {a["flag"] for a in new.get("advice", [])}:
+    if {a.flag for a in old.advice} != {a.flag for a in new.advice}:
         out.append("advice changed")
     return out

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 from slack_sdk.models.blocks import Block
 
 from kvdoctor import fmt
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.notify.alerts import AlertView, Event, Evidence
 from kvdoctor.signals import FINDINGS, SIGNALS
 
@@ -55,7 +56,7 @@ def _escaped(alert: AlertView) -> AlertView:
     return AlertView.from_dict({**walk(asdict(alert)), "runbook": alert.runbook})
 
 
-def mrkdwn(text: str) -> dict[str, Any]:
+def mrkdwn(text: str) -> JsonObject:
     """A mrkdwn text object; verbatim, so Slack does not turn bare URLs or channel names in it into links."""
     return {"type": "mrkdwn", "text": text, "verbatim": True}
 
@@ -86,7 +87,7 @@ MERGED = (
 )
 
 
-def evidence_fields(evidence: Evidence) -> list[dict[str, Any]]:
+def evidence_fields(evidence: Evidence) -> list[JsonObject]:
     """Up to 10 mrkdwn fields for the evidence, known keys first, variants of one quantity in one field."""
     ev = dict(evidence)
     out: list[tuple[str, str]] = []
@@ -145,12 +146,12 @@ def _links(ev: Event, a: AlertView, links: Links) -> list[str]:
     return out
 
 
-def _context(ev: Event, a: AlertView, links: Links, lead: str) -> dict[str, Any]:
+def _context(ev: Event, a: AlertView, links: Links, lead: str) -> JsonObject:
     parts = [lead, f"finding `{escape(a.finding)}`", *_links(ev, a, links)]
     return {"type": "context", "elements": [mrkdwn(_cut(" · ".join(parts), MAX_TEXT))]}
 
 
-def _others(alerts: list[AlertView]) -> dict[str, Any] | None:
+def _others(alerts: list[AlertView]) -> JsonObject | None:
     if len(alerts) < 2:
         return None
     lines = [f"• {ICONS.get(a.severity, '')} *{title_of(a)}* ({a.status}): {a.summary}" for a in alerts[1:]]
@@ -160,11 +161,11 @@ def _others(alerts: list[AlertView]) -> dict[str, Any] | None:
     }
 
 
-def _text_section(text: str) -> dict[str, Any]:
+def _text_section(text: str) -> JsonObject:
     return {"type": "section", "text": mrkdwn(_cut(text or " ", MAX_TEXT))}
 
 
-def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[dict[str, Any]]]:
+def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, list[JsonObject]]:
     """Fallback text and Block Kit blocks for an event (root message, or thread reply when root=False)."""
     raw = ev.alerts[0] if ev.alerts else AlertView()
     # Everything from outside is escaped once, here; only the plain_text header (never parsed) gets it raw.
@@ -187,7 +188,7 @@ def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, l
         lead = f"firing since {fmt.clock(ev.opened)}"
         if ev.kind == "repeat":
             lead += f" ({fmt.duration(ev.t - ev.opened)})"
-    blocks: list[dict[str, Any]] = []
+    blocks: list[JsonObject] = []
     if root or ev.kind != "update":
         blocks.append(
             {"type": "header", "text": {"type": "plain_text", "text": _cut(head, MAX_HEADER), "emoji": True}}
@@ -211,7 +212,7 @@ def event_message(ev: Event, links: Links, *, root: bool = True) -> tuple[str, l
     return _cut(text, MAX_TEXT), validate(blocks[:MAX_BLOCKS])
 
 
-def validate(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def validate(blocks: list[JsonObject]) -> list[JsonObject]:
     """Round-trip blocks through slack_sdk.models (raises SlackObjectFormationError beyond the limits)."""
     out = []
     for b in blocks:
@@ -222,7 +223,7 @@ def validate(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def probe_message(links: Links, where: str = "kvdoctor") -> tuple[str, list[dict[str, Any]]]:
+def probe_message(links: Links, where: str = "kvdoctor") -> tuple[str, list[JsonObject]]:
     """A test message proving the sink is configured (kvdoctor notify test)."""
     text = f"kvdoctor test notification from {escape(where)}: Slack delivery works."
     extra = [
@@ -233,7 +234,7 @@ def probe_message(links: Links, where: str = "kvdoctor") -> tuple[str, list[dict
         )
         if x
     ]
-    blocks: list[dict[str, Any]] = [
+    blocks: list[JsonObject] = [
         {"type": "header", "text": {"type": "plain_text", "text": "kvdoctor test notification"}},
         _text_section(text),
     ]

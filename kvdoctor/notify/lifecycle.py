@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 from kvdoctor import fmt
-from kvdoctor.notify.alerts import AlertView, Event, Incident, TrackedFinding, material_changes, snapshot_of
+from kvdoctor.jsondoc import JsonObject
+from kvdoctor.notify.alerts import (
+    AlertView,
+    Event,
+    Incident,
+    Shown,
+    TrackedFinding,
+    material_changes,
+    snapshot_of,
+)
 from kvdoctor.notify.config import NotifyConfig
 from kvdoctor.verdicts import Diagnosis, Finding
 
@@ -61,7 +69,7 @@ class Lifecycle:
             a.last_seen, a.severity, a.snapshot = now, f.severity, snapshot_of(f, d)
             if a.status == "pending" and now - a.started >= self._for(f.name):
                 a.status, a.fired_at = "firing", now
-                a.fired_evidence = dict(a.snapshot.get("evidence", {}))
+                a.fired_evidence = dict(a.snapshot.evidence)
                 fired.append(a)
         for key, a in list(self.alerts.items()):
             if key in present:
@@ -115,10 +123,12 @@ class Lifecycle:
             for a in firing:
                 if not a.announced or a.silenced:
                     continue
-                if a.severity != a.notified.get("severity"):
-                    changes.append(f"{a.finding} severity {a.notified.get('severity')} → {a.severity}")
+                if a.severity != a.notified_severity:
+                    changes.append(f"{a.finding} severity {a.notified_severity} → {a.severity}")
                 elif due:
-                    changes += [f"{a.finding}: {c}" for c in material_changes(a.notified, a.snapshot)]
+                    changes += [
+                        f"{a.finding}: {c}" for c in material_changes(a.notified or Shown(), a.snapshot)
+                    ]
             still = [a for a in firing if a.announced or a in new]
             if not still:
                 kind = "resolved"
@@ -133,9 +143,9 @@ class Lifecycle:
         g.seq += 1
         g.last_notified = now
         shown = [a for a in members if a.announced]
-        shown.sort(key=lambda a: (not a.snapshot.get("bottleneck"), SEVERITY_RANK.get(a.severity, 9), a.key))
+        shown.sort(key=lambda a: (not a.snapshot.bottleneck, SEVERITY_RANK.get(a.severity, 9), a.key))
         for a in shown:
-            a.notified = {**a.snapshot, "severity": a.severity}
+            a.notified, a.notified_severity = a.snapshot, a.severity
         if kind == "resolved":
             del self.groups[gkey]
         return Event(
@@ -156,22 +166,22 @@ class Lifecycle:
         live = [a.view() for a in self.alerts.values() if a.status == "firing" and not a.silenced]
         return live + [a.view() for a in self.recently_resolved]
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> JsonObject:
         """JSON-ready state, so a restart neither forgets nor re-announces."""
         return {
             "version": 1,
-            "alerts": [asdict(a) for a in self.alerts.values()],
+            "alerts": [a.to_state() for a in self.alerts.values()],
             "groups": [asdict(g) for g in self.groups.values()],
-            "recently_resolved": [asdict(a) for a in self.recently_resolved],
+            "recently_resolved": [a.to_state() for a in self.recently_resolved],
         }
 
     @classmethod
-    def from_state(cls, config: NotifyConfig, state: dict[str, Any] | None) -> Lifecycle:
+    def from_state(cls, config: NotifyConfig, state: JsonObject | None) -> Lifecycle:
         """Rebuild a lifecycle from to_state() output (None or an unknown version starts empty)."""
         lc = cls(config)
         if not state or state.get("version") != 1:
             return lc
-        lc.alerts = {a.key: a for a in (TrackedFinding(**x) for x in state.get("alerts", []))}
+        lc.alerts = {a.key: a for a in (TrackedFinding.from_state(x) for x in state.get("alerts", []))}
         lc.groups = {g.key: g for g in (Incident(**x) for x in state.get("groups", []))}
-        lc.recently_resolved = [TrackedFinding(**x) for x in state.get("recently_resolved", [])]
+        lc.recently_resolved = [TrackedFinding.from_state(x) for x in state.get("recently_resolved", [])]
         return lc

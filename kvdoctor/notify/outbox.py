@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.notify.outboxdb import (
     PENDING,
     Mark,
@@ -49,7 +50,7 @@ class Item:
     key: str
     incident: str
     sink: str
-    payload: dict[str, Any]
+    payload: JsonObject
     attempts: int = 0
 
 
@@ -113,7 +114,7 @@ class Outbox:
         self._unsaved, self._failures, self.failing_since, self._retry_at = Unsaved(), 0, None, 0.0
         return True
 
-    def commit(self, items: list[tuple[str, str, str, dict[str, Any]]], state: dict[str, Any] | None) -> int:
+    def commit(self, items: list[tuple[str, str, str, JsonObject]], state: JsonObject | None) -> int:
         """Atomically enqueue (key, incident, sink, payload) items and save lifecycle state; returns new rows.
 
         Never raises: what the disk refuses stays in memory (and is delivered from there) until a write works."""
@@ -215,7 +216,7 @@ class Outbox:
                 return None
         return (row[0], row[1]) if row else None
 
-    def load_state(self) -> dict[str, Any] | None:
+    def load_state(self) -> JsonObject | None:
         """The lifecycle state saved by the last commit() (read when the file was opened)."""
         with self._lock:
             return self._unsaved.state or self._state

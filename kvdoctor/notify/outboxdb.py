@@ -11,6 +11,7 @@ from typing import Any
 
 from kvdoctor.diskfiles import set_aside
 from kvdoctor.errors import KvdoctorError
+from kvdoctor.jsondoc import JsonObject
 
 log = logging.getLogger("kvdoctor.notify.outbox")
 
@@ -47,7 +48,7 @@ class Unsaved:
     )  # key → [id, incident, sink, payload, created, attempts]
     marks: dict[str, Mark] = field(default_factory=dict)
     threads: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
-    state: dict[str, Any] | None = None
+    state: JsonObject | None = None
 
     def __bool__(self) -> bool:
         return bool(self.items or self.marks or self.threads or self.state is not None)
@@ -87,7 +88,7 @@ def is_corrupt(exc: sqlite3.Error) -> bool:
     return name.split("_(")[0] in CORRUPT or "malformed" in str(exc) or "not a database" in str(exc)
 
 
-def _connect(path: Path) -> tuple[sqlite3.Connection, dict[str, Any] | None]:
+def _connect(path: Path) -> tuple[sqlite3.Connection, JsonObject | None]:
     db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode=WAL")
@@ -112,7 +113,7 @@ def _connect(path: Path) -> tuple[sqlite3.Connection, dict[str, Any] | None]:
         raise
 
 
-def open_outbox(path: Path) -> tuple[sqlite3.Connection | None, dict[str, Any] | None, str]:
+def open_outbox(path: Path) -> tuple[sqlite3.Connection | None, JsonObject | None, str]:
     """(connection, saved lifecycle state, error): a corrupt file is set aside and replaced by a fresh one; on a
     disk fault the connection is None and error says what the disk answered."""
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
@@ -12,6 +11,7 @@ from slack_sdk.http_retry.builtin_handlers import ServerErrorRetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
 from slack_sdk.webhook import WebhookClient
 
+from kvdoctor.jsondoc import JsonObject
 from kvdoctor.notify.alerts import Event
 from kvdoctor.notify.blocks import Links, event_message, probe_message
 from kvdoctor.notify.config import SlackConfig
@@ -151,6 +151,6 @@ class SlackSink:
             return False, f"slack ({self.config.mode}): failed: {classify(e).error}"
         return False, "slack: not configured"
 
-    def payload(self, ev: Event) -> dict[str, Any]:
+    def payload(self, ev: Event) -> JsonObject:
         """What goes into the outbox for this sink."""
         return {"event": ev.to_dict()}
