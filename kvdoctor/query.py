@@ -87,7 +87,7 @@ def to_api(value: Value, t: float) -> JsonObject:
                     "metric": dict(r.labels),
                     "values": [[ts / 1000, format_value(v)] for ts, v in zip(r.ts, r.vs, strict=True)],
                 }
-                for r in value  # type: ignore[union-attr]
+                for r in value
             ],
         }
     return {

@@ -144,7 +144,8 @@ class Diagnosis:
         """A JSON-ready dict (NaN values become None); `bottleneck` repeats `verdict` for existing readers."""
         d = asdict(self)
         d["bottleneck"] = self.verdict
-        return _clean(d)
+        cleaned: JsonObject = _clean(d)
+        return cleaned
 
 
 def _clean(v: Any) -> Any:

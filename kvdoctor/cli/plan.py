@@ -114,7 +114,7 @@ def _load(args: argparse.Namespace, measured_rate: float) -> float:
         raise WindowError(
             "--rate: the window finished no request, so a rate has nothing to scale; use --load"
         )
-    return args.rate / measured_rate
+    return float(args.rate) / measured_rate
 
 
 def _s(v: Any) -> str:

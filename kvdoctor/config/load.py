@@ -13,7 +13,7 @@ from kvdoctor.config.durations import duration_seconds
 from kvdoctor.config.podsd import parse_kubernetes_sd
 from kvdoctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefaults, check_url
 from kvdoctor.config.targets import count, http_options, limits, parse_target
-from kvdoctor.config.yamlpos import Located, locate, yaml_error
+from kvdoctor.config.yamlpos import KeyPath, Located, locate, yaml_error
 from kvdoctor.errors import ValidationError
 
 TOP_KEYS = {
@@ -144,7 +144,9 @@ def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tupl
     return cfg, errors
 
 
-def _dur(d: dict[str, Any], key: str, default: float, doc: Located, path: tuple, errors: list[str]) -> float:  # type: ignore[type-arg]
+def _dur(
+    d: dict[str, Any], key: str, default: float, doc: Located, path: KeyPath, errors: list[str]
+) -> float:
     v = d.get(key)
     if v is None:
         return default

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from kvdoctor.config.durations import duration_seconds
 from kvdoctor.config.schema import ScrapeDefaults, TargetSpec
-from kvdoctor.config.yamlpos import Located
+from kvdoctor.config.yamlpos import KeyPath, Located
 from kvdoctor.ingest.fetch import HttpOptions
 from kvdoctor.ingest.parse import ScrapeLimits
 
@@ -42,7 +42,7 @@ def metrics_url(url: str) -> str:
     return urlunsplit(parts._replace(path="/metrics") if parts.path in ("", "/") else parts)
 
 
-def _secret(d: dict[str, Any], key: str, doc: Located, path: tuple, errors: list[str]) -> str | None:  # type: ignore[type-arg]
+def _secret(d: dict[str, Any], key: str, doc: Located, path: KeyPath, errors: list[str]) -> str | None:
     if d.get(key) is not None:
         return str(d[key])
     file = d.get(f"{key}_file")
@@ -69,8 +69,8 @@ def count(
 
 
 def limits(
-    d: dict[str, Any], doc: Located, path: tuple, errors: list[str], base: ScrapeLimits
-) -> ScrapeLimits:  # type: ignore[type-arg]
+    d: dict[str, Any], doc: Located, path: KeyPath, errors: list[str], base: ScrapeLimits
+) -> ScrapeLimits:
     """sample_limit, label_limit, label_value_length_limit over base (0 turns a limit off)."""
     values = {k: count(d, k, getattr(base, k), doc.where(*path, k), errors, zero=True) for k in LIMIT_KEYS}
     return ScrapeLimits(**values)
@@ -79,11 +79,11 @@ def limits(
 def http_options(
     d: dict[str, Any],
     doc: Located,
-    path: tuple,
+    path: KeyPath,
     errors: list[str],
     timeout: float = 10.0,
     max_bytes: int = 16 * 1024 * 1024,
-) -> HttpOptions:  # type: ignore[type-arg]
+) -> HttpOptions:
     """HttpOptions from bearer_token(_file), basic_auth, tls, timeout, headers."""
     token = _secret(d, "bearer_token", doc, path, errors)
     basic = None
@@ -131,10 +131,10 @@ def http_options(
 def parse_target(
     item: Any,
     doc: Located,
-    path: tuple,
+    path: KeyPath,
     errors: list[str],
     defaults: ScrapeDefaults | None = None,
-) -> TargetSpec | None:  # type: ignore[type-arg]
+) -> TargetSpec | None:
     """A TargetSpec from a URL string or a mapping (the `scrape:` defaults under it); None when invalid."""
     defaults = defaults or ScrapeDefaults()
     where = doc.where(*path)
