@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvdoctor.errors import InputError
+from kvdoctor.jsondoc import JsonObject, JsonValue
 
 
 class ModelConfigError(InputError):
@@ -14,18 +13,18 @@ class ModelConfigError(InputError):
 class Fields:
     """Lookup of config fields with aliases; errors name the canonical field and the file."""
 
-    def __init__(self, cfg: dict[str, Any], source: str) -> None:
+    def __init__(self, cfg: JsonObject, source: str) -> None:
         self.cfg = cfg
         self.source = source
 
-    def get(self, *names: str) -> Any:
+    def get(self, *names: str) -> JsonValue:
         """The first present, non-null value among names, else None."""
         for n in names:
             if self.cfg.get(n) is not None:
                 return self.cfg[n]
         return None
 
-    def need(self, *names: str) -> Any:
+    def need(self, *names: str) -> JsonValue:
         """Like get, but a missing field raises ModelConfigError naming it."""
         v = self.get(*names)
         if v is None:
