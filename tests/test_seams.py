@@ -5,7 +5,8 @@ Untyped: `dict[str, Any]`, `Mapping[str, Any]` (and `Dict`, `MutableMapping`), a
 bare `Any`. A package is `kvdoctor/<pkg>/` or a top-level module. JSON documents at the edges (outside data on its
 way in, JSON on its way out) say so with `kvdoctor.jsondoc.JsonObject`/`JsonValue`, which this check accepts.
 
-Reached from another package: a function or module constant imported there; a class's `__init__` called there
+Reached from another package: a function or module constant imported there, or named through its module
+(`from kvdoctor.a import b`, then `b.name`); a class's `__init__` called there
 with the class imported; a method or attribute named there (`.name`) when that module imports the class, or when
 no other class under the package has a member of that name and it is not a builtin container's method.
 """
@@ -154,6 +155,10 @@ def reached(seam: Seam, tree: Tree) -> list[str]:
         ]
         if seam.owner is None:
             out += [f"{where}:{line}" for line in lines]
+            # from kvdoctor.a import b, then b.name
+            parent, _, short = seam.module.rpartition(".")
+            if any(m == parent for m, _ in uses.imports.get(short, [])):
+                out += [f"{where}:{line}" for line in uses.attributes.get(seam.name, [])]
         elif seam.name == "__init__":
             out += [f"{where}:{line}" for line in uses.calls.get(seam.owner, [])] if lines else []
         elif lines or unique:
@@ -200,16 +205,21 @@ def test_the_check_finds_each_kind_of_crossing(tmp_path: Path) -> None:
         "    def get(self) -> dict[str, Any]: ...\n"
     )
     (root / "low" / "near.py").write_text("from kvdoctor.low.values import used_inside\n")
+    (root / "low" / "tables.py").write_text(
+        "from typing import Any\ndef rows() -> list[dict[str, Any]]: ...\n"
+    )
     (root / "high" / "use.py").write_text(
+        "from kvdoctor.low import tables\n"
         "from kvdoctor.low.values import LIMITS, status, to_json, raw, Source\n"
         "def f(s, other):\n"
-        "    return Source({}), s.snapshot, other.health(), other.get()\n"
+        "    return Source({}), s.snapshot, other.health(), other.get(), tables.rows()\n"
     )
     found = {line.split(" ")[1] for line in offenders(root)}
     assert found == {
         "LIMITS",
         "status",
         "raw",
+        "rows",
         "Source.snapshot",
         "Source.__init__",
         "Source.health",
