@@ -6,9 +6,9 @@ bare `Any`. A package is `kvdoctor/<pkg>/` or a top-level module. JSON documents
 way in, JSON on its way out) say so with `kvdoctor.jsondoc.JsonObject`/`JsonValue`, which this check accepts.
 
 Reached from another package: a function or module constant imported there, or named through its module
-(`from kvdoctor.a import b`, then `b.name`); a class's `__init__` called there
-with the class imported; a method or attribute named there (`.name`) when that module imports the class, or when
-no other class under the package has a member of that name and it is not a builtin container's method.
+(`from kvdoctor.a import b`, then `b.name`); a class's `__init__` called there with the class imported; a method
+or attribute named there (`.name`) when that module imports the class, or when no other class under the package
+has a member of that name and it is not a builtin container's method.
 """
 
 from __future__ import annotations
