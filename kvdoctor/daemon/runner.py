@@ -7,7 +7,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from kvdoctor.config import Config, ConfigError
 from kvdoctor.config.schema import Overrides, default_external_url
@@ -47,7 +46,7 @@ class Daemon:
         groups: list[RuleGroup],
         cfg_path: str | None = None,
         overrides: Overrides | None = None,
-        on_change: Any = None,
+        on_change: Callable[[Diagnosis, str | None], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cfg, self.cfg_path, self.overrides = cfg, cfg_path, overrides or Overrides()
