@@ -80,7 +80,9 @@ def reliefs(d: Diagnosis) -> list[Relief]:
     )
     raised = _num(advised.get("max_num_seqs")) if advised else (cap * 2 if cap else None)
     if raised:
-        out.append(Relief("batch_cap", {"max_num_seqs": int(raised)}, f"raising --max-num-seqs to {int(raised)}"))
+        out.append(
+            Relief("batch_cap", {"max_num_seqs": int(raised)}, f"raising --max-num-seqs to {int(raised)}")
+        )
     tokens = _num(ev.get("kv_cache_tokens"))
     if tokens:
         out.append(Relief("kv_cache", {"kv_cache_tokens": int(tokens) * 2}, "a KV cache twice the size"))
