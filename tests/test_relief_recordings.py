@@ -32,7 +32,8 @@ SIM_SCRAPES = 5  # the what-if learns from no fewer scrapes (whatif/predict.lear
 # where the label says ~0 %. The recordings do not show ~0 %: ITL p50 grows linearly with the batch up to the cap on
 # every ramp (llama_ramp_c32 75 ms + 7.8 ms a running request, tiny_ramp_c32 18 + 1.5 ms, each step within 8 % of its
 # line), and llama_ramp_c32's saturated steps serve 42 tok/s at 16 running and 48 at 27, the +12-15 % that line's
-# amortised fixed cost says. Extended to 64, the measured line buys +5-7 % here. Naming compute needs a per-request
+# amortised fixed cost says. This window's own steps (ITL mean 87 ms + 6.2 ms a decoder + 3.4 ms a prefill token by
+# least squares, 50 tok/s at 31.5 running as measured) give +9 % at 64 running. Naming compute needs a per-request
 # cost that grows faster past 32 than anything recorded shows (issue 21 item 1).
 STEP_MODEL_GAPS = {
     ("llama_cobind_c32.jsonl.gz", 1796169326, 15.0): "cap x2 +5.3 % at 15 s scrapes: at the 5 % line",
