@@ -126,6 +126,8 @@ class Advisor:
         with self._lock:  # since when a borderline limit has held (_steady_needed); forgotten when it ends
             if isinstance(cap, float) and cap > 0:  # the operator's cap: a prediction need not infer it
                 self._caps[d.target] = int(cap)
+            else:  # none configured (or no longer, after a reload)
+                self._caps.pop(d.target, None)
             if relief.reliefs(d):
                 self._limits[d.target] = d.since
             else:
