@@ -56,22 +56,22 @@ def batch_cap(ev: dict[str, float], plateau: float | None = None, engines: int =
             )
         ]
     cap = int(cap)
-    text = f"raise `--max-num-seqs` from {cap}"
+    # one step of x2, the change the what-if's relief check simulates: one number for the advice and the check
+    text = f"raise `--max-num-seqs` from {cap} to {cap * 2}"
     if kv is not None and kv > 0:
         room = int(cap * 0.9 / kv)
-        target = max(cap * 2, min(room, cap * 4))
         text += (
-            f" to {target}: at {cap} running the KV cache is only {kv:.1%} used, room for about {room:,} such "
-            f"requests at 90 % usage"
+            f": at {cap} running the KV cache is only {kv:.1%} used, room for about {room:,} such requests at "
+            f"90 % usage, so a further step if this one pays"
         )
     else:
-        text += f" to {cap * 2}: the KV cache is nearly empty at the cap"
+        text += ": the KV cache is nearly empty at the cap"
     if engines > 1:
         text += f" (per engine; {engines} data-parallel engines)"
     waiting = ev.get("waiting_avg_1m")
     if waiting:
         text += f"; {waiting:.0f} requests are waiting now"
-    change: dict[str, float | str] = {"max_num_seqs": target if kv is not None and kv > 0 else cap * 2}
+    change: dict[str, float | str] = {"max_num_seqs": cap * 2}
     return [
         Advice("--max-num-seqs", text + "; watch inter-token latency as the batch grows", "signals", change),
         Advice(

@@ -13,6 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
+from functools import partial
 
 from kvdoctor.samples import Sample
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
@@ -66,6 +67,7 @@ class Advisor:
         self._followups: dict[str, FollowUp] = {}
         self._failures: dict[str, str] = {}  # target -> why its last simulation raised (until one works)
         self._limits: dict[str, float] = {}  # target → since when its borderline limit has held
+        self._caps: dict[str, int] = {}  # target → the --max-num-seqs its config gives (not exported by vLLM)
 
     def observe(self, target: str, t: float, samples: Iterable[Sample]) -> None:
         """Keep one scrape of a target."""
@@ -94,6 +96,7 @@ class Advisor:
             self._history.pop(target, None)
             self._failures.pop(target, None)
             self._limits.pop(target, None)
+            self._caps.pop(target, None)
             self._restarts.pop(target, None)
             self._followups.pop(target, None)
             self._shared.forget(target)
@@ -119,7 +122,12 @@ class Advisor:
         return diagnoses
 
     def _note_limit(self, d: Diagnosis) -> None:
+        cap = d.evidence.get("batch_cap_configured")
         with self._lock:  # since when a borderline limit has held (_steady_needed); forgotten when it ends
+            if isinstance(cap, float) and cap > 0:  # the operator's cap: a prediction need not infer it
+                self._caps[d.target] = int(cap)
+            else:  # none configured (or no longer, after a reload)
+                self._caps.pop(d.target, None)
             if relief.reliefs(d):
                 self._limits[d.target] = d.since
             else:
@@ -234,6 +242,7 @@ class Advisor:
         target, change = key
         with self._lock:
             history = list(self._history.get(target, ()))
+            cap = self._caps.get(target)
         cuts = restarts(history)
         if change and change[0][0] == "__followup__":
             fu = follow_up(target, history, float(change[0][1]))
@@ -256,12 +265,12 @@ class Advisor:
                 raise WindowError("the load has not held long enough")
             young = hi - lo < STEADY_S
             window = [s for s in history if lo <= s.t <= hi]
-            fp = self._shared.fingerprint(target, window)
+            fp = (self._shared.fingerprint(target, window), cap)
             # a replica with the same window simulated it already (young: as soon as a young one is redone)
             eff = self._shared.get(fp, change, t, RETRY_S if young else self.refresh_s)
             if eff is None:
-                args = (history, window, dict(change))
-                p = self.offload.run(predict, *args) if self.offload is not None else predict(*args)
+                args, run = (history, window, dict(change)), partial(predict, max_num_seqs=cap)
+                p = self.offload.run(run, *args) if self.offload is not None else run(*args)
                 eff = effect_of(p, dict(change), t)
                 self._shared.put(fp, change, eff)
         except (WindowError, ValueError, ZeroDivisionError):

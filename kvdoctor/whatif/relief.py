@@ -71,14 +71,17 @@ def reliefs(d: Diagnosis) -> list[Relief]:
         return []
     ev = d.evidence
     out = []
+    # the cap the diagnosis advises (one number for the advice and its check), else x2 the cap it saw
+    advised = next((a.change for a in d.advice if a.flag == "--max-num-seqs" and a.change), None)
     cap = (
         _num(ev.get("batch_cap_configured"))
         or _num(ev.get("batch_cap_inferred"))
         or _num(ev.get("running_max_1m"))
     )
-    if cap:
+    raised = _num(advised.get("max_num_seqs")) if advised else (cap * 2 if cap else None)
+    if raised:
         out.append(
-            Relief("batch_cap", {"max_num_seqs": int(cap) * 2}, f"raising --max-num-seqs to {int(cap) * 2}")
+            Relief("batch_cap", {"max_num_seqs": int(raised)}, f"raising --max-num-seqs to {int(raised)}")
         )
     tokens = _num(ev.get("kv_cache_tokens"))
     if tokens:

@@ -11,11 +11,14 @@ import pytest
 import requests
 
 from kvdoctor import terminal
+from kvdoctor.ingest.parse import Parser
+from kvdoctor.ingest.recording import load_frames
 from kvdoctor.pipeline import Cycle, Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
+from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.web import WebServer
 from kvdoctor.whatif.advisor import Advisor
 from tests.support.chromium import CHROMIUM, chromium
@@ -149,3 +152,29 @@ def test_a_restart_with_the_same_flags_is_not_called_a_change():
         pytest.skip("field fixture not present")
     cycles = _replay(field)
     assert not [f for c in cycles for d in c.diagnoses for f in d.findings if f.name == "prediction_check"]
+
+
+RAMP_C8 = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-ramps/tiny_ramp_c8.jsonl.gz"
+LIGHT_END = 1796157306.94  # the end of tiny_ramp_c8's light step (ramps.json): ~3 running of --max-num-seqs 8
+
+
+def _load_x3_effect(evidence: dict[str, float | str]) -> Effect | None:
+    """The advisor's predicted effect of three times the light step's load, its diagnosis carrying `evidence`."""
+    advisor, parser = Advisor(), Parser()
+    for f in load_frames(RAMP_C8):
+        if f.text is not None and f.t <= LIGHT_END:
+            advisor.observe("ramp", f.t, parser.parse(f.text).samples)
+    advice = Advice("load", "three times the load", "test", {"load": 3.0})
+    d = Diagnosis("ramp", "tiny", LIGHT_END, "healthy", LIGHT_END - 60, evidence=evidence, advice=[advice])
+    return advisor.annotate([d], LIGHT_END)[0].advice[0].effect
+
+
+def test_the_operators_configured_cap_is_what_the_advisor_simulates():
+    # vLLM does not export --max-num-seqs, and the light step never reaches the cap: without the config's cap the
+    # advisor assumes vLLM's default 128 and sees load x3 served (as tiny_ramp_c32 would be); the server, capped
+    # at 8, queued at that load (ramps.json: 3 req/s step, 7.8 running, 9.5 waiting, 1.85 req/s served)
+    assumed, configured = _load_x3_effect({}), _load_x3_effect({"batch_cap_configured": 8.0})
+    assert assumed is not None and configured is not None
+    assert not assumed.overload
+    assert configured.overload.startswith("after overloaded")
+    assert configured.after["requests_per_s"] < 0.85 * assumed.after["requests_per_s"]
