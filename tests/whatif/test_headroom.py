@@ -204,3 +204,22 @@ def test_a_result_older_than_three_refresh_periods_is_no_longer_exported():
         assert not any(k.startswith("slo_headroom") for k in late) and "replicas_needed" not in late
     finally:
         release.set()
+
+
+def test_targets_at_a_limit_are_queued_before_healthy_ones():
+    release, calls = threading.Event(), []
+
+    def history(target: str) -> list:
+        calls.append(target)
+        release.wait(10.0)  # the worker is busy with the first request while the next cycle asks
+        return []
+
+    worker = HeadroomWorker(history, background=True)
+    wants = {n: ({"ttft_p95": 2.0}, None) for n in ("busy", "ok1", "kv", "ok2", "compute")}
+    worker.annotate([Diagnosis("busy", "m", 0.0, "healthy", 0.0)], 0.0, wants)
+    until(lambda: calls, timeout=10.0, step=0.01, what="the worker to take the first request")
+    verdicts = {"ok1": "healthy", "kv": "kv_cache", "ok2": "idle", "compute": "compute"}
+    worker.annotate([Diagnosis(n, "m", 0.0, v, 0.0) for n, v in verdicts.items()], 0.0, wants)
+    release.set()
+    until(lambda: len(calls) == 5, timeout=10.0, step=0.01, what="every request to be taken")
+    assert calls == ["busy", "kv", "compute", "ok1", "ok2"]
