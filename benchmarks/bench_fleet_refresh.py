@@ -2,18 +2,20 @@
 does to the cycle.
 
 usage: python benchmarks/bench_fleet_refresh.py [--targets 1000] [--interval 15] [--refresh 180] [--distinct 10]
-           [--fill 75] [--threads] [--quick]
+           [--fill 75] [--threads] [--nice 19] [--quick]
 
 The process is pinned to one CPU. Every target replays a real vLLM 0.32 recording at a limit (compute_bound and
-kv_bound in turn, each scrape parsed once per frame and shared: this measures the what-if, not the scrape), with
-SLOs (ttft_p95 2 s, itl_p95 200 ms), through a Pipeline with the daemon's advisor and headroom workers on their
-threads. Targets are offset by up to --distinct frames, so their windows (and fingerprints) differ as replicas'
-would. Cycles run on the wall clock every --interval seconds: first --fill seconds with the workers held (the
-cycle "without predictions"), then until every target has fresh effects on its advice and headroom, and one more
-refresh period. Simulations run where the daemon runs them, in a nice-19 child process pinned to the same core
-(--threads: on the worker threads, for comparison). Prints the cycle duration (wall, and the cycle thread's CPU) without and with the workers busy,
-the time the first full refresh took against --refresh, the workers' CPU, and their counters (computed, shared,
-dropped). Load average beside it: the machine may be shared.
+kv_bound in turn, looped with their counters running on so a pass is not an engine restart; each frame parsed once
+and shared: this measures the what-if, not the scrape), with SLOs (ttft_p95 2 s, itl_p95 200 ms), through a Pipeline
+with the daemon's advisor and headroom workers on their threads. Targets are offset by up to --distinct frames, so
+their windows (and fingerprints) differ as replicas' would. Cycles run on the wall clock every --interval seconds:
+first --fill seconds with the workers held (the cycle "without predictions"), then until every target at a limit has
+had fresh effects and headroom, and one more refresh period (at most three periods). Simulations run where the
+daemon runs them, in a child process pinned to the same core at nice --nice (19 as the daemon; 0 on a machine other
+jobs keep busy, where a nice-19 child gets next to nothing; --threads: on the worker threads, for comparison).
+Prints the cycle's wall time and CPU without and with predictions, CPU per target-cycle, the workers' counters
+(computed, shared, dropped) and the verdict: the refresh's wall time against --refresh, and the CPU a period needs
+on one core (its cycles plus the refresh's simulations). Load average beside it: the machine may be shared.
 """
 
 from __future__ import annotations
