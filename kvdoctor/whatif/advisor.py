@@ -244,8 +244,9 @@ class Advisor:
             history = list(self._history.get(target, ()))
             cap = self._caps.get(target)
         cuts = restarts(history)
-        if change and change[0][0] == "__followup__":
-            fu = follow_up(target, history, float(change[0][1]))
+        if change and change[0][0] == "__followup__":  # a prediction too: in the child, off the cycle's GIL
+            asked = (target, history, float(change[0][1]))
+            fu = self.offload.run(follow_up, *asked) if self.offload is not None else follow_up(*asked)
             if fu is not None:
                 with self._lock:
                     self._followups[target] = fu

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kvdoctor.verdicts import Advice, Diagnosis
+from kvdoctor.verdicts import LIMITS, Advice, Diagnosis
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.plan import MAX_LOAD, MAX_REPLICAS, Planner
 from kvdoctor.whatif.predict import learn
@@ -98,12 +98,16 @@ class HeadroomWorker:
         self.dropped_total = self.computed_total = self.shared_total = 0
 
     def annotate(self, diagnoses: list[Diagnosis], t: float, wants: Wants) -> list[Diagnosis]:
-        """Ask for what is due and attach every fresh result; never waits in background mode."""
-        for d in diagnoses:
+        """Ask for what is due (targets at a limit first) and attach every fresh result; never waits in background mode."""
+        # the queue is first come, first served: a target at a limit is the one whose headroom is needed now
+        for d in sorted(diagnoses, key=lambda d: d.verdict not in LIMITS):
             slos, seqs = wants.get(d.target, ({}, None))
+            if slos:
+                self._want(d.target, d.model_name, slos, seqs, t)
+        for d in diagnoses:
+            slos = wants.get(d.target, ({}, None))[0]
             if not slos:
                 continue
-            self._want(d.target, d.model_name, slos, seqs, t)
             with self._lock:
                 h = self._results.get(d.target)
             if h is None or t - h.t > STALE_AFTER * self.refresh_s or h.slos != slos:

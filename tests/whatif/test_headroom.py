@@ -161,3 +161,65 @@ def test_the_daemon_exports_headroom_for_a_served_target_with_an_slo(monkeypatch
         )
     finally:
         server.stop()
+
+
+def _annotate(worker: HeadroomWorker, names: str, t: float, since: float) -> dict[str, dict]:
+    wants = {n: ({"ttft_p95": 2.0}, None) for n in names}
+    diagnoses = [Diagnosis(n, "m", t, "batch_cap", since) for n in names]
+    worker.annotate(diagnoses, t, wants)
+    return {d.target: d.evidence for d in diagnoses}
+
+
+def test_five_replicas_with_one_window_cost_one_search():
+    snaps = recording_snaps(BATCHCAP)
+    worker = HeadroomWorker(lambda target: snaps)
+    got = _annotate(worker, "abcde", snaps[-1].t, snaps[0].t)
+    assert worker.stats() == {"dropped": 0, "computed": 1, "shared": 4, "queued": 0}
+    assert "slo_headroom_ttft_p95" in got["a"] and all(got[n] == got["a"] for n in "bcde")
+
+
+def test_a_result_older_than_three_refresh_periods_is_no_longer_exported():
+    snaps = recording_snaps(BATCHCAP)
+    release, calls = threading.Event(), []
+
+    def history(target: str) -> list:
+        calls.append(target)
+        if len(calls) == 1:
+            return snaps
+        release.wait(60.0)  # the refresh that would replace the result is stuck behind a slow fleet
+        return []
+
+    worker = HeadroomWorker(history, refresh_s=10.0, background=True)
+    t0 = snaps[-1].t
+    try:
+        until(
+            lambda: "slo_headroom_ttft_p95" in _annotate(worker, "a", t0, t0)["a"],
+            timeout=300.0,
+            step=0.2,
+            what="the first headroom result",
+        )
+        # its refresh is asked for after 10 s and does not come; the old answer stands for 3 refresh periods
+        assert "slo_headroom_ttft_p95" in _annotate(worker, "a", t0 + 29.0, t0)["a"]
+        late = _annotate(worker, "a", t0 + 31.0, t0)["a"]
+        assert not any(k.startswith("slo_headroom") for k in late) and "replicas_needed" not in late
+    finally:
+        release.set()
+
+
+def test_targets_at_a_limit_are_queued_before_healthy_ones():
+    release, calls = threading.Event(), []
+
+    def history(target: str) -> list:
+        calls.append(target)
+        release.wait(10.0)  # the worker is busy with the first request while the next cycle asks
+        return []
+
+    worker = HeadroomWorker(history, background=True)
+    wants = {n: ({"ttft_p95": 2.0}, None) for n in ("busy", "ok1", "kv", "ok2", "compute")}
+    worker.annotate([Diagnosis("busy", "m", 0.0, "healthy", 0.0)], 0.0, wants)
+    until(lambda: calls, timeout=10.0, step=0.01, what="the worker to take the first request")
+    verdicts = {"ok1": "healthy", "kv": "kv_cache", "ok2": "idle", "compute": "compute"}
+    worker.annotate([Diagnosis(n, "m", 0.0, v, 0.0) for n, v in verdicts.items()], 0.0, wants)
+    release.set()
+    until(lambda: len(calls) == 5, timeout=10.0, step=0.01, what="every request to be taken")
+    assert calls == ["busy", "kv", "compute", "ok1", "ok2"]

@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.whatif.followup import follow_up
 from kvdoctor.whatif.headroom import search
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sources import recording_snaps
+from kvdoctor.whatif.window import restarts
 from kvdoctor.whatif.workload import WindowError
 
-BATCHCAP = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif/batchcap_before.jsonl.gz"
+PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
+BATCHCAP, RESTART = PAIRS / "batchcap_before.jsonl.gz", PAIRS / "batchcap_restart.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +55,14 @@ def test_a_child_that_dies_is_replaced_on_the_next_call():
         assert off.run(os.getpid) not in (first, os.getpid())
     finally:
         off.close()
+
+
+@pytest.mark.slow  # two predictions of the restart recording (minutes on a busy 2-core machine)
+def test_a_follow_up_in_the_child_is_the_one_made_here(offload):
+    # the advisor's follow-up predicts the change from before the restart: it runs in the child like the rest
+    snaps = recording_snaps(RESTART)
+    restart_t = snaps[restarts(snaps)[-1]].t
+    here = follow_up("batchcap_restart", snaps, restart_t)
+    assert here is not None and here.change == {"max_num_seqs": 12}
+    there = offload.run(follow_up, "batchcap_restart", snaps, restart_t)
+    assert there == here
