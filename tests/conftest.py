@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from kvdoctor.whatif import advisor
 from tests.support import replays
+from tests.support.predictions import SharedPredict
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "recordings"
@@ -53,6 +55,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
     if not DIRS[""].exists():
         pytest.skip("../shared/recordings/vllm-0.32-cpu not present")
     return Fleet(tmp_path_factory.mktemp("fleet"))
+
+
+@pytest.fixture
+def shared_predictions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The advisor computes each distinct prediction once per run (tests/support/predictions.py); opt-in."""
+    monkeypatch.setattr(advisor, "predict", SharedPredict())
 
 
 def pytest_configure(config: pytest.Config) -> None:

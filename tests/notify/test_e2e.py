@@ -18,6 +18,10 @@ from tests.notify_support.fake_slack import FakeSlack, Request
 from tests.notify_support.http_recorder import Recorder
 from tests.notify_support.recordings import concat, split
 
+pytestmark = pytest.mark.usefixtures(
+    "shared_predictions"
+)  # each replay of `incident` asks the same questions
+
 TOKEN = "xoxb-" + "3141592653-5897932384626-PiPiPiPiPiPiPiPiPiPiPiPi"
 LIMITS_ELSEWHERE = ("Batch cap hit", "Compute bound")
 RESOLVED = re.compile(r"Resolved: KV cache full on gpu-1 · tiny \(lasted \d+m( \d+s)?\)")

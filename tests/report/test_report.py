@@ -20,6 +20,8 @@ PRICES = Prices(gpu_hour_usd=2.5, gpus_per_target=2, api_in_usd=0.5, api_out_usd
 pytestmark = [
     pytest.mark.skipif(not DIRS[""].exists(), reason="shared vLLM recordings not present"),
     pytest.mark.slow,  # one replay of 24 target-hours (~10 s of CPU) shared by the module
+    # `kvdoctor report` on the fleet runs four times (each advisor simulating the same advice): once is enough
+    pytest.mark.usefixtures("shared_predictions"),
 ]
 
 

@@ -22,10 +22,11 @@ import os
 import pickle
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from itertools import takewhile
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import kvdoctor
 from kvdoctor.pipeline import IDLE_AFTER_S, Pipeline
@@ -38,6 +39,7 @@ FORMAT = "kvdoctor-replay-1"  # the name of this cache's entries (this module's 
 LIBRARIES = ("prometheus-client", "promql-parser", "PyYAML")
 
 cache_dir: Path | None = None  # set by tests/conftest.py; None keeps replays in this process only
+T = TypeVar("T")
 UNUSED_S = 7 * 86400.0  # prune() drops replays no run has read for a week (older kvdoctor sources, mostly)
 
 
@@ -78,18 +80,25 @@ def replayed(
 @functools.lru_cache(maxsize=128)  # ~0.4 MB each; beyond that the disk cache answers
 def _memo(path: str, size: int, mtime_ns: int, params: Params) -> tuple[Evaluated, ...]:
     del size, mtime_ns  # only part of the memo's key: a rewritten file is read again
+    return stored(_key(Path(path), params), lambda: _replay(Path(path), params))
+
+
+def stored(key: str, compute: Callable[[], T]) -> T:
+    """compute() once for every worker and run that shares cache_dir (or every call, without one); `key` names it.
+
+    The key must hold everything the value depends on (environment() has the package's part).
+    """
     if cache_dir is None:
-        return _replay(Path(path), params)
+        return compute()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    key = _key(Path(path), params)
     entry = cache_dir / f"{key}.pickle"
-    # one worker replays, the others wait for it and read its file (a lock per key, released if a worker dies)
+    # one worker computes, the others wait for it and read its file (a lock per key, released if a worker dies)
     with open(cache_dir / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if entry.exists():
             os.utime(entry)  # still in use: prune() keeps it
-            return pickle.loads(entry.read_bytes())  # written by this suite's own workers, never downloaded
-        got = _replay(Path(path), params)
+            return pickle.loads(entry.read_bytes())  # type: ignore[no-any-return]  # this suite's own, never downloaded
+        got = compute()
         fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             pickle.dump(got, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -114,7 +123,7 @@ def _replay(path: Path, params: Params) -> tuple[Evaluated, ...]:
 
 def _key(path: Path, params: Params) -> str:
     h = hashlib.sha256()
-    for part in (FORMAT, recording_instance(path), repr(tuple(params)), _environment()):
+    for part in (FORMAT, recording_instance(path), repr(tuple(params)), environment()):
         h.update(part.encode())
         h.update(b"\0")
     h.update(path.read_bytes())
@@ -122,7 +131,7 @@ def _key(path: Path, params: Params) -> str:
 
 
 @functools.cache
-def _environment() -> str:
+def environment() -> str:
     """A digest of what a replay's outcome depends on besides the recording: kvdoctor's files and pack, the libraries."""
     h = hashlib.sha256(sys.version.encode())
     h.update(Path(__file__).read_bytes())  # this module's own way of replaying
