@@ -11,8 +11,10 @@ daemon's clock is stepped by one interval per cycle, so the retention fills in m
 (the servers play at interval/step speed so counters move as they would); --realtime runs the daemon's own
 schedules on the wall clock instead (slow: --cycles × --interval seconds). After --cycles cycles the config is
 reloaded to --reload-to targets and --after more cycles run. Prints one line per cycle (RSS after gc, cycle
-seconds and CPU seconds, series in the store, Python objects alive) and a summary: RSS growth over the second half of the full-fleet run (flat means
-bounded by the retention), the slowest cycle against the interval, and RSS after the reload.
+seconds and CPU seconds, CPU ms per target, series in the store, Python objects alive) and a summary: RSS growth
+over the second half of the full-fleet run (flat means bounded by the retention), the slowest cycle against the
+interval, the median cycle's wall and CPU per target (with the CPU split by thread: the cycle thread's ingest and
+evaluation, the scrape loop's HTTP, the parse worker), and RSS after the reload.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -76,6 +79,21 @@ class StepClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of each live thread of this process, by thread name with pool numbers dropped."""
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        if t.ident is None:
+            continue
+        try:
+            used = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except OSError:  # ended in between
+            continue
+        name = t.name.rstrip("0123456789").rstrip("_")
+        out[name] = out.get(name, 0.0) + used
+    return out
 
 
 def write_config(path: Path, ports: list[int], n: int, interval: float, retention: float) -> None:
@@ -150,10 +168,11 @@ def main() -> int:
             f"{args.retention:g}s, {'realtime' if args.realtime else 'stepped clock'}; start RSS {start_rss:.0f} MB"
         )
         print(
-            f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'cpu s':>7s} {'series':>8s} "
-            f"{'py blocks':>10s}"
+            f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'cpu s':>7s} "
+            f"{'ms/target':>9s} {'series':>8s} {'py blocks':>10s}"
         )
         cpus: list[float] = []  # CPU of the cycle: every thread of this process (scrapes, parses, evaluation)
+        by_thread: list[dict[str, float]] = []  # the same, per thread
 
         def one(phase: str, k: int) -> None:
             if args.realtime:
@@ -162,24 +181,26 @@ def main() -> int:
                 cpu = math.nan  # the cycle thread ran on its own schedule, beside this one
             else:
                 clock.now += args.interval
-                t0, c0 = time.monotonic(), time.process_time()
+                t0, c0, th0 = time.monotonic(), time.process_time(), thread_cpu()
                 d.cycle()
-                dur, cpu = time.monotonic() - t0, time.process_time() - c0
+                dur, cpu, th1 = time.monotonic() - t0, time.process_time() - c0, thread_cpu()
+                by_thread.append({k: v - th0.get(k, 0.0) for k, v in th1.items()})
             gc.collect()
             blocks = sys.getallocatedblocks()  # Python objects alive, apart from what the allocator keeps
             row = (phase, k, k * args.interval, rss_mb(), dur, len(d.pipeline.store), blocks)
             rows.append(row)
             cpus.append(cpu)
+            targets = args.targets if phase == "fleet" else args.reload_to
             print(
-                f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {cpus[-1]:7.2f} {row[5]:8d} "
-                f"{blocks:10d}",
+                f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {cpus[-1]:7.2f} "
+                f"{cpus[-1] / targets * 1e3:9.2f} {row[5]:8d} {blocks:10d}",
                 flush=True,
             )
 
         for k in range(args.cycles):
             one("fleet", k)
         write_config(cfg_path, ports, args.reload_to, args.interval, args.retention)
-        memo = sum(len(g.cache) for g in _GROUPINGS.values())  # label sets the evaluator's by/on memo holds
+        memo = sum(len(g) for g in _GROUPINGS.values())  # label sets the evaluator's by/on memo holds
         t0 = time.monotonic()
         ok, message = d.reload()
         print(
@@ -208,9 +229,24 @@ def main() -> int:
     full = [c for r, c in zip(rows, cpus, strict=True) if r[0] == "fleet"][1:]
     if full and not args.realtime:
         med = statistics.median(full)
+        walls = [r[4] for r in fleet[1:]] or [fleet[0][4]]
+        wall = statistics.median(walls)
         print(
-            f"CPU per cycle (this process, all threads): median {med:.2f}s, {med / args.targets * 1e3:.2f} ms per "
-            f"target; PYTHONMALLOC={os.environ.get('PYTHONMALLOC', '(pymalloc)')}"
+            f"full-fleet cycles after the first: wall median {wall:.2f}s ({wall / args.targets * 1e3:.2f} ms per "
+            f"target), CPU median {med:.2f}s = {med / args.targets * 1e3:.2f} ms per target-cycle (this process, "
+            f"all threads); PYTHONMALLOC={os.environ.get('PYTHONMALLOC', '(pymalloc)')}"
+        )
+        split = by_thread[1 : len(fleet)]
+        names = sorted(
+            {k for row in split for k in row}, key=lambda k: -statistics.median(r.get(k, 0) for r in split)
+        )
+        print(
+            "  CPU ms per target by thread (median): "
+            + ", ".join(
+                f"{k} {statistics.median(r.get(k, 0.0) for r in split) / args.targets * 1e3:.2f}"
+                for k in names
+                if statistics.median(r.get(k, 0.0) for r in split) > 0
+            )
         )
     for pid in child_pids:  # the daemon simulates in a child process: its memory is the pod's too
         print(f"simulation child {pid}: RSS {rss_mb(pid):.0f} MB (not in the curve above)")

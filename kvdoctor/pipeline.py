@@ -15,7 +15,7 @@ from kvdoctor.diagnosis.classify import Classifier
 from kvdoctor.diagnosis.evidence import Key, collect
 from kvdoctor.diagnosis.target import Target, TargetFacts
 from kvdoctor.diagnosis.validity import drop_invalid_evidence, split_samples
-from kvdoctor.ingest.parse import ParseError, Parser
+from kvdoctor.ingest.parse import Keep, ParseError, Parser
 from kvdoctor.promql.values import forget_groupings
 from kvdoctor.rules.evaluate import Evaluation, RuleEngine
 from kvdoctor.rules.loader import RuleGroup
@@ -30,6 +30,11 @@ from kvdoctor.whatif.headroom import HeadroomWorker
 EXPECTED = vllm_metrics.EXPECTED
 IDLE_AFTER_S = 30.0  # the pack's default too: idle is this long without a request or a token
 _CAPACITY_NAMES = {CACHE_INFO, LORA_INFO, *B125}  # the samples live_capacity reads
+# What a scrape is parsed for besides the store: the inventory, live capacity, the what-if's snapshots (every vLLM
+# family, and the process start time) and the invalid values noted per vLLM family.
+_READ_BESIDES = frozenset(
+    {"process_start_time_seconds", *_CAPACITY_NAMES, *(a for alts in EXPECTED.values() for a in alts)}
+)
 # per-target steps of an evaluation that fail alone (the report history's is the daemon's)
 STEPS = ("classify", "advise", "whatif")
 log = logging.getLogger("kvdoctor")
@@ -69,19 +74,24 @@ class Pipeline:
         )
         self._parsers: dict[str, Parser] = {}
         self._also: set[str] = set()  # scraped names kept whether a rule reads them or not
-        self._stored = self._stored_names()
+        self._names_read()
 
     def set_rules(self, groups: list[RuleGroup]) -> None:
         """Swap in a new rule pack, keeping the alert state of rules that still exist."""
         state = self.rules.to_state()
         self.rules = RuleEngine(groups, self.store)
         self.rules.restore(state)
-        self._stored = self._stored_names()
+        self._names_read()
 
     def also_store(self, names: set[str]) -> None:
         """Keep these scraped families in the store too (something reads them besides the rules)."""
         self._also |= names
-        self._stored = self._stored_names()
+        self._names_read()
+
+    def _names_read(self) -> None:
+        self._stored = stored = self._stored_names()
+        # The families a scrape is parsed for (None: all); the others (HTTP, Python, process) are only counted.
+        self.keep = None if stored is None else Keep(stored | _READ_BESIDES, ("vllm:",))
 
     def _stored_names(self) -> frozenset[str] | None:
         # Only the families a rule reads are stored (None: a rule may read any, so all are), as a Prometheus
@@ -159,7 +169,7 @@ class Pipeline:
         scrape = text if isinstance(text, Scrape) else None
         if isinstance(text, str):
             try:
-                scrape = self._parsers.setdefault(target, Parser()).parse(text)
+                scrape = self._parsers.setdefault(target, Parser()).parse(text, keep=self.keep)
             except ParseError as exc:
                 error = f"{target}: bad exposition: {exc}"
         if scrape is None:
@@ -176,7 +186,7 @@ class Pipeline:
             target, t_ms, samples if stored is None else [s for s in samples if s.name in stored], extra
         )
         self.store.ingest(f"up:{target}", t_ms, [Sample("up", (), 1.0)], extra)
-        state.record(t, True, duration_s=duration_s, samples=len(scrape.samples))
+        state.record(t, True, duration_s=duration_s, samples=len(scrape.samples) + scrape.dropped)
         # read what the diagnosis needs from the scrape now, so its samples do not outlive the ingest
         names = {s.name for s in samples}
         missing = [what for what, alts in EXPECTED.items() if not any(a in names for a in alts)]

@@ -22,6 +22,7 @@ class Scrape(NamedTuple):
 
     samples: list[Sample]
     types: dict[str, str]
+    dropped: int = 0  # samples of families the parser was told not to keep (counted, not returned)
 
 
 def labels_dict(labels: Labels) -> dict[str, str]:

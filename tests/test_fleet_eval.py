@@ -119,6 +119,7 @@ def test_the_store_keeps_only_the_families_a_rule_reads(tmp_path: Path) -> None:
     pipeline.evaluate(10.0)
     assert {s.name for s in pipeline.store.select(None)} >= {"vllm:num_requests_running", "busy", "up"}
     assert not list(pipeline.store.select("http_requests_total"))  # as a Prometheus relabelled to drop it
+    assert pipeline.targets["a:8000"].samples == 3  # the scrape's size counts what was dropped
     pipeline.also_store({"http_requests_total"})  # something besides the rules reads it
     pipeline.observe("a:8000", 20.0, page)
     assert [s.at(20_000) for s in pipeline.store.select("http_requests_total")] == [9.0]

@@ -102,7 +102,7 @@ def test_a_daemon_holds_a_retention_and_a_reload_to_fewer_targets_frees_the_rest
         d.cycle()
         assert d.pipeline.targets["t00"].up and len(d.pipeline.store) <= left * 1.1
         # the evaluator's memo of label sets (by/on projections) holds the two left, not the ten removed
-        memo = {dict(k).get("instance") for g in _GROUPINGS.values() for k in g.cache}
+        memo = {dict(k).get("instance") for g in _GROUPINGS.values() for k in g}
         assert "t00" in memo and memo <= {"t00", "t01", None}
     finally:
         d.shutdown()

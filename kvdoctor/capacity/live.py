@@ -25,6 +25,9 @@ B125 = (
 )
 
 
+_BOUNDS: dict[str, float | None] = {}
+
+
 @dataclass(frozen=True)
 class LiveCapacity:
     """The engine's real capacity from one scrape, beside observed request lengths (tokens per engine)."""
@@ -114,15 +117,25 @@ def live_capacity(samples: Iterable[Sample], model_name: str | None = None) -> L
     hists: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
     lora: tuple[float, str] | None = None
     for s in samples:
-        labels = dict(s.labels)
-        if s.name == CACHE_INFO:
+        name = s.name
+        if name == CACHE_INFO:
+            labels = dict(s.labels)
             infos[labels.get("engine", "0")] = labels
-        elif s.name == LORA_INFO and (lora is None or s.value > lora[0]):
-            lora = (s.value, labels.get("max_lora", ""))
-        elif s.name in B125 and (model_name is None or labels.get("model_name") == model_name):
-            le = _num(labels.get("le")) if labels.get("le") != "+Inf" else math.inf
+        elif name == LORA_INFO and (lora is None or s.value > lora[0]):
+            lora = (s.value, dict(s.labels).get("max_lora", ""))
+        elif name in B125:
+            # every scrape of every target passes here with ~60 bucket samples: no dict per sample
+            le_text = model = None
+            for k, v in s.labels:
+                if k == "le":
+                    le_text = v
+                elif k == "model_name":
+                    model = v
+            if model_name is not None and model != model_name:
+                continue
+            le = _bound(le_text)
             if le is not None:
-                hists[s.name][le] += s.value
+                hists[name][le] += s.value
     per_engine = [_engine(labels) for labels in infos.values()]
     known = [e for e in per_engine if e[0] is not None]
     tokens, source = min(known, key=lambda e: e[0] or 0) if known else (None, "")
@@ -157,6 +170,18 @@ def live_capacity(samples: Iterable[Sample], model_name: str | None = None) -> L
         generation_p50=_quantile(gen, 0.5),
         generation_p99=_quantile(gen, 0.99),
     )
+
+
+def _bound(le: str | None) -> float | None:
+    # a bucket's `le` as a number (+Inf included), memoized: the same few dozen strings come in every scrape
+    if le is None:
+        return None
+    if le in _BOUNDS:
+        return _BOUNDS[le]
+    got = math.inf if le == "+Inf" else _num(le)
+    if len(_BOUNDS) < 10_000:
+        _BOUNDS[le] = got
+    return got
 
 
 def _engine(labels: dict[str, str]) -> tuple[int | None, str]:

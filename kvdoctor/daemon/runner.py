@@ -53,7 +53,7 @@ class Daemon:
         self.state = daemon_state(cfg)
         self.pipeline = daemon_pipeline(cfg, groups)
         self.clock = clock  # wall time of scrapes and evaluations (tests inject one instead of sleeping)
-        self.scraper = Scraper(cfg.scrape_max_connections, clock)
+        self.scraper = Scraper(cfg.scrape_max_connections, clock, keep=lambda: self.pipeline.keep)
         self.discovery = Discovery(cfg)
         self.registry = make_registry(self.state)
         self.on_change = on_change  # called with (diagnosis, previous verdict) when it changes

@@ -20,7 +20,7 @@ import aiohttp
 
 from kvdoctor.config import TargetSpec
 from kvdoctor.ingest.fetch import ScrapeError, fetch_page_async, new_session
-from kvdoctor.ingest.parse import LimitExceeded, ParseError, Parser
+from kvdoctor.ingest.parse import Keep, LimitExceeded, ParseError, Parser
 from kvdoctor.samples import Scrape
 
 log = logging.getLogger("kvdoctor")
@@ -46,14 +46,20 @@ class ScrapeResult(NamedTuple):
     @property
     def samples(self) -> int:
         """Samples the scrape carried (0 when it failed)."""
-        return len(self.scrape.samples) if self.scrape is not None else 0
+        return len(self.scrape.samples) + self.scrape.dropped if self.scrape is not None else 0
 
 
 class Scraper:
     """Owns the event loop thread, the connection pool, one parser per target and each target's schedule."""
 
-    def __init__(self, max_connections: int = 1024, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        max_connections: int = 1024,
+        clock: Callable[[], float] = time.time,
+        keep: Callable[[], Keep | None] = lambda: None,
+    ) -> None:
         self.clock = clock  # stamps each scrape (tests inject one instead of sleeping)
+        self.keep = keep  # the families to parse now (the pipeline's, which a reload changes); None: all
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="kvdoctor-scrape", daemon=True)
         self.max_connections = max_connections
@@ -105,7 +111,7 @@ class Scraper:
                 page = await fetch_page_async(await self._pool(), spec.url, spec.http)
                 parser = self._parsers.setdefault(spec.name, Parser())
                 scrape = await self.loop.run_in_executor(
-                    self._parse_pool, parser.parse, page.text, spec.limits, page.openmetrics
+                    self._parse_pool, parser.parse, page.text, spec.limits, page.openmetrics, self.keep()
                 )
                 del page
                 return ScrapeResult(spec.name, t, time.monotonic() - start, scrape, None)

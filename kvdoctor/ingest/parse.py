@@ -1,48 +1,29 @@
 """A fast parser for the Prometheus text exposition format (0.0.4) and OpenMetrics 1.0, tuned for vLLM's output.
 
 It yields the same samples as prometheus-client's `text_string_to_metric_families` for every family it keeps,
-but skips `*_created` series and caches label strings, which repeat from one scrape of a target to the next.
+but skips `*_created` series and caches each line's text before its value, which repeats from one scrape of a
+target to the next (so a line seen before costs a lookup and a float), and drops the families it is told to.
 The two formats differ where it matters here: OpenMetrics timestamps are seconds (text: milliseconds) and a page
 ends with `# EOF`; exemplars (`# {trace_id="x"} 1.0` after a sample) are parsed and dropped in both.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from kvdoctor.errors import InputError, KvdoctorError
+from kvdoctor.errors import KvdoctorError
+from kvdoctor.ingest.lines import ParseError, parse_labels, timestamp_ms, to_float, without_exemplar
 from kvdoctor.samples import Labels, Sample, Scrape
 
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
-_LABELS_OK_RE = re.compile(
-    r'(?:\s*[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\]|\\.)*"\s*,)*\s*'
-    r'(?:[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\]|\\.)*"\s*)?\Z',
-    re.S,
-)
-_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"', re.S)
-_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-_ESCAPE_RE = re.compile(r"\\[\\\"n]")
 _CACHE_LIMIT = 200_000
-# The label set of a line that holds a `#` (an exemplar, or one in a label value): quoted values skipped whole.
-_LABELSET_RE = re.compile(r'\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\}', re.S)
-_EXEMPLAR_RE = re.compile(r'\s*\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\}\s*(\S+)(?:\s+(\S+))?\s*\Z', re.S)
+# lines not returned: a family keep refuses (counted in Scrape.dropped), a `*_created` series (skipped, as always)
+_DROPPED: tuple[str, Labels, bool] = ("dropped", (), False)
+_CREATED: tuple[str, Labels, bool] = ("created", (), False)
+_new = tuple.__new__  # a Sample without the Python frame of its generated __new__
 OPENMETRICS = "application/openmetrics-text"
-
-
-class ParseError(InputError):
-    """An exposition line that is not valid text format; names the line."""
-
-    def __init__(self, lineno: int, line: str, reason: str) -> None:
-        shown = line if len(line) <= 120 else line[:117] + "..."
-        super().__init__(f"line {lineno}: {reason}: {shown!r}")
-        self.lineno = lineno
-        # What went wrong without the line's values or position, which change from scrape to scrape:
-        # a warning is said again when this changes, not when a counter in the bad line moves.
-        name = re.match(r"\s*([^\s{]*)", line)
-        self.cause = f"{reason.split(' (', 1)[0]} in {name.group(1) if name else ''}".rstrip()
 
 
 @dataclass(frozen=True)
@@ -65,6 +46,16 @@ class LimitExceeded(KvdoctorError):
         self.limit = limit
 
 
+class Keep:
+    """The metric names a parse returns: these names, and every name starting with one of the prefixes."""
+
+    def __init__(self, names: frozenset[str], prefixes: tuple[str, ...] = ()) -> None:
+        self.names, self.prefixes = names, prefixes
+
+    def __call__(self, name: str) -> bool:
+        return name in self.names or name.startswith(self.prefixes)
+
+
 def _lines(text: str) -> Iterator[str]:
     # Line by line without a list of every line: a page with a million lines is refused before it becomes one.
     start = 0
@@ -76,49 +67,6 @@ def _lines(text: str) -> Iterator[str]:
             return
         yield text[start:end]
         start = end + 1
-
-
-def _unescape(value: str) -> str:
-    return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group(0)], value)
-
-
-def _float(text: str) -> float:
-    # Go's ParseFloat accepts these spellings; Python's float() also takes "infinity" and underscores, which we refuse.
-    if "_" in text:
-        raise ValueError(text)
-    return float(text)
-
-
-def _timestamp_ms(text: str, seconds: bool, lineno: int, line: str) -> int:
-    ts = _float(text)
-    if not math.isfinite(ts):
-        raise ParseError(lineno, line, f"timestamp {text} is not a finite number")
-    return round(ts * 1000) if seconds else int(ts)
-
-
-def _without_exemplar(line: str, brace: int, lineno: int) -> tuple[str, int]:
-    """A line holding a `#` without its exemplar (checked, then dropped), and where its label set opens (or -1)."""
-    if brace > line.find("#"):
-        brace = -1  # the `{` is the exemplar's: a label set's comes before any `#`
-    close = -1
-    if brace != -1:
-        m = _LABELSET_RE.match(line, brace)
-        if m is None:
-            raise ParseError(lineno, line, "unclosed label set")
-        close = m.end() - 1
-    head, hashed, exemplar = line[close + 1 :].partition("#")
-    if hashed:
-        m = _EXEMPLAR_RE.match(exemplar)
-        if m is None or not _LABELS_OK_RE.match(m.group(1)):
-            raise ParseError(lineno, line, "invalid exemplar")
-        try:
-            _float(m.group(2))
-            if m.group(3) is not None:
-                _timestamp_ms(m.group(3), True, lineno, line)
-        except ValueError:
-            raise ParseError(lineno, line, "invalid exemplar value or timestamp") from None
-    # What is left has no `}` after the label set, so the caller's rfind finds the set's own.
-    return line[: close + 1] + head, brace
 
 
 def is_openmetrics(content_type: str) -> bool:
@@ -133,22 +81,39 @@ class Parser:
         self._labels: dict[str, Labels] = {}
         # metric names seen, each kept once: samples (and what is built from them) share one string per name
         self._names: dict[str, str] = {}
+        # A line's text before its value -> (name, labels, kept): a target prints the same series in every
+        # scrape, so after the first only the value is new; one lookup replaces the tokenising and the label
+        # parsing, and a family nobody reads is skipped for the price of that lookup.
+        self._heads: dict[str, tuple[str, Labels, bool]] = {}
         self._limits = NO_LIMITS
+        self._keep: Callable[[str], bool] | None = None
 
-    def parse(self, text: str, limits: ScrapeLimits = NO_LIMITS, openmetrics: bool | None = None) -> Scrape:
+    def parse(
+        self,
+        text: str,
+        limits: ScrapeLimits = NO_LIMITS,
+        openmetrics: bool | None = None,
+        keep: Callable[[str], bool] | None = None,
+    ) -> Scrape:
         """Parse one exposition; raises ParseError naming the first bad line, LimitExceeded past a limit.
 
         openmetrics says the format (from the response's Content-Type); None (a recording) guesses it by `# EOF`.
+        keep, when given, says which metric names to return: the others' lines are checked once, then only
+        counted (`Scrape.dropped`), as a Prometheus `metric_relabel_configs` drop would. Pass the same object
+        every scrape: another one (a reload) starts the cache afresh.
         """
-        if limits != self._limits:  # cached label sets passed the old limits, not necessarily these
+        if limits != self._limits or keep is not self._keep:
+            # cached label sets passed the old limits, not necessarily these; cached lines the old keep
             self._labels.clear()
-            self._limits = limits
+            self._heads.clear()
+            self._limits, self._keep = limits, keep
         if openmetrics is None:
             openmetrics = text.endswith(("# EOF", "# EOF\n"))
         try:
             return self._parse(text, limits, openmetrics)
         except LimitExceeded:
             self._labels.clear()  # what a refused page cached would only pin memory
+            self._heads.clear()
             raise
 
     def _parse(self, text: str, limits: ScrapeLimits, om: bool) -> Scrape:
@@ -157,8 +122,12 @@ class Parser:
         append = samples.append
         label_cache = self._labels
         names = self._names
+        heads = self._heads
+        keep = self._keep
         if len(label_cache) > _CACHE_LIMIT:
             label_cache.clear()
+        if len(heads) > _CACHE_LIMIT:
+            heads.clear()
         # Lines that are not comments bound the samples from above, and from below once blank lines are taken
         # out (at most two per "\n\n"): a page surely over the limit is refused unread, a page that may be is
         # read line by line and counted, any other is parsed at full speed.
@@ -171,7 +140,7 @@ class Parser:
             if lines_not_comments <= max_samples:
                 max_samples = 0
         lines: Iterable[str] = _lines(text) if max_samples else text.split("\n")
-        counted = 0
+        counted = dropped = 0
         eof = lineno = 0
         for lineno, line in enumerate(lines, 1):
             if not line:
@@ -186,10 +155,38 @@ class Parser:
                 elif om and line == "# EOF":
                     eof = lineno
                 continue
+            head, _, value = line.rpartition(" ")
+            seen = heads.get(head)
+            if seen is not None:
+                # This exact text before the value parsed before as a name, labels and one value: the line is
+                # that series again unless the new value is not a number (then the full parse below says why).
+                if max_samples:
+                    counted += 1
+                    if counted > max_samples:
+                        raise LimitExceeded(
+                            "sample_limit", f"more than {max_samples} samples, limit {max_samples}"
+                        )
+                if seen is _CREATED:
+                    continue
+                if "_" not in value and "#" not in value:
+                    try:
+                        v = float(value)
+                    except ValueError:
+                        pass
+                    else:
+                        if seen is _DROPPED:
+                            dropped += 1
+                        else:
+                            append(_new(Sample, (seen[0], seen[1], v, None)))
+                        continue
+                if max_samples:
+                    counted -= 1  # counted again below
             brace = line.find("{")
+            # a line of one value, printed as its head, a space and the value, is cached by its head
+            cache = "#" not in line
             try:
                 if "#" in line:  # rare: an exemplar, or a `#` in a label value
-                    line, brace = _without_exemplar(line, brace, lineno)
+                    line, brace = without_exemplar(line, brace, lineno)
                 if brace == -1:
                     parts = line.split()
                     name = parts[0]
@@ -203,7 +200,7 @@ class Parser:
                     inner = line[brace + 1 : close]
                     cached = label_cache.get(inner)
                     if cached is None:
-                        cached = self._parse_labels(inner, lineno, line)
+                        cached = parse_labels(inner, lineno, line)
                         if limits is not NO_LIMITS:
                             _check_labels(name, cached, limits)
                         label_cache[inner] = cached
@@ -226,31 +223,30 @@ class Parser:
                             "sample_limit", f"more than {max_samples} samples, limit {max_samples}"
                         )
                 if name.endswith("_created"):
+                    if cache and len(rest) == 1 and line.endswith(" " + rest[0]):
+                        heads[head] = _CREATED
                     continue
                 if len(rest) == 1:
-                    append(Sample(name, labels, _float(rest[0])))
+                    sample = Sample(name, labels, to_float(rest[0]))
                 elif len(rest) == 2:
-                    append(Sample(name, labels, _float(rest[0]), _timestamp_ms(rest[1], om, lineno, line)))
+                    sample = Sample(name, labels, to_float(rest[0]), timestamp_ms(rest[1], om, lineno, line))
                 else:
                     raise ParseError(lineno, line, "expected a value and an optional timestamp")
+                entry = (name, labels, True)
+                if keep is not None and not keep(name):  # checked as any line, then left out
+                    dropped += 1
+                    entry = _DROPPED
+                else:
+                    append(sample)
+                if cache and len(rest) == 1 and line.endswith(" " + rest[0]):
+                    heads[head] = entry
             except ParseError:
                 raise
             except (ValueError, IndexError) as exc:
                 raise ParseError(lineno, line, f"invalid sample ({exc})") from None
         if om and not eof:
             raise ParseError(lineno, "", "OpenMetrics page without # EOF: truncated?")
-        return Scrape(samples, types)
-
-    @staticmethod
-    def _parse_labels(inner: str, lineno: int, line: str) -> Labels:
-        if not _LABELS_OK_RE.match(inner):
-            raise ParseError(lineno, line, "invalid label set")
-        pairs = _LABEL_RE.findall(inner)
-        if "\\" in inner:
-            pairs = [(k, _unescape(v)) for k, v in pairs]
-        if len({k for k, _ in pairs}) != len(pairs):
-            raise ParseError(lineno, line, "duplicate label name")
-        return tuple(pairs)
+        return Scrape(samples, types, dropped)
 
 
 def _check_labels(name: str, labels: Labels, limits: ScrapeLimits) -> None:

@@ -27,6 +27,7 @@ from kvdoctor.promql.values import (
 )
 from kvdoctor.samples import Labels
 from kvdoctor.store import Series
+from kvdoctor.store.series import spans
 
 
 class Calls:
@@ -148,8 +149,7 @@ class Calls:
         range_ms = ms(node.range)
         start, range_s = end - range_ms, range_ms / 1000
         out = []
-        for s in self._matching(vs):
-            ts, values = s.span(start, end)
+        for s, ts, values in spans(self._matching(vs), start, end):
             if ts:
                 v = fn(ts, values, start, end, range_s, extra)
                 if v is not None:

@@ -79,30 +79,32 @@ def get_label(labels: Labels, name: str) -> str:
     return ""
 
 
-class Grouping:
+class Grouping(dict[Labels, Labels]):
     """The labels `by (...)`/`on (...)` keep, or `without (...)`/`ignoring (...)` leave, memoized per label set.
 
     Series keep their label tuples from one evaluation to the next, so each is projected once, not per rule per cycle.
+    The memo is the object itself: calling it is a dict lookup in C, and only a label set not seen before runs
+    Python (`__missing__`); aggregations and vector matching call it for every element of every rule.
     """
 
-    __slots__ = ("cache", "keep", "names")
+    __slots__ = ("keep", "names")
 
     def __init__(self, keep: bool, names: frozenset[str]) -> None:
+        super().__init__()
         self.keep, self.names = keep, names
-        self.cache: dict[Labels, Labels] = {}
 
-    def __call__(self, labels: Labels) -> Labels:
-        """The projected label set."""
-        key = self.cache.get(labels)
-        if key is None:
-            if self.keep:  # `by (__name__)` keeps the name, as in Prometheus
-                key = tuple(p for p in labels if p[0] in self.names)
-            else:
-                key = tuple(p for p in labels if p[0] not in self.names and p[0] != NAME)
-            if len(self.cache) >= _GROUPING_LIMIT:
-                self.cache.clear()
-            self.cache[labels] = key
+    def __missing__(self, labels: Labels) -> Labels:
+        if self.keep:  # `by (__name__)` keeps the name, as in Prometheus
+            key = tuple(p for p in labels if p[0] in self.names)
+        else:
+            key = tuple(p for p in labels if p[0] not in self.names and p[0] != NAME)
+        if len(self) >= _GROUPING_LIMIT:
+            self.clear()
+        self[labels] = key
         return key
+
+    # the projected label set of a label set
+    __call__ = dict.__getitem__
 
 
 _GROUPING_LIMIT = 1 << 22
@@ -116,7 +118,7 @@ def forget_groupings() -> None:
     the removed targets' label tuples alive, and their memory, until it reached its limit.
     """
     for g in _GROUPINGS.values():
-        g.cache = {}  # a new dict: clear() keeps the old table's size allocated
+        g.clear()  # CPython frees the table too
 
 
 def grouping(keep: bool, names: frozenset[str] | set[str] | list[str]) -> Grouping:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from kvdoctor.samples import Labels
 
@@ -130,3 +130,27 @@ class Series:
     def only_stale(self) -> bool:
         """True when nothing but stale markers (or nothing at all) is left."""
         return len(self._t) == len(self._stale or ())
+
+
+def spans(
+    series: Iterable[Series], start: int, end: int
+) -> Iterator[tuple[Series, Sequence[int], Sequence[float]]]:
+    """Each series with its span(start, end); series written in lockstep share one bisect and one timestamp slice.
+
+    A range function over a target's histogram reads twenty-odd bucket series with one timestamp array: the
+    window's bounds and timestamps are found once for them, and only the values are sliced per series.
+    """
+    shared: array[int] | None = None
+    ts: Sequence[int] = ()
+    i = j = 0
+    for s in series:
+        if s._stale:  # a stale marker may fall in the window: span() takes it out
+            yield (s, *s.span(start, end))
+            continue
+        arr = s._t
+        if arr is not shared:
+            n = len(arr)
+            i = bisect_left(arr, start)
+            j = n if n and arr[n - 1] <= end else bisect_right(arr, end)
+            ts, shared = arr[i:j], arr
+        yield s, ts, s._v[i:j]

@@ -7,7 +7,7 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvdoctor.ingest.parse import ParseError, Parser, parse
+from kvdoctor.ingest.parse import Keep, ParseError, Parser, parse
 from kvdoctor.ingest.recording import load_frames
 from tests.conftest import recording_dirs
 
@@ -82,6 +82,42 @@ def test_escapes_special_values_and_timestamps():
     assert dict(s[0].labels) == {"path": "C:\\dir", "q": 'say "hi"', "nl": "x\ny"}
     assert s[1].value == math.inf and s[1].timestamp_ms == 1700000000000
     assert s[2].value == -math.inf
+
+
+def test_a_line_seen_before_is_read_again_as_it_is_now():
+    parser = Parser()
+    first = 'vllm:num_requests_running{engine="0"} 3\nvllm:x_total{le="1"} 5\nup 1\n'
+    assert ours(first, parser) == reference(first)
+    # the same series with new values: numbers, special values, a timestamp where there was none
+    again = 'vllm:num_requests_running{engine="0"} NaN\nvllm:x_total{le="1"} 1e3 1700000000000\nup +Inf\n'
+    assert _same(ours(again, parser), reference(again))
+    assert parser.parse(again).samples[1].timestamp_ms == 1700000000000
+    # a value that is not a number is named as on a first sight, whatever the parser saw before
+    for bad in ('vllm:x_total{le="1"} one\n', 'vllm:x_total{le="1"} 1_000\n', 'vllm:x_total{le="1"} 1 2 3\n'):
+        with pytest.raises(ParseError) as warm:
+            parser.parse(first + bad)
+        with pytest.raises(ParseError) as cold:
+            parse(first + bad)
+        assert str(warm.value) == str(cold.value) and warm.value.lineno == 4
+
+
+def test_families_not_kept_are_counted_checked_and_left_out():
+    page = 'vllm:num_requests_running{engine="0"} 3\nhttp_requests_total{handler="/metrics"} 9\nmine 1\n'
+    keep = Keep(frozenset({"mine"}), ("vllm:",))
+    parser = Parser()
+    for _ in range(2):  # the first parse and a warm one agree
+        scrape = parser.parse(page, keep=keep)
+        assert [s.name for s in scrape.samples] == ["vllm:num_requests_running", "mine"]
+        assert scrape.dropped == 1
+    with pytest.raises(ParseError, match="line 2"):  # a family left out is still a line of the page
+        parser.parse(page.replace(" 9", " nine"), keep=keep)
+    wider = Keep(frozenset({"mine", "http_requests_total"}), ("vllm:",))  # a reload's rules read it
+    assert parser.parse(page, keep=wider).samples[1] == (
+        "http_requests_total",
+        (("handler", "/metrics"),),
+        9.0,
+        None,
+    )
 
 
 @pytest.mark.parametrize(

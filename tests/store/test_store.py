@@ -6,6 +6,7 @@ import random
 
 from kvdoctor.samples import Sample
 from kvdoctor.store import Store
+from kvdoctor.store.series import spans
 
 
 def s(name: str, value: float, **labels: str) -> Sample:
@@ -150,3 +151,15 @@ def test_series_that_stop_after_a_failed_scrape_keep_their_own_history():
 
 def only_w(st: Store):
     return next(x for x in st.select("g") if ("i", "w") in x.labels)
+
+
+def test_spans_of_series_in_lockstep_are_each_series_own_window():
+    st = Store()
+    for k in range(6):  # one target's bucket series, written together; one goes stale and comes back
+        samples = [s("h_bucket", float(k * (i + 1)), le=str(i)) for i in range(3) if not (k == 3 and i == 1)]
+        st.ingest("t", 1_000 * (k + 1), samples, (("instance", "t"),))
+    st.ingest("u", 2_500, [s("h_bucket", 7.0, le="0")], (("instance", "u"),))  # another target's timestamps
+    series = sorted(st.select("h_bucket"), key=lambda x: x.labels)
+    got = [(x.labels, list(ts), list(vs)) for x, ts, vs in spans(series, 2_000, 5_000)]
+    assert got == [(x.labels, *x.window(2_000, 5_000)) for x in series]
+    assert [len(ts) for _, ts, _ in got] == [4, 3, 4, 1]  # the stale marker at 4 s is left out of le="1"
