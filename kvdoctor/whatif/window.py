@@ -42,42 +42,77 @@ class Snap:
 def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
     """Fold one scrape's samples into a Snap (every engine and model summed; KV usage the highest engine's)."""
     s = Snap(t)
+    flat, buckets = s.flat, s.buckets
     engines: set[str] = set()
-    for x in samples:
-        if (
-            not 0.0 <= x.value < math.inf
-        ):  # NaN, ±Inf or negative: no count, size or time a simulation can use
+    kinds = _KINDS
+    last_base, last_b = "", {}  # a histogram's buckets come in a run: its dict is looked up once per run
+    for name, labels, value, _ in samples:
+        if not 0.0 <= value < math.inf:  # NaN, ±Inf or negative: no count, size or time a simulation can use
             continue
-        name = x.name
-        if name.endswith("_bucket"):
-            base = name[:-7]
-            if base in HISTOGRAMS:
-                le = next((v for k, v in x.labels if k == "le"), None)
-                if le is not None:
-                    b = s.buckets.setdefault(base, {})
-                    bound = _BOUNDS.get(le)
-                    if bound is None:
-                        bound = math.inf if le == "+Inf" else float(le)
-                        if len(_BOUNDS) < 10_000:
-                            _BOUNDS[le] = bound
-                    b[bound] = b.get(bound, 0.0) + x.value
-            continue
-        if name == CACHE_INFO:
-            labels = dict(x.labels)
-            engines.add(labels.get("engine", "0"))
-            s.info = s.info or labels
-            continue
-        if not name.startswith("vllm:") and name != "process_start_time_seconds":
-            continue
-        if name == PER_POSITION:  # speculative decoding's acceptance, kept per draft position as well
-            key = f'{name}{{position="{dict(x.labels).get("position", "")}"}}'
-            s.flat[key] = s.flat.get(key, 0.0) + x.value
-        if name in ALIASES["kv"]:
-            s.flat[name] = max(s.flat.get(name, 0.0), x.value)
-        else:
-            s.flat[name] = s.flat.get(name, 0.0) + x.value
+        kind = kinds.get(name)
+        if kind is None:
+            kind = _kind(name)
+        what, key = kind
+        if what is _SUM:
+            flat[key] = flat.get(key, 0.0) + value
+        elif what is _BUCKET:
+            le = None
+            for k, v in labels:
+                if k == "le":
+                    le = v
+                    break
+            if le is None:
+                continue
+            if key is not last_base:
+                b = buckets.get(key)
+                if b is None:
+                    b = buckets[key] = {}
+                last_base, last_b = key, b
+            bound = _BOUNDS.get(le)
+            if bound is None:
+                bound = math.inf if le == "+Inf" else float(le)
+                if len(_BOUNDS) < 10_000:
+                    _BOUNDS[le] = bound
+            last_b[bound] = last_b.get(bound, 0.0) + value
+        elif what is _MAX:
+            flat[key] = max(flat.get(key, 0.0), value)
+        elif what is _POSITION:  # speculative decoding's acceptance, kept per draft position as well
+            per = f'{key}{{position="{dict(labels).get("position", "")}"}}'
+            flat[per] = flat.get(per, 0.0) + value
+            flat[key] = flat.get(key, 0.0) + value
+        elif what is _INFO:
+            info = dict(labels)
+            engines.add(info.get("engine", "0"))
+            s.info = s.info or info
     s.engines = len(engines)
     return s
+
+
+# What a sample name adds to a Snap, decided once per name rather than once per sample (a target prints the same
+# few hundred names every scrape): how it is folded in, and under which key. The loop compares kinds by identity.
+_SKIP, _SUM, _BUCKET, _MAX, _POSITION, _INFO = "skip", "sum", "bucket", "max", "position", "info"
+_KINDS: dict[str, tuple[str, str]] = {}
+_KV = frozenset(ALIASES["kv"])
+_HISTOGRAMS = frozenset(HISTOGRAMS)
+
+
+def _kind(name: str) -> tuple[str, str]:
+    if name.endswith("_bucket"):
+        base = name[:-7]
+        kind = (_BUCKET, base) if base in _HISTOGRAMS else (_SKIP, "")
+    elif name == CACHE_INFO:
+        kind = (_INFO, "")
+    elif not name.startswith("vllm:") and name != "process_start_time_seconds":
+        kind = (_SKIP, "")
+    elif name == PER_POSITION:
+        kind = (_POSITION, name)
+    elif name in _KV:
+        kind = (_MAX, name)
+    else:
+        kind = (_SUM, name)
+    if len(_KINDS) < 10_000:  # a fleet prints a few hundred names; a hostile target's are not all kept
+        _KINDS[name] = kind
+    return kind
 
 
 def hist_name(snap: Snap, key: str) -> str:
