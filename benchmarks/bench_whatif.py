@@ -112,8 +112,11 @@ def split(pairs: list[dict[str, object]]) -> list[tuple[str, dict[str, object]]]
 
     The rule was fixed before any interval was scored, and the set-aside pairs' errors are not looked at while
     tuning (intervals.py's constants were tuned on the tuned part only)."""
-    ordered = sorted(pairs, key=lambda p: str(p["name"]))
-    return [("set-aside" if i % 3 == 2 else "tuned", p) for i, p in enumerate(ordered)]
+    # a pair recorded after the rule was fixed says so (`set_aside`) and stays out of the count, so adding it does
+    # not move an older pair from one part to the other
+    ordered = sorted((p for p in pairs if not p.get("set_aside")), key=lambda p: str(p["name"]))
+    later = [("set-aside", p) for p in pairs if p.get("set_aside")]
+    return [("set-aside" if i % 3 == 2 else "tuned", p) for i, p in enumerate(ordered)] + later
 
 
 def _median(values: list[float]) -> float:
