@@ -73,10 +73,10 @@ def test_a_raising_simulation_fails_its_target_alone(
     bad_t0 = read_frames(bad_path)[0]["t"]
     real = advisor_module.predict
 
-    def broken_for_one(history, window, change):  # type: ignore[no-untyped-def]
+    def broken_for_one(history, window, change, **how):  # type: ignore[no-untyped-def]
         if history[0].t == bad_t0:
             raise TypeError("'>' not supported between instances of 'complex' and 'float'")
-        return real(history, window, change)
+        return real(history, window, change, **how)  # the configured cap, when the diagnosis carries one
 
     monkeypatch.setattr(advisor_module, "predict", broken_for_one)
     advisor = Advisor()
