@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -178,6 +180,15 @@ def _history(args: argparse.Namespace, step: float | None, names: dict[str, str]
     return from_prometheus(PromClient(source.url, source.http), start, end, step or 60.0, bar)
 
 
+def _check_output(path: Path) -> None:
+    """Refuse an output path whose folder is missing or not writable, as writing it would."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"-o {path}: {os.strerror(errno.ENOENT)}")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"-o {path}: {os.strerror(errno.EACCES)}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Build and write the report; exit 2 on bad input."""
     try:
@@ -191,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
                 f"-o {args.output}: the suffix picks the format, give .html, .md or .json (or --format)"
             )
         fmt = args.format or FORMATS.get(suffix, "md")
+        if args.output:
+            _check_output(Path(args.output))  # before the replay, which can take minutes on a fleet
         slos = parse_slos(args.slo) if args.slo else {}
         if slos and not args.recordings:
             raise ValueError("--slo: the planned cost is computed from recordings, not --prometheus-url")

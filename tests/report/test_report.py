@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.cli import main
+from kvdoctor.cli import report as report_cli
 from kvdoctor.report.build import build_report
 from kvdoctor.report.document import Report
 from kvdoctor.report.economics import Prices
@@ -197,16 +198,20 @@ def test_bad_input_gets_a_clear_message(
 
 
 def test_output_path_errors_name_the_file_and_write_nothing(
-    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     paths = list(map(str, fleet.paths))
     missing = tmp_path / "no-such-dir" / "week.html"
+    replayed: list[object] = []
+    real = report_cli.from_recordings
+    monkeypatch.setattr(report_cli, "from_recordings", lambda *a, **k: replayed.append(a) or real(*a, **k))
     assert main(["report", *paths, "-o", str(missing)]) == 2
     err = capsys.readouterr().err
     assert f"-o {missing}: No such file or directory" in err and "Traceback" not in err
     assert main(["report", *paths, "-o", str(tmp_path / "week.pdf")]) == 2
     assert "the suffix picks the format, give .html, .md or .json" in capsys.readouterr().err
     assert not (tmp_path / "week.pdf").exists()
+    assert replayed == []  # both refused before minutes of replay, not after
     assert main(["report", *paths, "-o", str(tmp_path / "week.txt"), "--format", "md"]) == 0
     assert (tmp_path / "week.txt").read_text(encoding="utf-8").startswith("# kvdoctor capacity review")
 
