@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
+from typing import Self
 
 from kvdoctor import fmt
 from kvdoctor.jsondoc import JsonObject
@@ -23,35 +24,6 @@ class AdviceView:
 
 
 @dataclass(frozen=True)
-class AlertView:
-    """What renderers and sinks need of one alert; asdict() is its JSON, from_dict() reads that back."""
-
-    summary: str = ""
-    description: str = ""
-    evidence: Evidence = field(default_factory=dict)
-    runbook: str = ""
-    bottleneck: str = ""
-    since: float | None = None
-    advice: tuple[AdviceView, ...] = ()
-    target: str = ""
-    model_name: str = ""
-    finding: str = ""
-    severity: str = "info"
-    status: str = "pending"  # pending | firing | resolved
-    started: float | None = None
-    last_seen: float | None = None
-    fired_at: float | None = None
-    resolved_at: float | None = None
-    fired_evidence: Evidence = field(default_factory=dict)  # the evidence when it started firing
-
-    @classmethod
-    def from_dict(cls, d: JsonObject) -> AlertView:
-        """A view from its JSON (keys it does not know are left out; missing ones take their defaults)."""
-        known = {f.name for f in fields(cls)} - {"advice"}
-        return cls(**{k: v for k, v in d.items() if k in known}, advice=_advice(d))
-
-
-@dataclass(frozen=True)
 class Shown:
     """What an alert shows of a finding and its diagnosis as last seen: text, evidence (NaN as null), runbook,
     advice. The lifecycle compares two of them to decide whether a change is worth a thread reply."""
@@ -65,10 +37,27 @@ class Shown:
     advice: tuple[AdviceView, ...] = ()
 
     @classmethod
-    def from_dict(cls, d: JsonObject) -> Shown:
-        """Read back from the state file (unknown keys left out, missing ones defaulted)."""
+    def from_dict(cls, d: JsonObject) -> Self:
+        """Read back from JSON (the state file, an outbox row): unknown keys left out, missing ones defaulted."""
         known = {f.name for f in fields(cls)} - {"advice"}
         return cls(**{k: v for k, v in d.items() if k in known}, advice=_advice(d))
+
+
+@dataclass(frozen=True)
+class AlertView(Shown):
+    """What renderers and sinks need of one alert: what it shows, and where its lifecycle stands; asdict() is its
+    JSON, from_dict() reads that back."""
+
+    target: str = ""
+    model_name: str = ""
+    finding: str = ""
+    severity: str = "info"
+    status: str = "pending"  # pending | firing | resolved
+    started: float | None = None
+    last_seen: float | None = None
+    fired_at: float | None = None
+    resolved_at: float | None = None
+    fired_evidence: Evidence = field(default_factory=dict)  # the evidence when it started firing
 
 
 def _advice(d: JsonObject) -> tuple[AdviceView, ...]:
@@ -115,15 +104,8 @@ class TrackedFinding:
 
     def view(self) -> AlertView:
         """What renderers and sinks need of it."""
-        s = self.snapshot
         return AlertView(
-            summary=s.summary,
-            description=s.description,
-            evidence=s.evidence,
-            runbook=s.runbook,
-            bottleneck=s.bottleneck,
-            since=s.since,
-            advice=s.advice,
+            **vars(self.snapshot),
             target=self.target,
             model_name=self.model_name,
             finding=self.finding,
