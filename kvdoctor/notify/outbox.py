@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kvdoctor.jsondoc import JsonObject
 from kvdoctor.notify.outboxdb import (
@@ -167,7 +166,7 @@ class Outbox:
     def pending(self, limit: int = 500) -> list[Item]:
         """Undelivered items, oldest first (the worker keeps per-incident order): the file's, then memory's."""
         with self._lock:
-            rows: list[Any] = []
+            rows: list[tuple[int, str, str, str, str, int]] = []  # PENDING's columns
             if self._db is not None:
                 try:
                     rows = self._db.execute(PENDING, (limit,)).fetchall()
