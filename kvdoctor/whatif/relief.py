@@ -4,6 +4,11 @@ The rule pack names a limit from thresholds; the simulator can say whether relie
 while the server is saturated (an open loop past capacity, or clients that wait for answers) its throughput is what
 it can give, and a relief that buys no throughput only moves the wait from TTFT into ITL (or back): past capacity the
 queue grows either way, and in a closed loop the same throughput means the same mean request latency (Little's law).
+Capacity bought with a bigger batch is weighed against what it costs every stream: decoding serves tokens/s = running
+/ ITL and a step costs a fixed part plus a part per running request, so a batch grown g_B times slows each token by
+1 + u (g_B − 1), u the share of its compute ceiling the server runs at. The relief's prediction (tokens/s ×g_X, ITL
+×g_ITL: g_B = g_X g_ITL) says u = (g_ITL − 1) / (g_X g_ITL − 1); at the pack's compute line (`signals.CEILING_SHARE`:
+more batch buys < 43 % more tokens/s) or above, the added requests become slower tokens, not capacity: compute limits.
 Below capacity every arrival is served whatever the change, so there a relief helps when it cuts the quantity that
 suffers without worsening the other latency. The cap ×2 and the cache ×2 each relieve one resource; a second replica
 relieves all of them, so compute is named only when no single-resource relief helps and the replica does.
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kvdoctor import fmt
+from kvdoctor.signals import CEILING_SHARE
 from kvdoctor.verdicts import Advice, Diagnosis, Effect, Finding, Verdict
 
 NEAR = 0.6  # ITL p50 at this share of the ITL from which compute is named: compute is within reach
@@ -44,13 +50,13 @@ class Relief:
 
 
 class Gain(NamedTuple):
-    """What one relief buys as factors, above 1 better (1.0 where a side is not predicted)."""
+    """What one relief buys as factors, above 1 better (1.0 where a side is not predicted); throughput is generation
+    tokens/s after over now (completed requests/s where tokens/s is not predicted)."""
 
-    throughput: (
-        float  # generation tokens/s after over now (completed requests/s where tokens/s is not predicted)
-    )
+    throughput: float
     latency: float  # the suffering quantity, now over after
     other: float  # the other latency, now over after (below 1: it lengthened)
+    slower: float  # ITL p50 after over now (above 1: every stream's tokens come slower)
 
 
 def borderline(d: Diagnosis) -> bool:
@@ -105,14 +111,25 @@ def gain(effect: Effect, quantity: str) -> Gain:
         tps or 1.0,
         _ratio(effect.now, effect.after, quantity) or 1.0,
         _ratio(effect.now, effect.after, OTHER.get(quantity, "")) or 1.0,
+        _ratio(effect.after, effect.now, "itl_p50_s") or 1.0,
     )
 
 
+def ceiling_share(g: Gain) -> float:
+    """The share of its compute ceiling the server runs at, as the relief's prediction implies (0 when tokens do not
+    slow): with a linear step curve a batch grown g_B = g_X g_ITL times slows each token by 1 + u (g_B − 1)."""
+    grown = g.throughput * g.slower
+    if g.slower <= 1 or grown <= 1:
+        return 0.0
+    return min((g.slower - 1) / (grown - 1), 1.0)
+
+
 def helps(effect: Effect, quantity: str) -> bool:
-    """The relief raises capacity, or (below capacity) cuts the suffering latency without lengthening the other."""
+    """The relief raises capacity short of the compute ceiling, or (below capacity) cuts the suffering latency alone."""
     g = gain(effect, quantity)
     if g.throughput >= 1 + NOISE:
-        return True
+        # at a saturated server, capacity bought at the compute ceiling is a queue moved into slower tokens
+        return not effect.saturated or ceiling_share(g) < CEILING_SHARE
     if effect.saturated or g.throughput <= 1 - NOISE:
         return False  # the same throughput past capacity: a latency moved is a latency traded
     return g.latency >= BUYS and g.other > 1 / WORSE
@@ -163,6 +180,7 @@ def check(d: Diagnosis, effects: dict[str, tuple[Relief, Effect]]) -> Finding | 
         f"{rule}_relief_gain": round(g_rule.latency, 3),
         f"{checked}_relief_throughput_gain": round(g_checked.throughput, 3),
         f"{checked}_relief_gain": round(g_checked.latency, 3),
+        f"{rule}_relief_ceiling_share": round(ceiling_share(g_rule), 3),
     }
     why = (
         "at capacity only more throughput relieves the queue"
@@ -227,6 +245,10 @@ def _bought(eff: Effect, quantity: str) -> str:
         text = f"no throughput ({fmt.sig3(a)} tok/s either way)" if a and b else "no throughput"
     else:
         text = f"{g.throughput - 1:+.0%} throughput" + (f" ({rates})" if rates else "")
+        if eff.saturated and (share := ceiling_share(g)) >= CEILING_SHARE:
+            text += (
+                f" for ITL p50 ×{g.slower:.1f}: the added batch runs at {share:.0%} of the compute ceiling"
+            )
     if eff.saturated and g.latency >= BUYS:
         moved = _span(eff, quantity)
         text += f"; {QUANTITY.get(quantity, quantity)} {moved} at the same throughput only moves the wait into decoding"
