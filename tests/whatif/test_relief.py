@@ -246,7 +246,8 @@ def test_a_cap_raise_at_the_ceiling_names_compute_with_the_reason():
         {"generation_tokens_per_s": 64.5, "itl_p50_s": 0.15},
         overloaded_now=True,
     )
-    for k, (r, e) in effects.items():  # TTFT has no steady value while the queue grows (only the replica ends it)
+    # TTFT has no steady value while the queue grows (only the replica ends it)
+    for k, (r, e) in effects.items():
         after = e.after if k == "compute" else {**e.after, "ttft_p95_s": None}
         effects[k] = (r, replace(e, now={**e.now, "ttft_p95_s": None}, after=after))
     f = relief.check(d, effects)
