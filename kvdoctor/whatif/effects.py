@@ -19,7 +19,8 @@ EFFECT_KEYS = (
 )
 
 
-def _q(q: Quantities, overload: Overload | None = None) -> dict[str, float | None]:
+def effect_side(q: Quantities, overload: Overload | None = None) -> dict[str, float | None]:
+    """One side of an Effect (now or after) from quantities predicted or measured."""
     d = q.to_dict()
     # past saturation these have no steady value to show: their size is the length simulated
     grows = DURATION_DEPENDENT if overload else ()
@@ -28,11 +29,15 @@ def _q(q: Quantities, overload: Overload | None = None) -> dict[str, float | Non
 
 def effect_of(p: Prediction, change: dict[str, float | str], t: float) -> Effect:
     """The advice's effect from a prediction: now and after, the 80 % interval after, overload and unseen ranges."""
-    now, after = _q(p.unchanged, p.overload_now), _q(p.predicted, p.overload_after)
+    now, after = effect_side(p.unchanged, p.overload_now), effect_side(p.predicted, p.overload_after)
     sides = (("now", p.overload_now), ("after", p.overload_after))
     said = [f"{side} {o.line()}" for side, o in sides if o]
     band = p.band_after
-    low, high = (_q(band.low, p.overload_after), _q(band.high, p.overload_after)) if band else ({}, {})
+    low, high = (
+        (effect_side(band.low, p.overload_after), effect_side(band.high, p.overload_after))
+        if band
+        else ({}, {})
+    )
     eff = Effect(
         dict(change),
         now,

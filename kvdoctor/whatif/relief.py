@@ -1,12 +1,9 @@
 """The limit is the one whose relief helps: what the cap ×2, the cache ×2 and a second replica each buy.
 
-The rule pack names a limit from thresholds; the simulator can say whether relieving it would help. Help is capacity:
-while the server is saturated (an open loop past capacity, or clients that wait for answers) its throughput is what
-it can give, and a relief that buys no throughput only moves the wait from TTFT into ITL (or back): past capacity the
-queue grows either way, and in a closed loop the same throughput means the same mean request latency (Little's law).
-Below capacity every arrival is served whatever the change, so there a relief helps when it cuts the quantity that
-suffers without worsening the other latency. The cap ×2 and the cache ×2 each relieve one resource; a second replica
-relieves all of them, so compute is named only when no single-resource relief helps and the replica does.
+The rule pack names a limit from thresholds; the simulator can say whether relieving it would help (`gains.py`: help is
+capacity while the server is saturated, short of the compute ceiling; below capacity, the suffering latency cut alone).
+The cap ×2 and the cache ×2 each relieve one resource; a second replica relieves all of them, so compute is named only
+when no single-resource relief helps and the replica does.
 
 When that names another limit than the rule's, the diagnosis keeps both: its verdict becomes the limit whose relief
 helps, its evidence keeps the rule's (`limit_rule`, `co_binding`; the pack's `bottleneck` label and alert stay the
@@ -18,20 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from kvdoctor import fmt
+from kvdoctor.signals import CEILING_SHARE
 from kvdoctor.verdicts import Advice, Diagnosis, Effect, Finding, Verdict
+from kvdoctor.whatif.gains import BUYS, NOISE, ceiling_share, ends_overload, gain, helps, score
 
 NEAR = 0.6  # ITL p50 at this share of the ITL from which compute is named: compute is within reach
 FULL = 0.6  # KV usage from which the cache may be co-binding
-NOISE = 0.05  # throughput within 5 % either way is the same capacity (the simulation's noise), not a gain
-BUYS = 1.10  # below capacity a relief helps when it cuts the suffering latency by at least 10 %…
-WORSE = 1.10  # …and lengthens the other by less than 10 %
 LABELS = {"batch_cap": "the batch cap", "kv_cache": "the KV cache", "compute": "compute"}
 REACHED = {"batch_cap": "is reached", "kv_cache": "is full", "compute": "is at its ceiling"}
 QUANTITY = {"ttft_p95_s": "TTFT p95", "itl_p50_s": "ITL p50"}
-OTHER = {"ttft_p95_s": "itl_p50_s", "itl_p50_s": "ttft_p95_s"}
 
 
 @dataclass(frozen=True)
@@ -41,16 +35,6 @@ class Relief:
     limit: str
     change: dict[str, float | str]
     text: str
-
-
-class Gain(NamedTuple):
-    """What one relief buys as factors, above 1 better (1.0 where a side is not predicted)."""
-
-    throughput: (
-        float  # generation tokens/s after over now (completed requests/s where tokens/s is not predicted)
-    )
-    latency: float  # the suffering quantity, now over after
-    other: float  # the other latency, now over after (below 1: it lengthened)
 
 
 def borderline(d: Diagnosis) -> bool:
@@ -96,34 +80,6 @@ def suffering(d: Diagnosis) -> str:
     return "ttft_p95_s" if waiting and waiting >= 1 else "itl_p50_s"
 
 
-def gain(effect: Effect, quantity: str) -> Gain:
-    """What the effect buys: throughput, the suffering quantity and the other latency as factors."""
-    tps = _ratio(effect.after, effect.now, "generation_tokens_per_s")
-    if tps is None:
-        tps = _ratio(effect.after, effect.now, "requests_per_s")
-    return Gain(
-        tps or 1.0,
-        _ratio(effect.now, effect.after, quantity) or 1.0,
-        _ratio(effect.now, effect.after, OTHER.get(quantity, "")) or 1.0,
-    )
-
-
-def helps(effect: Effect, quantity: str) -> bool:
-    """The relief raises capacity, or (below capacity) cuts the suffering latency without lengthening the other."""
-    g = gain(effect, quantity)
-    if g.throughput >= 1 + NOISE:
-        return True
-    if effect.saturated or g.throughput <= 1 - NOISE:
-        return False  # the same throughput past capacity: a latency moved is a latency traded
-    return g.latency >= BUYS and g.other > 1 / WORSE
-
-
-def score(effect: Effect, quantity: str) -> float:
-    """How much a relief that helps buys: throughput while saturated, else the suffering quantity's cut."""
-    g = gain(effect, quantity)
-    return g.throughput if effect.saturated else g.latency
-
-
 def check(d: Diagnosis, effects: dict[str, tuple[Relief, Effect]]) -> Finding | None:
     """The relief_check finding when the simulator names another limit than the rule did; None when they agree."""
     rule = d.verdict
@@ -163,6 +119,7 @@ def check(d: Diagnosis, effects: dict[str, tuple[Relief, Effect]]) -> Finding | 
         f"{rule}_relief_gain": round(g_rule.latency, 3),
         f"{checked}_relief_throughput_gain": round(g_checked.throughput, 3),
         f"{checked}_relief_gain": round(g_checked.latency, 3),
+        f"{rule}_relief_ceiling_share": round(ceiling_share(g_rule), 3),
     }
     why = (
         "at capacity only more throughput relieves the queue"
@@ -227,6 +184,10 @@ def _bought(eff: Effect, quantity: str) -> str:
         text = f"no throughput ({fmt.sig3(a)} tok/s either way)" if a and b else "no throughput"
     else:
         text = f"{g.throughput - 1:+.0%} throughput" + (f" ({rates})" if rates else "")
+        if eff.saturated and (share := ceiling_share(g)) >= CEILING_SHARE:
+            text += (
+                f" for ITL p50 ×{g.slower:.1f}: the added batch runs at {share:.0%} of the compute ceiling"
+            )
     if eff.saturated and g.latency >= BUYS:
         moved = _span(eff, quantity)
         text += f"; {QUANTITY.get(quantity, quantity)} {moved} at the same throughput only moves the wait into decoding"
@@ -249,7 +210,7 @@ def _buys(eff: Effect, quantity: str) -> str:
     text = more + rates
     if g.latency >= BUYS:
         text += f" and {_cut(g.latency, label)}"
-    elif eff.overloaded_now and (after := eff.after.get(quantity)) is not None:
+    elif ends_overload(eff) and (after := eff.after.get(quantity)) is not None:
         text += f" and ends the overload ({label} ≈{fmt.sig3(after)} s)"
     return text
 
@@ -267,11 +228,6 @@ def _cut(factor: float, label: str) -> str:
 
 def _flag(limit: str) -> str:
     return {"batch_cap": "--max-num-seqs", "kv_cache": "--kv-cache-memory-bytes"}.get(limit, "replicas")
-
-
-def _ratio(top: dict[str, float | None], bottom: dict[str, float | None], key: str) -> float | None:
-    a, b = top.get(key), bottom.get(key)
-    return a / b if a is not None and b is not None and a > 0 and b > 0 else None
 
 
 def _num(v: float | str | None) -> float | None:
