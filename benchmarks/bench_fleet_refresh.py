@@ -113,23 +113,25 @@ def verdict(
         f"simulations for {n} targets: effects {adv['computed']} computed, {adv['shared']} shared; headroom "
         f"{head['computed']} computed, {head['shared']} shared; dropped {adv['dropped']} + {head['dropped']}"
     )
+    cycles = period / args.interval
+    cycle_cpu = statistics.median(cpu1) if cpu1 else 0.0
+    runs = adv["computed"] + head["computed"]
     if asked is None or done is None:
-        runs = adv["computed"] + head["computed"]
         print(
-            f"VERDICT: the refresh of {n} targets did not finish within 3 refresh periods of {period:g} s; the "
-            f"workers used {w_cpu:.0f} s of CPU for {runs} computations ({w_cpu / max(1, runs):.1f} s each)"
+            f"VERDICT: a refresh of every target at a limit ({n} targets) does NOT fit its {period:g} s period on "
+            f"one core: not done within 3 periods; the workers used {w_cpu:.0f} s of CPU for {runs} computations "
+            f"({w_cpu / max(1, runs):.1f} s each) beside {cycles:.0f} cycles x {cycle_cpu:.2f} s a period"
         )
         return
     took = done - asked
-    cycles = period / args.interval
-    cycle_cpu = statistics.median(cpu1) if cpu1 else 0.0
     # on one core a period must hold its cycles and the refresh's simulations (the child's CPU included)
     need = cycles * cycle_cpu + w_cpu
     print(
-        f"VERDICT: the refresh of {n} targets took {took:.0f} s (wall) against a refresh period of {period:g} s: "
-        f"{'fits' if took <= period else 'does NOT fit'}. CPU: {w_cpu:.0f} s of simulations + {cycles:.0f} cycles x "
-        f"{cycle_cpu:.2f} s = {need:.0f} s of one core per {period:g} s period: "
-        f"{'fits' if need <= period else 'does NOT fit'} ({len(busy)} cycles ran while it refreshed)"
+        f"VERDICT: a refresh of every target at a limit ({n} targets) {'fits' if need <= period else 'does NOT fit'}"
+        f" its {period:g} s period on one core: {w_cpu:.0f} s of simulations ({runs} computations) + "
+        f"{cycles:.0f} cycles x {cycle_cpu:.2f} s = {need:.0f} s of CPU ({need / period:.0%} of the core); "
+        f"wall: refreshed in {took:.0f} s, {len(busy)} cycles ran meanwhile (the wall time depends on what else "
+        "runs on the core)"
     )
 
 
