@@ -16,6 +16,7 @@ import pickle
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kvdoctor.capacity.arch import ModelSpec
 from kvdoctor.capacity.presets import GpuSpec
@@ -62,20 +63,25 @@ class Basis:
     physical: StepModel | None = None  # the roofline prior the fit leaned on, if any
     span_s: float = 0.0  # the window's length
     # what the predictions of this window repeat, computed on first use (seeded, so the same numbers again)
-    runs: dict[float, SimResult] = field(default_factory=dict, repr=False, compare=False)
+    runs: dict[tuple[Any, ...], SimResult] = field(default_factory=dict, repr=False, compare=False)
     member_steps: list[StepModel] | None = field(default=None, repr=False, compare=False)
     members_now: dict[float, list[Quantities]] = field(default_factory=dict, repr=False, compare=False)
     read: dict[float, Quantities] = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        self.runs[run_key(self.engine, self.workload, self.replicas, self.duration_s)] = self.now
+
+    def run(self, engine: Engine, workload: Workload, replicas: int, duration_s: float) -> SimResult:
+        """`simulate` with this window's step model and seed, once per distinct run (`run_key`)."""
+        key = run_key(engine, workload, replicas, duration_s)
+        res = self.runs.get(key)
+        if res is None:
+            res = self.runs[key] = simulate(engine, self.step, workload, replicas, duration_s, self.seed)
+        return res
+
     def unchanged(self, duration_s: float) -> SimResult:
-        """Today's configuration simulated for duration_s: the window's own run at its length, else once per length."""
-        if duration_s == self.duration_s:
-            return self.now
-        run = self.runs.get(duration_s)
-        if run is None:
-            run = simulate(self.engine, self.step, self.workload, self.replicas, duration_s, self.seed)
-            self.runs[duration_s] = run
-        return run
+        """Today's configuration simulated for duration_s (the window's own run at its length)."""
+        return self.run(self.engine, self.workload, self.replicas, duration_s)
 
     def unchanged_quantities(self, duration_s: float) -> Quantities:
         """`unchanged(duration_s)` read through the server's buckets (a copy: the caller sets its bottleneck)."""
@@ -84,6 +90,16 @@ class Basis:
             q = quantities(self.unchanged(duration_s), self.replicas, self.buckets, self.sigma)
             self.read[duration_s] = q
         return replace(q)
+
+
+def run_key(engine: Engine, w: Workload, replicas: int, duration_s: float) -> tuple[Any, ...]:
+    """What `simulate` feeds one replica (the step model and seed are the window's): the engine, its share of the
+    traffic and the length. So n replicas at ×1 are one replica at ×1/n, and a closed loop's loads that round to one
+    population are one run: an open loop's population, a closed loop's rate and the `why` are never read."""
+    share = w.scaled(1.0 / replicas) if replicas > 1 else w
+    closed = share.kind == "closed"
+    rate, population = (0.0, share.population) if closed else (share.rate_per_s, 0)
+    return engine, replace(share, rate_per_s=rate, population=population, why=""), duration_s
 
 
 def learn(

@@ -9,11 +9,11 @@ of today's configuration per SLO; simulations are cached by (flags, replicas, lo
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 from kvdoctor.whatif import flags, knobs
 from kvdoctor.whatif.candidates import Candidate, Changes, Plan, Predicted, rounded
+from kvdoctor.whatif.learn import run_key
 from kvdoctor.whatif.model import Engine, SimResult, Workload
 from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import as_dict, detect
@@ -44,9 +44,8 @@ class Planner:
         self.simulations = 0
         self.skipped = 0  # combinations left out because a change in them bought nothing on its own
         self._cache: dict[tuple[Any, ...], Candidate] = {}
-        self._runs: dict[tuple[Any, ...], SimResult] = {}  # by what a replica simulates: see `_run`
+        self._runs: dict[tuple[Any, ...], SimResult] = {}  # this search's runs, by what a replica simulates
         self._inert: set[tuple[str, float | str]] = set()
-        self._runs[_simulated(basis.engine, basis.workload, basis.replicas, basis.duration_s)] = basis.now
         now = self._candidate({}, basis.engine, basis.workload, basis.replicas, basis.now)
         self._cache[self._key({}, basis.replicas, 1.0)] = now  # the window's own simulation: today's at ×1
 
@@ -69,10 +68,10 @@ class Planner:
         return cand
 
     def _run(self, engine: Engine, workload: Workload, replicas: int, duration_s: float) -> SimResult:
-        """One replica's simulation, once per distinct input: n replicas at ×1 are one replica at ×1/n, and a
-        closed loop's load multiples that round to one population are one run (the same seeded numbers)."""
-        key = _simulated(engine, workload, replicas, duration_s)
-        res = self._runs.get(key)
+        """One replica's simulation, once per distinct run (`learn.run_key`), the window's own and its predictions'
+        included (the same seeded numbers); kept for this search only."""
+        key = run_key(engine, workload, replicas, duration_s)
+        res = self._runs.get(key) or self.basis.runs.get(key)
         if res is None:
             res = simulate(engine, self.basis.step, workload, replicas, duration_s, self.basis.seed)
             self.simulations += 1
@@ -190,23 +189,6 @@ class Planner:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if at(mid).meets else (mid + 1, hi)
         return at(hi)
-
-
-def _simulated(engine: Engine, w: Workload, replicas: int, duration_s: float) -> tuple[Any, ...]:
-    """What `simulate` feeds one replica: the engine, its share of the traffic, the length (the step and seed are
-    the basis'). An open loop's population and a closed loop's rate are not read; nor is the `why`."""
-    share = w.scaled(1.0 / replicas) if replicas > 1 else w
-    closed = share.kind == "closed"
-    return (
-        engine,
-        replace(
-            share,
-            rate_per_s=0.0 if closed else share.rate_per_s,
-            population=share.population if closed else 0,
-            why="",
-        ),
-        duration_s,
-    )
 
 
 def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:

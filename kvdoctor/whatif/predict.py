@@ -150,7 +150,7 @@ def predict(
     # a change that adds load may pass the arrivals' cap where the window did not: both sides then run shorter
     duration, bound_note = bound_duration([(workload, replicas), (w_after, r_after)], duration, WARMUP_S)
     now = basis.unchanged(duration)
-    res_after = simulate(after, step, w_after, r_after, duration, seed)
+    res_after = basis.run(after, w_after, r_after, duration)  # a relief's run is a headroom probe's too
     unchanged = basis.unchanged_quantities(duration)
     predicted = quantities(res_after, r_after, buckets, sigma)
     light = step.duration(1, 0, 0.0)
