@@ -38,9 +38,8 @@ from kvdoctor.whatif.workload import WindowError, bound_duration, infer_engine, 
 
 MIN_SIM_S, MAX_SIM_S = 120.0, 600.0
 MIN_REQUESTS = 600
-LEARNED = (
-    8  # learned windows kept per process: a target's changes and probes come together, a few targets apart
-)
+# learned windows kept per process: a target's changes and probes come together, a few targets apart
+LEARNED = 8
 
 
 @dataclass
@@ -62,11 +61,16 @@ class Basis:
     rows: list[Row] = field(default_factory=list)  # the step fit's rows, refitted resampled for the intervals
     physical: StepModel | None = None  # the roofline prior the fit leaned on, if any
     span_s: float = 0.0  # the window's length
-    # what the predictions of this window repeat, computed on first use (seeded, so the same numbers again)
-    runs: dict[tuple[Any, ...], SimResult] = field(default_factory=dict, repr=False, compare=False)
-    member_steps: list[StepModel] | None = field(default=None, repr=False, compare=False)
-    members_now: dict[float, list[Quantities]] = field(default_factory=dict, repr=False, compare=False)
-    read: dict[float, Quantities] = field(default_factory=dict, repr=False, compare=False)
+    # what the predictions of this window repeat, computed on first use (seeded, so the same numbers again); not
+    # init fields, so a replace() with another step or seed starts its own
+    runs: dict[tuple[Any, ...], SimResult] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    member_steps: list[StepModel] | None = field(default=None, init=False, repr=False, compare=False)
+    members_now: dict[float, list[Quantities]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    read: dict[float, Quantities] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.runs[run_key(self.engine, self.workload, self.replicas, self.duration_s)] = self.now
