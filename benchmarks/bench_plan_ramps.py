@@ -13,6 +13,8 @@ and per SLO (TTFT p95 ≤ 3× and ITL p50 ≤ 2× the light step's, queue time p
 - baseline: the WVA analyzer's state-dependent M/M/1 model (benchmarks/wva_baseline.py) fitted to the same
   light step, sized for the same objective.
 Done line: kvdoctor within 20 % of the measured rate and closer than the baseline, for every SLO that broke.
+Beside it, for information (the done line does not use it): the arrivals of the last step that held and the first
+that broke, and whether kvdoctor's rate lies early, inside or late of them.
 Speed: plan on a 5-minute window (the five minutes before each ramp's last arrival) answers in under 10 s.
 """
 
@@ -100,6 +102,26 @@ def arrivals_breaking(r: dict, key: str) -> float | None:
     return prev["client"]["arrivals_per_s"] + share * (arr - prev["client"]["arrivals_per_s"])
 
 
+def bracket(r: dict, key: str) -> tuple[float, float] | None:
+    """The arrivals of the last step that held the objective and of the first that broke it.
+
+    The measured breaking point interpolates linearly between them, but a queue's TTFT and queue time stay flat
+    until close to capacity and then climb steeply: where the two steps lie far apart (tiny_ramp_c32's 1.9 and
+    3.6 req/s) the true break may be anywhere between them, most likely near the upper one.
+    """
+    lo, hi = r["breaking"][key]["between"]
+    by_rate = {s["rate"]: s for s in r["steps"]}
+    if r["breaking"][key]["rate"] is None or lo not in by_rate or hi not in by_rate:
+        return None
+    return by_rate[lo]["client"]["arrivals_per_s"], by_rate[hi]["client"]["arrivals_per_s"]
+
+
+def _where(pred: float | None, span: tuple[float, float] | None) -> str:
+    if pred is None or span is None:
+        return ""
+    return "early" if pred < span[0] else "late" if pred > span[1] else "inside"
+
+
 def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], float]:
     """Print one ramp's table; (done per SLO that broke, plan's seconds on the light step)."""
     rec = directory / r["recording"]
@@ -117,7 +139,7 @@ def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], float]:
     )
     print(
         f"  {'slo':17s} {'objective':>9s} {'nominal':>8s} {'between':>9s} {'measured':>8s} {'headroom':>8s} "
-        f"{'kvdoctor':>8s} {'err':>5s} {'WVA':>6s} {'err':>5s}  done"
+        f"{'kvdoctor':>8s} {'err':>5s} {'WVA':>6s} {'err':>5s} {'steps':>13s} {'kvdoctor':>8s}  done"
     )
     done = []
     for key, objective in r["slos"].items():
@@ -127,6 +149,8 @@ def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], float]:
         base = wva_baseline.breaking_rate(params, key, objective)
         between = "-".join(_f(x) for x in b["between"])
         measured = arrivals_breaking(r, key)
+        span = bracket(r, key)
+        steps = f"{span[0]:.3g}-{span[1]:.3g}" if span else ""
         if measured is None:
             e_k, e_b, verdict = "", "", f"not measured: {b.get('note', '')}"
         else:
@@ -136,7 +160,7 @@ def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], float]:
             e_k, e_b, verdict = f"{ek:.0%}", f"{eb:.0%}", "yes" if ok else "NO"
         print(
             f"  {key:17s} {objective:>9g} {_f(b['rate']):>8s} {between:>9s} {_f(measured):>8s} {_f(head):>8s} {_f(pred):>8s} "
-            f"{e_k:>5s} {base:>6.3g} {e_b:>5s}  {verdict}"
+            f"{e_k:>5s} {base:>6.3g} {e_b:>5s} {steps:>13s} {_where(pred, span):>8s}  {verdict}"
         )
     return done, took
 

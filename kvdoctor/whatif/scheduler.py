@@ -284,5 +284,5 @@ class Scheduler:
         self.kv_cache_manager.free(request)
         request.epoch += 1
         if in_span:
-            self.recorder.result.finished += 1
+            self.recorder.finished(request)
         self.arrivals.reissue(request, self.now)

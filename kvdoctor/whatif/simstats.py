@@ -60,11 +60,19 @@ class Recorder:
         res.generation_tokens += 1
 
     def scheduled(self, request: Request, now: float) -> None:
-        """The request was scheduled for the first time: its queue time ends."""
+        """The request was scheduled: its queue time ends at its first scheduling (a resume does not restart it)."""
         if request.first_scheduled_time < 0:
             request.first_scheduled_time = now
-            if now >= self.warmup_s:
-                self.result.queue.append(now - request.arrival_time)
+
+    def finished(self, request: Request) -> None:
+        """A request finished in the measured span: counted, and its queue time observed now, as vLLM does.
+
+        vLLM observes `request_queue_time_seconds` (with the prefill, decode and e2e times) when a request
+        finishes (`PrometheusStatLogger.record`, per `finished_requests`), not when it is first scheduled: while a
+        queue grows, the histogram shows the waits of requests queued one lifetime earlier."""
+        res = self.result
+        res.finished += 1
+        res.queue.append(request.first_scheduled_time - request.arrival_time)
 
     def preempted(self, now: float) -> None:
         """One preemption at now."""

@@ -29,6 +29,18 @@ def test_chunked_prefill_takes_the_budget_left_after_older_requests():
     assert res.queue == [0.0, 2.0]
 
 
+def test_queue_time_is_observed_when_the_request_finishes_as_vllm_records_it():
+    # one request at a time, 1 s a step: A runs 0-5 s, B waits 5 s and runs 5-10 s, C waits 10 s and runs from 10 s
+    engine = Engine(max_num_seqs=1, max_num_batched_tokens=100, num_gpu_blocks=100, block_size=16)
+    reqs = [Request(0.0, 10, 5), Request(0.0, 10, 5), Request(0.0, 10, 5)]
+    sim = Simulator(engine, UNIT)
+    res = sim.run([(q.arrival_time, i, q) for i, q in enumerate(reqs)], duration_s=6.0, warmup_s=6.0)
+    # the measured span is 6-12 s: vLLM observes request_queue_time_seconds per finished request, so B's 5 s
+    # (scheduled in the warm-up, finished at 10 s) counts and C's 10 s (scheduled at 10 s, unfinished) does not
+    assert res.finished == 1
+    assert res.queue == [5.0]
+
+
 def test_youngest_request_is_preempted_recomputed_and_requeued_at_the_front():
     # 4 usable blocks of 4 tokens; A and B both 4-token prompts, 10 output tokens
     engine = Engine(max_num_seqs=8, max_num_batched_tokens=100, num_gpu_blocks=5, block_size=4)
