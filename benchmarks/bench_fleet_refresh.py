@@ -2,7 +2,7 @@
 does to the cycle.
 
 usage: python benchmarks/bench_fleet_refresh.py [--targets 1000] [--interval 15] [--refresh 180] [--distinct 10]
-           [--fill 75] [--threads] [--nice 19] [--quick]
+           [--fill 75] [--threads] [--nice 19] [--quick] [--alone]
 
 The process is pinned to one CPU. Every target replays a real vLLM 0.32 recording at a limit (compute_bound and
 kv_bound in turn, looped with their counters running on so a pass is not an engine restart; each frame parsed once
@@ -16,6 +16,8 @@ jobs keep busy, where a nice-19 child gets next to nothing; --threads: on the wo
 Prints the cycle's wall time and CPU without and with predictions, CPU per target-cycle, the workers' counters
 (computed, shared, dropped) and the verdict: the refresh's wall time against --refresh, and the CPU a period needs
 on one core (its cycles plus the refresh's simulations). Load average beside it: the machine may be shared.
+On a machine too busy for the refresh to finish, --alone measures two of the fleet's cycles and each recording's
+refresh computed inline for one target (process CPU), and projects what a period needs of one core.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from kvdoctor.whatif.offload import NICE_ENV, shared  # noqa: E402
 from kvdoctor.whatif.sharing import MAX_QUEUE  # noqa: E402
 
 AT_LIMIT = ("compute_bound", "kv_bound")
+SLOS = {"ttft_p95": 2.0, "itl_p95": 0.2}  # the targets' SLOs, as the headroom worker is asked for them
 
 
 def _cpu(path: str) -> float:
@@ -113,23 +116,66 @@ def verdict(
         f"simulations for {n} targets: effects {adv['computed']} computed, {adv['shared']} shared; headroom "
         f"{head['computed']} computed, {head['shared']} shared; dropped {adv['dropped']} + {head['dropped']}"
     )
+    cycles = period / args.interval
+    cycle_cpu = statistics.median(cpu1) if cpu1 else 0.0
+    runs = adv["computed"] + head["computed"]
     if asked is None or done is None:
-        runs = adv["computed"] + head["computed"]
         print(
-            f"VERDICT: the refresh of {n} targets did not finish within 3 refresh periods of {period:g} s; the "
-            f"workers used {w_cpu:.0f} s of CPU for {runs} computations ({w_cpu / max(1, runs):.1f} s each)"
+            f"VERDICT: a refresh of every target at a limit ({n} targets) does NOT fit its {period:g} s period on "
+            f"one core: not done within 3 periods; the workers used {w_cpu:.0f} s of CPU for {runs} computations "
+            f"({w_cpu / max(1, runs):.1f} s each) beside {cycles:.0f} cycles x {cycle_cpu:.2f} s a period"
         )
         return
     took = done - asked
-    cycles = period / args.interval
-    cycle_cpu = statistics.median(cpu1) if cpu1 else 0.0
     # on one core a period must hold its cycles and the refresh's simulations (the child's CPU included)
     need = cycles * cycle_cpu + w_cpu
     print(
-        f"VERDICT: the refresh of {n} targets took {took:.0f} s (wall) against a refresh period of {period:g} s: "
-        f"{'fits' if took <= period else 'does NOT fit'}. CPU: {w_cpu:.0f} s of simulations + {cycles:.0f} cycles x "
-        f"{cycle_cpu:.2f} s = {need:.0f} s of one core per {period:g} s period: "
-        f"{'fits' if need <= period else 'does NOT fit'} ({len(busy)} cycles ran while it refreshed)"
+        f"VERDICT: a refresh of every target at a limit ({n} targets) {'fits' if need <= period else 'does NOT fit'}"
+        f" its {period:g} s period on one core: {w_cpu:.0f} s of simulations ({runs} computations) + "
+        f"{cycles:.0f} cycles x {cycle_cpu:.2f} s = {need:.0f} s of CPU ({need / period:.0%} of the core); "
+        f"wall: refreshed in {took:.0f} s, {len(busy)} cycles ran meanwhile (the wall time depends on what else "
+        "runs on the core)"
+    )
+
+
+def alone(args: argparse.Namespace, pipeline: Pipeline, names: list[str], loops: list[Looped]) -> None:
+    """The fleet's cycle CPU (two cycles), then one target of each recording refreshed inline after a full
+    history: what a refresh of every distinct window (--distinct offsets of each) needs of one core a period."""
+    cycle_cpu = 0.0
+    for k in range(2):
+        c0 = time.thread_time()
+        for i, name in enumerate(names):
+            pipeline.observe(name, 1e9 + 15 * k, loops[i % len(loops)].text(k))
+        pipeline.evaluate(1e9 + 15 * k + 0.5)
+        cycle_cpu = time.thread_time() - c0
+    per_window = 0.0
+    for r, loop in zip(AT_LIMIT, loops, strict=True):
+        advisor = Advisor()  # sync: computed here, on this process' CPU clock
+        one = Pipeline(load_files(default_rule_files()))
+        one.add_target(names[0], TargetFacts(slo_ttft_p95_s=2.0, slo_itl_p95_s=0.2))
+        one._parsers[names[0]] = loop
+        for k in range(int(advisor.history_s / args.interval) + 2):
+            t = 1e9 + k * args.interval
+            one.observe(names[0], t - 0.5, loop.text(k))
+            advisor.observe(names[0], t - 0.5, loop.parse(loop.text(k)).samples)
+            cycle = one.evaluate(t)
+        c0 = time.process_time()
+        advisor.annotate(cycle.diagnoses, t)
+        HeadroomWorker(advisor.snaps).annotate(cycle.diagnoses, t, {names[0]: (SLOS, None)})
+        cpu = time.process_time() - c0
+        per_window += cpu
+        d = cycle.diagnoses[0]
+        print(
+            f"{r}: {d.verdict}; its refresh alone {cpu:.1f} s of CPU ({len(advisor._effects)} effects and a "
+            f"headroom search: {d.evidence.get('slo_headroom_ttft_p95')}, {d.evidence.get('slo_headroom_itl_p95')})"
+        )
+    windows, cycles = args.distinct, args.refresh / args.interval
+    need = windows * per_window + cycles * cycle_cpu
+    print(
+        f"VERDICT (projected from CPU measured alone): a refresh of every target at a limit ({args.targets} targets, "
+        f"{windows * len(AT_LIMIT)} distinct windows) {'fits' if need <= args.refresh else 'does NOT fit'} its "
+        f"{args.refresh:g} s period on one core: {windows} x {per_window:.1f} s of simulations + {cycles:.0f} cycles "
+        f"x {cycle_cpu:.2f} s = {need:.0f} s of CPU ({need / args.refresh:.0%} of the core)"
     )
 
 
@@ -143,6 +189,12 @@ def main() -> int:
     ap.add_argument("--fill", type=float, default=75.0, help="seconds of cycles before the workers may run")
     ap.add_argument("--quick", action="store_true", help="100 targets, a 5 s interval, 60 s refresh")
     ap.add_argument("--threads", action="store_true", help="simulate on the worker threads, not in the child")
+    ap.add_argument(
+        "--alone",
+        action="store_true",
+        help="no refresh on the wall clock: each recording's refresh computed inline (process CPU) and the CPU a "
+        "period needs projected (for a machine too busy for the full run to finish)",
+    )
     ap.add_argument(
         "--nice",
         type=int,
@@ -173,6 +225,9 @@ def main() -> int:
         pipeline._parsers[name] = loops[i % len(loops)]
     real_advisor = pipeline.advisor
     pipeline.advisor = None  # held: the fill phase's cycles are the cycle without predictions
+    if args.alone:
+        alone(args, pipeline, names, loops)
+        return 0
     rows: list[tuple[str, float, float, int, int]] = []
     workers = ("kvdoctor-whatif", "kvdoctor-headroom")
     start = time.time()

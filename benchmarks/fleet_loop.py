@@ -7,6 +7,9 @@ holds a steady window. Each (frame, pass) is parsed once and shared by every tar
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from kvdoctor.ingest.parse import Parser
 from kvdoctor.samples import Sample, Scrape
 
@@ -34,6 +37,7 @@ class Looped(Parser):
             if _cumulative(s.name, last.types)
         }
         self._by_id: dict[int, Scrape] = {}
+        self._kept: dict[tuple[int, int], Scrape] = {}
         self._keys: dict[tuple[int, int], str] = {}
 
     def text(self, k: int) -> str:
@@ -55,7 +59,20 @@ class Looped(Parser):
             self._by_id[id(got)] = Scrape(samples, base.types)
         return got
 
-    def parse(self, text: str) -> Scrape:
-        """The scrape of a text this loop handed out (parsed once, shared by every target)."""
+    def parse(
+        self, text: str, *args: Any, keep: Callable[[str], bool] | None = None, **kwargs: Any
+    ) -> Scrape:
+        """The scrape of a text this loop handed out (parsed once, shared by every target), cut by `keep` as the
+        parser cuts it (once per text and keep)."""
         got = self._by_id.get(id(text))
-        return got if got is not None else super().parse(text)
+        if got is None:
+            return super().parse(text, *args, keep=keep, **kwargs)
+        if keep is None:
+            return got
+        key = (id(text), id(keep))
+        cut = self._kept.get(key)
+        if cut is None:
+            names = {s.name for s in got.samples}
+            kept = {n for n in names if keep(n)}
+            cut = self._kept[key] = Scrape([s for s in got.samples if s.name in kept], got.types)
+        return cut

@@ -77,11 +77,14 @@ def build_pipeline(
     rules: list[str] | None,
     recordings: list[str] | None = None,
     names: Mapping[str, str] | None = None,
+    books_only: bool = False,
 ) -> Pipeline | None:
-    """A pipeline with the config's targets declared, or None after printing every rule error."""
+    """A pipeline with the config's targets declared, or None after printing every rule error (`books_only`: the
+    advisor simulates only what a verdict needs, the relief check, as the report's books read no advice)."""
     groups = load_rules(cfg, rules)
     # replay and check predict the advice's effects inline, on the recording's clock
-    return None if groups is None else pipeline_for(cfg, groups, recordings, advisor=Advisor(), names=names)
+    advisor = Advisor(books_only=books_only)
+    return None if groups is None else pipeline_for(cfg, groups, recordings, advisor=advisor, names=names)
 
 
 def existing(paths: list[str]) -> list[str]:

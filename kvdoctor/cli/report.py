@@ -157,7 +157,11 @@ def _history(args: argparse.Namespace, step: float | None, names: dict[str, str]
         if missing:
             raise ValueError(f"{missing[0]}: no such file")
         cfg = load_config_or_exit(args.config)
-        pipeline = build_pipeline(cfg, args.rules, recordings=args.recordings, names=names) if cfg else None
+        pipeline = (
+            build_pipeline(cfg, args.rules, recordings=args.recordings, names=names, books_only=True)
+            if cfg
+            else None
+        )
         if pipeline is None:
             return None
         return from_recordings(pipeline, args.recordings, step or 15.0, names=names)

@@ -20,7 +20,7 @@ import aiohttp
 
 from kvdoctor.config import TargetSpec
 from kvdoctor.ingest.fetch import ScrapeError, fetch_page_async, new_session
-from kvdoctor.ingest.parse import Keep, LimitExceeded, ParseError, Parser
+from kvdoctor.ingest.parse import Keep, LimitExceeded, Parsed, ParseError, Parser
 from kvdoctor.samples import Scrape
 
 log = logging.getLogger("kvdoctor")
@@ -31,12 +31,12 @@ MAX_QUEUED = 4
 
 
 class ScrapeResult(NamedTuple):
-    """One target's scrape: when it started, how long it took, the parsed samples or the error."""
+    """One target's scrape: when it started, how long it took, the parsed page or the error."""
 
     target: str
     t: float
     duration_s: float
-    scrape: Scrape | None
+    page: Parsed | None  # plain tuples while it waits for the cycle (see Parsed)
     error: str | None
     limit: str | None = None  # the limit a refused scrape went over
     # Why it failed, without the values in the message (a byte count, a line's counter): the key a warning
@@ -44,9 +44,9 @@ class ScrapeResult(NamedTuple):
     cause: str | None = None
 
     @property
-    def samples(self) -> int:
-        """Samples the scrape carried (0 when it failed)."""
-        return len(self.scrape.samples) + self.scrape.dropped if self.scrape is not None else 0
+    def scrape(self) -> Scrape | None:
+        """The parsed samples (made on each call: take them once, when the cycle ingests the page)."""
+        return self.page.scrape() if self.page is not None else None
 
 
 class Scraper:
@@ -110,11 +110,11 @@ class Scraper:
             try:
                 page = await fetch_page_async(await self._pool(), spec.url, spec.http)
                 parser = self._parsers.setdefault(spec.name, Parser())
-                scrape = await self.loop.run_in_executor(
-                    self._parse_pool, parser.parse, page.text, spec.limits, page.openmetrics, self.keep()
+                parsed = await self.loop.run_in_executor(
+                    self._parse_pool, parser.read, page.text, spec.limits, page.openmetrics, self.keep()
                 )
                 del page
-                return ScrapeResult(spec.name, t, time.monotonic() - start, scrape, None)
+                return ScrapeResult(spec.name, t, time.monotonic() - start, parsed, None)
             except ScrapeError as exc:
                 error, limit = str(exc).replace(spec.url, spec.safe_url), None
                 cause = _NUMBER_RE.sub("N", error)

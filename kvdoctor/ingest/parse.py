@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvdoctor.errors import KvdoctorError
 from kvdoctor.ingest.lines import ParseError, parse_labels, timestamp_ms, to_float, without_exemplar
@@ -24,6 +25,7 @@ _DROPPED: tuple[str, Labels, bool] = ("dropped", (), False)
 _CREATED: tuple[str, Labels, bool] = ("created", (), False)
 _new = tuple.__new__  # a Sample without the Python frame of its generated __new__
 OPENMETRICS = "application/openmetrics-text"
+Row = tuple[str, Labels, float, int | None]  # a Sample's fields as a plain tuple
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,23 @@ class LimitExceeded(KvdoctorError):
     def __init__(self, limit: str, detail: str) -> None:
         super().__init__(f"{limit} exceeded: {detail}")
         self.limit = limit
+
+
+class Parsed(NamedTuple):
+    """A parsed page whose samples are plain tuples, for a page that waits (the daemon's, until the cycle).
+
+    The collector untracks a plain tuple of strings and numbers at its first pass; a Sample (a tuple subclass)
+    stays tracked, so a fleet's waiting pages would reach the oldest generation and set off full collections.
+    """
+
+    rows: list[Row]
+    types: dict[str, str]
+    dropped: int = 0
+
+    def scrape(self) -> Scrape:
+        """The page as Samples."""
+        new, sample = _new, Sample
+        return Scrape([new(sample, r) for r in self.rows], self.types, self.dropped)
 
 
 class Keep:
@@ -95,7 +114,17 @@ class Parser:
         openmetrics: bool | None = None,
         keep: Callable[[str], bool] | None = None,
     ) -> Scrape:
-        """Parse one exposition; raises ParseError naming the first bad line, LimitExceeded past a limit.
+        """Parse one exposition; raises ParseError naming the first bad line, LimitExceeded past a limit."""
+        return self.read(text, limits, openmetrics, keep).scrape()
+
+    def read(
+        self,
+        text: str,
+        limits: ScrapeLimits = NO_LIMITS,
+        openmetrics: bool | None = None,
+        keep: Callable[[str], bool] | None = None,
+    ) -> Parsed:
+        """parse(), its samples left as plain tuples; raises as parse() does.
 
         openmetrics says the format (from the response's Content-Type); None (a recording) guesses it by `# EOF`.
         keep, when given, says which metric names to return: the others' lines are checked once, then only
@@ -116,8 +145,8 @@ class Parser:
             self._heads.clear()
             raise
 
-    def _parse(self, text: str, limits: ScrapeLimits, om: bool) -> Scrape:
-        samples: list[Sample] = []
+    def _parse(self, text: str, limits: ScrapeLimits, om: bool) -> Parsed:
+        samples: list[Row] = []
         types: dict[str, str] = {}
         append = samples.append
         label_cache = self._labels
@@ -177,7 +206,7 @@ class Parser:
                         if seen is _DROPPED:
                             dropped += 1
                         else:
-                            append(_new(Sample, (seen[0], seen[1], v, None)))
+                            append((seen[0], seen[1], v, None))
                         continue
                 if max_samples:
                     counted -= 1  # counted again below
@@ -226,10 +255,11 @@ class Parser:
                     if cache and len(rest) == 1 and line.endswith(" " + rest[0]):
                         heads[head] = _CREATED
                     continue
+                sample: Row
                 if len(rest) == 1:
-                    sample = Sample(name, labels, to_float(rest[0]))
+                    sample = (name, labels, to_float(rest[0]), None)
                 elif len(rest) == 2:
-                    sample = Sample(name, labels, to_float(rest[0]), timestamp_ms(rest[1], om, lineno, line))
+                    sample = (name, labels, to_float(rest[0]), timestamp_ms(rest[1], om, lineno, line))
                 else:
                     raise ParseError(lineno, line, "expected a value and an optional timestamp")
                 entry = (name, labels, True)
@@ -246,7 +276,7 @@ class Parser:
                 raise ParseError(lineno, line, f"invalid sample ({exc})") from None
         if om and not eof:
             raise ParseError(lineno, "", "OpenMetrics page without # EOF: truncated?")
-        return Scrape(samples, types, dropped)
+        return Parsed(samples, types, dropped)
 
 
 def _check_labels(name: str, labels: Labels, limits: ScrapeLimits) -> None:

@@ -22,8 +22,7 @@ from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.followup import FollowUp, follow_up
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.predict import predict
-from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects
-from kvdoctor.whatif.sources import default_window
+from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects, steady
 from kvdoctor.whatif.window import Snap, restarts, snapshot
 from kvdoctor.whatif.workload import WindowError
 
@@ -49,8 +48,11 @@ class Advisor:
         background: bool = False,
         max_queue: int = MAX_QUEUE,
         offload: Offload | None = None,
+        books_only: bool = False,
     ) -> None:
         self.refresh_s, self.history_s, self.background = refresh_s, history_s, background
+        # the report's books need only the relief check's verdicts: no advice effects, no 80 % intervals
+        self.books_only = books_only
         self.offload = offload  # where simulations run: a child process off the cycle's GIL (None: here)
         self._history: dict[str, deque[Snap]] = {}
         self._effects: dict[Key, Effect | None] = {}
@@ -111,9 +113,10 @@ class Advisor:
         """Attach predicted effects to the advice (and follow-ups as findings); never waits in background mode."""
         for d in diagnoses:
             self._note_limit(d)
-            d.advice = [self._with_effect(d.target, a, t) for a in d.advice]
-            for f in d.findings:
-                f.advice = [self._with_effect(d.target, a, t) for a in f.advice]
+            if not self.books_only:
+                d.advice = [self._with_effect(d.target, a, t) for a in d.advice]
+                for f in d.findings:
+                    f.advice = [self._with_effect(d.target, a, t) for a in f.advice]
             self._relieve(d, t)
             self._follow(d.target, t)
             fu = self._followups.get(d.target)
@@ -218,17 +221,20 @@ class Advisor:
             job = self._jobs.get()
             if job is None:
                 continue
-            key, t = job
-            try:
-                if key[0] in self._history:  # not a target removed while its prediction waited
-                    self._compute_safely(key, t)
-            finally:
-                self._jobs.done(key)
+            # the target's other changes waiting: computed now from one history, so from one learned window
+            jobs = [job, *self._jobs.take(job[0][0], lambda k: k[0])]
+            history = self.snaps(job[0][0])
+            for key, t in jobs:
+                try:
+                    if key[0] in self._history:  # not a target removed while its prediction waited
+                        self._compute_safely(key, t, history)
+                finally:
+                    self._jobs.done(key)
 
-    def _compute_safely(self, key: Key, t: float) -> Effect | None:
+    def _compute_safely(self, key: Key, t: float, history: list[Snap] | None = None) -> Effect | None:
         # one target's history must not end the thread every target's predictions run on
         try:
-            eff = self._compute(key, t)
+            eff = self._compute(key, t, history)
         except Exception as exc:
             with self._lock:
                 self._effects[key] = None
@@ -238,12 +244,11 @@ class Advisor:
             self._failures.pop(key[0], None)
         return eff
 
-    def _compute(self, key: Key, t: float) -> Effect | None:
+    def _compute(self, key: Key, t: float, history: list[Snap] | None = None) -> Effect | None:
         target, change = key
         with self._lock:
-            history = list(self._history.get(target, ()))
+            history = list(self._history.get(target, ())) if history is None else history
             cap = self._caps.get(target)
-        cuts = restarts(history)
         if change and change[0][0] == "__followup__":  # a prediction too: in the child, off the cycle's GIL
             asked = (target, history, float(change[0][1]))
             fu = self.offload.run(follow_up, *asked) if self.offload is not None else follow_up(*asked)
@@ -251,15 +256,10 @@ class Advisor:
                 with self._lock:
                     self._followups[target] = fu
             return None
-        history = history[cuts[-1] :] if cuts else history  # only the engine as it runs now
-        eff = None
-        young = False
+        eff, young = None, False
         ready = None  # when a steady stretch found too short will be long enough
         try:
-            if len(history) < 5:
-                raise WindowError("too little history")
-            lo, hi = default_window(history)  # the load as it has held lately, not the ramp into it
-            lo = max(lo, hi - WINDOW_S)
+            history, lo, hi = steady(history, WINDOW_S)
             need = self._steady_needed(target, t)
             if hi - lo < need:  # a limit that just appeared: its cost not shown yet
                 ready = t + need - (hi - lo)
@@ -270,7 +270,8 @@ class Advisor:
             # a replica with the same window simulated it already (young: as soon as a young one is redone)
             eff = self._shared.get(fp, change, t, RETRY_S if young else self.refresh_s)
             if eff is None:
-                args, run = (history, window, dict(change)), partial(predict, max_num_seqs=cap)
+                args = (history, window, dict(change))
+                run = partial(predict, max_num_seqs=cap, with_intervals=not self.books_only)
                 p = self.offload.run(run, *args) if self.offload is not None else run(*args)
                 eff = effect_of(p, dict(change), t)
                 self._shared.put(fp, change, eff)

@@ -19,12 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvdoctor.verdicts import LIMITS, Advice, Diagnosis
+from kvdoctor.whatif.learn import learned
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.plan import MAX_LOAD, MAX_REPLICAS, Planner
-from kvdoctor.whatif.predict import learn
-from kvdoctor.whatif.sharing import traffic_key
-from kvdoctor.whatif.sources import default_window
-from kvdoctor.whatif.window import Snap, restarts
+from kvdoctor.whatif.sharing import steady, traffic_key
+from kvdoctor.whatif.window import Snap
 from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
 
 STALE_AFTER = 3.0  # refresh periods after which a result is no longer exported
@@ -180,13 +179,7 @@ class HeadroomWorker:
     def _headroom(
         self, target: str, model: str, slos: dict[str, float], seqs: int | None, t: float
     ) -> Headroom:
-        history = self.history(target)
-        cuts = restarts(history)
-        history = history[cuts[-1] :] if cuts else history  # the engine as it runs now
-        if len(history) < 5:
-            raise WindowError("too little history")
-        lo, hi = default_window(history)
-        lo = max(lo, hi - WINDOW_S)
+        history, lo, hi = steady(self.history(target), WINDOW_S)  # the engine as it runs now, its recent load
         if hi - lo < MIN_STEADY_S:
             raise WindowError("the load has not held long enough")
         window = [s for s in history if lo <= s.t <= hi]
@@ -211,7 +204,7 @@ def search(
     history: list[Snap], window: list[Snap], seqs: int | None, slos: dict[str, float]
 ) -> tuple[dict[str, float], int | None, int]:
     """The headroom search on one window: the load multiple breaking each SLO, replicas needed, replicas now."""
-    basis = learn(history, window, max_num_seqs=seqs)
+    basis = learned(history, window, max_num_seqs=seqs)  # shared with the advisor's predictions of it
     if not basis.step.residual_ratio <= MAX_RESIDUAL:
         raise WindowError(f"step-time fit error {basis.step.residual_ratio:.0%}")
     planner = Planner(basis, {f"{k}_s": v for k, v in slos.items()})

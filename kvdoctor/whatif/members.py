@@ -19,7 +19,7 @@ from kvdoctor.whatif.stepfit import Row, posterior_draws
 from kvdoctor.whatif.window import Quantities
 
 if TYPE_CHECKING:
-    from kvdoctor.whatif.predict import Basis
+    from kvdoctor.whatif.learn import Basis
 
 MEMBERS = 4  # short simulations per side: a handful, so `whatif` stays interactive
 MIN_MEMBER_S, MAX_MEMBER_S = 30.0, 90.0  # a member runs the window's length within these
@@ -87,20 +87,26 @@ def run_members(
 ) -> tuple[list[Quantities], list[Quantities], float]:
     """The members of both sides, paired (one perturbation each, before and after the change)."""
     n = max(5.0, basis.measured.requests_per_s * basis.span_s)
-    steps = step_draws(basis.rows, basis.physical, MEMBERS, basis.seed, basis.step)
+    if basis.member_steps is None:  # the same draws for every change of this window
+        basis.member_steps = step_draws(basis.rows, basis.physical, MEMBERS, basis.seed, basis.step)
+    steps = basis.member_steps
     _, w_after, r_after, _ = knobs.apply(
         basis.engine, basis.workload, basis.replicas, changes, basis.info, gpu_memory_bytes
     )
     sides = ((basis.workload, basis.replicas), (w_after, r_after))
     rates = [w.rate_per_s / max(1, r) for w, r in sides if w.kind == "open"]
     secs = member_seconds(basis.span_s, duration_s, max(rates, default=0.0))
+    known = basis.members_now.get(secs)  # the unchanged side's members, simulated once per length
     now, after = [], []
     for i, step in enumerate(steps):
         w = perturb(basis.workload, random.Random(f"kvdoctor-interval-{basis.seed}-{i}"), n)
         seed = basis.seed + 1 + i
-        res = simulate(basis.engine, step, w, basis.replicas, secs, seed, MEMBER_WARMUP_S)
-        now.append(quantities(res, basis.replicas, basis.buckets, basis.sigma))
+        if known is None:
+            res = simulate(basis.engine, step, w, basis.replicas, secs, seed, MEMBER_WARMUP_S)
+            now.append(quantities(res, basis.replicas, basis.buckets, basis.sigma))
         e_a, w_a, r_a, _ = knobs.apply(basis.engine, w, basis.replicas, changes, basis.info, gpu_memory_bytes)
         res = simulate(e_a, step, w_a, r_a, secs, seed, MEMBER_WARMUP_S)
         after.append(quantities(res, r_a, basis.buckets, basis.sigma))
-    return now, after, secs
+    if known is None:
+        basis.members_now[secs] = known = now
+    return [replace(q) for q in known], after, secs

@@ -13,6 +13,7 @@ from typing import Any
 
 from kvdoctor.whatif import flags, knobs
 from kvdoctor.whatif.candidates import Candidate, Changes, Plan, Predicted, rounded
+from kvdoctor.whatif.learn import run_key
 from kvdoctor.whatif.model import Engine, SimResult, Workload
 from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import as_dict, detect
@@ -43,6 +44,7 @@ class Planner:
         self.simulations = 0
         self.skipped = 0  # combinations left out because a change in them bought nothing on its own
         self._cache: dict[tuple[Any, ...], Candidate] = {}
+        self._runs: dict[tuple[Any, ...], SimResult] = {}  # this search's runs, by what a replica simulates
         self._inert: set[tuple[str, float | str]] = set()
         now = self._candidate({}, basis.engine, basis.workload, basis.replicas, basis.now)
         self._cache[self._key({}, basis.replicas, 1.0)] = now  # the window's own simulation: today's at ×1
@@ -61,10 +63,20 @@ class Planner:
         engine, workload, n, _ = knobs.apply(
             b.engine, b.workload, b.replicas, all_changes, b.info, self.gpu_memory_bytes
         )
-        res = simulate(engine, b.step, workload, n, self._duration(workload, n), b.seed)
-        self.simulations += 1
+        res = self._run(engine, workload, n, self._duration(workload, n))
         self._cache[key] = cand = self._candidate(changes, engine, workload, n, res)
         return cand
+
+    def _run(self, engine: Engine, workload: Workload, replicas: int, duration_s: float) -> SimResult:
+        """One replica's simulation, once per distinct run (`learn.run_key`), the window's own and its predictions'
+        included (the same seeded numbers); kept for this search only."""
+        key = run_key(engine, workload, replicas, duration_s)
+        res = self._runs.get(key) or self.basis.runs.get(key)
+        if res is None:
+            res = simulate(engine, self.basis.step, workload, replicas, duration_s, self.basis.seed)
+            self.simulations += 1
+            self._runs[key] = res
+        return res
 
     def _duration(self, w: Workload, replicas: int) -> float:
         """The window's simulated seconds, fewer where the arrivals bring ~600 requests sooner (open loop)."""

@@ -3,31 +3,32 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvdoctor.capacity.arch import ModelSpec
 from kvdoctor.capacity.presets import GpuSpec
 from kvdoctor.jsondoc import JsonObject
-from kvdoctor.whatif import histo, intervals, knobs, members, spec
+from kvdoctor.whatif import intervals, knobs, members, spec
 from kvdoctor.whatif.intervals import Band, Reader
-from kvdoctor.whatif.model import (
-    ITL_BUCKETS,
-    QUEUE_BUCKETS,
-    TTFT_BUCKETS,
-    Engine,
-    SimResult,
-    StepModel,
-    Workload,
-)
-from kvdoctor.whatif.prior import physical_prior
+from kvdoctor.whatif.learn import MIN_REQUESTS, MIN_SIM_S, Basis, learn, learned
+from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
 from kvdoctor.whatif.readout import WARMUP_S, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import Overload, as_dict, detect
-from kvdoctor.whatif.stepfit import Row, fit_rows, history_rows
-from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
-from kvdoctor.whatif.workload import WindowError, bound_duration, infer_engine, infer_workload
+from kvdoctor.whatif.window import Quantities, Snap
+from kvdoctor.whatif.workload import bound_duration
 
-MIN_SIM_S, MAX_SIM_S = 120.0, 600.0
-MIN_REQUESTS = 600
+__all__ = [
+    "MIN_REQUESTS",
+    "MIN_SIM_S",
+    "WARMUP_S",
+    "Basis",
+    "Prediction",
+    "learn",
+    "predict",
+    "quantities",
+    "simulate",
+    "verdict",
+]
 
 
 @dataclass
@@ -112,86 +113,6 @@ def _engine(e: Engine) -> str:
     )
 
 
-@dataclass
-class Basis:
-    """What a window teaches once: workload, engine, step model, buckets, jitter; many simulations reuse it."""
-
-    workload: Workload
-    engine: Engine
-    step: StepModel
-    replicas: int
-    info: dict[str, str]
-    measured: Quantities
-    duration_s: float
-    buckets: dict[str, tuple[float, ...]]
-    sigma: float
-    now: SimResult
-    notes: list[str]
-    seed: int = 0
-    rows: list[Row] = field(default_factory=list)  # the step fit's rows, refitted resampled for the intervals
-    physical: StepModel | None = None  # the roofline prior the fit leaned on, if any
-    span_s: float = 0.0  # the window's length
-
-
-def learn(
-    history: list[Snap],
-    window: list[Snap],
-    *,
-    max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    seed: int = 0,
-    model: ModelSpec | None = None,
-    gpu: GpuSpec | None = None,
-) -> Basis:
-    """Learn workload and engine from the window, step times from the history, and simulate it unchanged."""
-    if len(window) < 5:
-        raise WindowError(f"{len(window)} scrapes in the window; the what-if needs at least 5")
-    workload = infer_workload(window)
-    engine, notes = infer_engine(window, max_num_seqs, max_num_batched_tokens)
-    physical = None
-    if model is not None and gpu is not None:
-        physical = physical_prior(model, gpu, _kv_bytes_per_token(window[-1].info))
-        if physical is None:
-            notes.append(
-                f"no roofline prior: the {gpu.name} preset has no bandwidth/FLOP/s or the model no size"
-            )
-    rows = history_rows(history, engine.max_num_batched_tokens)
-    try:
-        step = fit_rows(rows, physical)
-    except ValueError as exc:
-        raise WindowError(str(exc)) from None
-    replicas = max(1, window[-1].engines)
-    measured = measure(window)
-    span = window[-1].t - window[0].t
-    # long enough for the tail quantiles to settle: a few hundred finished requests
-    duration = min(MAX_SIM_S, max(MIN_SIM_S, 2 * span, MIN_REQUESTS / max(measured.requests_per_s, 1e-3)))
-    duration, bound_note = bound_duration([(workload, replicas)], duration, WARMUP_S)
-    if bound_note:
-        notes.append(bound_note)
-    buckets = _bounds(window[-1])
-    res_now = simulate(engine, step, workload, replicas, duration, seed)
-    a, b = window[0], window[-1]
-    sigma = histo.fit_sigma(res_now.itl, buckets["itl"], delta_buckets(a, b, hist_name(b, "itl")))
-    info = window[-1].info
-    return Basis(
-        workload,
-        engine,
-        step,
-        replicas,
-        info,
-        measured,
-        duration,
-        buckets,
-        sigma,
-        res_now,
-        notes,
-        seed,
-        rows,
-        physical,
-        span,
-    )
-
-
 def predict(
     history: list[Snap],
     window: list[Snap],
@@ -204,9 +125,14 @@ def predict(
     seed: int = 0,
     model: ModelSpec | None = None,
     gpu: GpuSpec | None = None,
+    with_intervals: bool = True,
 ) -> Prediction:
-    """Learn workload and engine from the window, step times from the history; simulate before and after."""
-    basis = learn(
+    """Learn workload and engine from the window, step times from the history; simulate before and after.
+
+    The learned window is shared (`learn.learned`): other changes of the same window only simulate their side.
+    Without `with_intervals` the 80 % bands (eight short simulations) are left out: the point values are the same.
+    """
+    basis = learned(
         history,
         window,
         max_num_seqs=max_num_seqs,
@@ -216,19 +142,16 @@ def predict(
         gpu=gpu,
     )
     workload, engine, step, replicas = basis.workload, basis.engine, basis.step, basis.replicas
-    duration, buckets, sigma, measured = basis.duration_s, basis.buckets, basis.sigma, basis.measured
+    duration, buckets, sigma = basis.duration_s, basis.buckets, basis.sigma
+    measured = replace(basis.measured)  # its bottleneck is this call's: the learned window is shared
     after, w_after, r_after, change_notes = knobs.apply(
         engine, workload, replicas, changes, basis.info, gpu_memory_bytes
     )
     # a change that adds load may pass the arrivals' cap where the window did not: both sides then run shorter
     duration, bound_note = bound_duration([(workload, replicas), (w_after, r_after)], duration, WARMUP_S)
-    now = (
-        basis.now
-        if duration == basis.duration_s
-        else simulate(engine, step, workload, replicas, duration, seed)
-    )
-    res_after = simulate(after, step, w_after, r_after, duration, seed)
-    unchanged = quantities(now, replicas, buckets, sigma)
+    now = basis.unchanged(duration)
+    res_after = basis.run(after, w_after, r_after, duration)  # a relief's run is a headroom probe's too
+    unchanged = basis.unchanged_quantities(duration)
     predicted = quantities(res_after, r_after, buckets, sigma)
     light = step.duration(1, 0, 0.0)
     measured.bottleneck = measured_bottleneck or verdict(measured, engine, light, replicas)
@@ -248,51 +171,36 @@ def predict(
         assumptions.append(bound_note)
     assumptions.append(f"step-to-step jitter ±{sigma:.0%} (lognormal), fitted to the window's ITL histogram")
     over = detect(now, workload, replicas), detect(res_after, w_after, r_after)  # capacity past saturation
-    # the intervals: a few short perturbed simulations of both sides, widened where the history never was
-    now_m, after_m, member_s = members.run_members(basis, changes, gpu_memory_bytes, duration)
+    p = Prediction(measured, unchanged, predicted, workload, step, engine, after, changes, assumptions, *over)
+    if with_intervals:
+        _intervals(p, basis, history, (now, (res_after, w_after, r_after)), gpu_memory_bytes, duration)
+    return p
+
+
+def _intervals(
+    p: Prediction,
+    basis: Basis,
+    history: list[Snap],
+    runs: tuple[SimResult, tuple[SimResult, Workload, int]],
+    gpu_memory_bytes: float | None,
+    duration_s: float,
+) -> None:
+    """The 80 % bands of both sides: a few short perturbed simulations, widened where the history never was."""
+    buckets, sigma = basis.buckets, basis.sigma
+    now_m, after_m, member_s = members.run_members(basis, p.changes, gpu_memory_bytes, duration_s)
     seen = intervals.seen_range(history, basis.rows)
-    miss = intervals.misses(unchanged, measured)
-    flags = intervals.unseen(seen, unchanged, workload, replicas)
-    band_now = intervals.band(unchanged, Reader(now, buckets, sigma), now_m, flags)
-    flags = intervals.unseen(seen, predicted, w_after, r_after)
-    band_after = intervals.band(predicted, Reader(res_after, buckets, sigma), after_m, flags, miss)
-    assumptions.append(
+    miss = intervals.misses(p.unchanged, p.measured)
+    flags = intervals.unseen(seen, p.unchanged, p.workload, basis.replicas)
+    p.band_now = intervals.band(p.unchanged, Reader(runs[0], buckets, sigma), now_m, flags)
+    res_after, w_after, r_after = runs[1]
+    flags = intervals.unseen(seen, p.predicted, w_after, r_after)
+    p.band_after = intervals.band(p.predicted, Reader(res_after, buckets, sigma), after_m, flags, miss)
+    p.member_s = member_s
+    p.assumptions.append(
         f"80 % intervals (p10-p90) from {len(after_m)} short simulations of {member_s:.0f} s each side: "
         + "; ".join(intervals.SOURCES)
     )
-    if band_after.unseen:
-        assumptions.append("after the change " + "; ".join(band_after.unseen) + ": its intervals are widened")
-    return Prediction(
-        measured,
-        unchanged,
-        predicted,
-        workload,
-        step,
-        engine,
-        after,
-        changes,
-        assumptions,
-        *over,
-        band_now,
-        band_after,
-        member_s,
-    )
-
-
-def _kv_bytes_per_token(info: dict[str, str]) -> float:
-    try:
-        return float(info["kv_cache_memory_bytes"]) / float(info["kv_cache_size_tokens"])
-    except (KeyError, ValueError, ZeroDivisionError):
-        return 0.0
-
-
-def _bounds(snap: Snap) -> dict[str, tuple[float, ...]]:
-    def finite(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
-        b = sorted(le for le in snap.buckets.get(name, {}) if math.isfinite(le))
-        return tuple(b) or default
-
-    return {
-        "ttft": finite("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
-        "itl": finite(hist_name(snap, "itl"), ITL_BUCKETS),
-        "queue": finite("vllm:request_queue_time_seconds", QUEUE_BUCKETS),
-    }
+    if p.band_after.unseen:
+        p.assumptions.append(
+            "after the change " + "; ".join(p.band_after.unseen) + ": its intervals are widened"
+        )

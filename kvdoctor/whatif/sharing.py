@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from kvdoctor.verdicts import Effect
 from kvdoctor.whatif.model import Workload
-from kvdoctor.whatif.window import Snap, measure
-from kvdoctor.whatif.workload import infer_engine, infer_workload
+from kvdoctor.whatif.sources import default_window
+from kvdoctor.whatif.window import Snap, measure, restarts
+from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
 
 K = TypeVar("K", bound=Hashable)
 MAX_QUEUE = 4096  # a few requests per target (the advice's change and each relief) of a 1,000-target fleet
@@ -56,6 +57,14 @@ class Jobs(Generic[K]):
             if not self._cv.wait_for(lambda: bool(self._queue), timeout):
                 return None
             return self._queue.popleft()
+
+    def take(self, group: Hashable, of: Callable[[K], Hashable]) -> list[tuple[K, float]]:
+        """Every queued request whose key is of this group, oldest first, out of the queue (pending until done())."""
+        with self._cv:
+            out = [job for job in self._queue if of(job[0]) == group]
+            if out:
+                self._queue = deque(job for job in self._queue if of(job[0]) != group)
+            return out
 
     def done(self, key: K) -> None:
         """The request for key is computed: it may be queued again."""
@@ -99,6 +108,17 @@ def fingerprint(window: list[Snap]) -> Fingerprint:
         _sig2(q.itl_p50_s),
         _sig2(q.ttft_p50_s),
     )
+
+
+def steady(history: list[Snap], window_s: float) -> tuple[list[Snap], float, float]:
+    """The engine as it runs now (the history since its last restart) and the stretch (lo, hi) in which its load has
+    held lately, at most window_s long; raises WindowError on too little history."""
+    cuts = restarts(history)
+    history = history[cuts[-1] :] if cuts else history
+    if len(history) < 5:
+        raise WindowError("too little history")
+    lo, hi = default_window(history)  # the load as it has held lately, not the ramp into it
+    return history, max(lo, hi - window_s), hi
 
 
 class SharedEffects:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 
 import pytest
@@ -9,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvdoctor.ingest.parse import Keep, ParseError, Parser, parse
 from kvdoctor.ingest.recording import load_frames
+from kvdoctor.samples import Sample
 from tests.conftest import recording_dirs
 
 
@@ -118,6 +120,32 @@ def test_families_not_kept_are_counted_checked_and_left_out():
         9.0,
         None,
     )
+
+
+def test_a_page_waiting_for_the_cycle_leaves_the_collector_nothing_to_track():
+    # The daemon's pages wait for the cycle in the scraper's inbox. What the collector still tracks by then is
+    # promoted to the oldest generation and sets off full collections of the fleet's heap; a Sample (a tuple
+    # subclass) is never untracked, a plain tuple of strings and numbers is at the collector's first pass.
+    page = (
+        '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} 3\n'
+        + "".join(f'vllm:e2e_request_latency_seconds_bucket{{le="{le}"}} {i}\n' for i, le in enumerate("125"))
+        + "up 1\n"
+    )
+    parser = Parser()
+    parser.read(page)
+    # the label sets the first page made are old now, as in a daemon past its first scrapes (a tuple is untracked
+    # once what it holds is: a label set at the pass after its pairs)
+    gc.collect()
+    gc.collect()
+    waiting = parser.read(page.replace(" 3", " 4"))
+    gc.collect(0)
+    assert len(waiting.rows) == 5 and not any(gc.is_tracked(row) for row in waiting.rows)
+    # taken at ingest, it is the page parse() reads, as Samples
+    scrape = waiting.scrape()
+    assert scrape == parser.parse(page.replace(" 3", " 4")) and scrape.types == {
+        "vllm:num_requests_running": "gauge"
+    }
+    assert {type(s) for s in scrape.samples} == {Sample} and scrape.samples[0].value == 4.0
 
 
 @pytest.mark.parametrize(

@@ -178,3 +178,52 @@ def test_the_operators_configured_cap_is_what_the_advisor_simulates():
     assert not assumed.overload
     assert configured.overload.startswith("after overloaded")
     assert configured.after["requests_per_s"] < 0.85 * assumed.after["requests_per_s"]
+
+
+COBIND = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-cobinding/llama_cobind_c32.jsonl.gz"
+COBIND_HELD = (
+    1796169326.38,
+    1796169514.17,
+)  # its labels.json: the cap reached past capacity, compute co-binding
+
+
+class _AtTheEnd(Advisor):
+    """The sync advisor, which keeps every scrape but is first asked at `at`."""
+
+    def __init__(self, at: float, **kwargs: bool) -> None:
+        super().__init__(**kwargs)
+        self.at = at
+
+    def annotate(self, diagnoses: list[Diagnosis], t: float) -> list[Diagnosis]:
+        return super().annotate(diagnoses, t) if t >= self.at else diagnoses
+
+
+def _held_window_end(advisor: Advisor) -> Diagnosis:
+    pipeline = Pipeline(load_files(default_rule_files()), advisor=advisor)
+    last = None
+    for c in replay(pipeline, [COBIND], 5.0):
+        if c.t > COBIND_HELD[1] + 0.5:
+            break
+        last = next((d for d in c.diagnoses if d.model_name), last)
+    assert last is not None
+    return last
+
+
+@pytest.mark.slow  # two replays with the relief check's simulations
+def test_the_reports_advisor_names_the_same_limit_from_the_relief_check_alone():
+    # the report's books read verdicts, never the advice's effects: it asks only the reliefs, without intervals;
+    # asked through the held window, as a replay asks every cycle (the queue's end is judged on the stretch it held)
+    at = COBIND_HELD[0]
+    full = _held_window_end(_AtTheEnd(at))
+    books = _held_window_end(_AtTheEnd(at, books_only=True))
+    assert books.verdict == full.verdict == "compute"  # the cap is co-binding: a replica is what relieves it
+    check = [next(f for f in d.findings if f.name == "relief_check") for d in (full, books)]
+    assert check[0].evidence == check[1].evidence and check[0].summary == check[1].summary
+    relieving = books.advice[0]  # the relief that helps leads the advice, with what it buys
+    assert relieving.change == {"replicas": 2} and relieving.effect is not None
+    assert relieving.effect.after == full.advice[0].effect.after  # the same point prediction
+    assert relieving.effect.after_p10 == {} and full.advice[0].effect.after_p10  # no interval asked
+    assert all(
+        a.effect is None for a in books.advice[1:]
+    )  # the rule's own advice is not simulated for the books
+    assert any(a.effect is not None for a in full.advice[1:])

@@ -34,6 +34,8 @@ RUNS = [
     ("plancheck_chosen_c16", "chosen", 16, 2, 3.0),
     ("plancheck_cheaper_c64", "next_cheaper", 64, 1, 3.0),
     ("plancheck_flags_c8", "same_price_without_the_flag", 8, 2, 3.0),
+    ("plancheck_one_c32", "one_replica", 32, 1, 3.0),
+    ("plancheck_one_c16", "one_replica", 16, 1, 3.0),
 ]
 
 
