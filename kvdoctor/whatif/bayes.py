@@ -11,16 +11,18 @@ size, one context length) its posterior stays at the prior's mean with the prior
 from __future__ import annotations
 
 import math
+import random
 from typing import NamedTuple
 
 Rows = list[tuple[list[float], float, float]]
 
 
 class Posterior(NamedTuple):
-    """The posterior mean and variance of each coefficient."""
+    """The posterior mean and variance of each coefficient, and their covariance (a pinned one's row is 0)."""
 
     mean: list[float]
     var: list[float]
+    cov: tuple[tuple[float, ...], ...] = ()
 
 
 def posterior(rows: Rows, mean: list[float], sd: list[float], sigma: float) -> Posterior:
@@ -49,7 +51,8 @@ def posterior(rows: Rows, mean: list[float], sd: list[float], sigma: float) -> P
         atb[j] += prec * mean[j] * scale[j]
     sol = solve(ata, atb)
     inv = [solve(ata, [1.0 if i == j else 0.0 for i in range(k)]) for j in range(k)]
-    return Posterior([sol[j] / scale[j] for j in range(k)], [inv[j][j] / scale[j] ** 2 for j in range(k)])
+    cov = tuple(tuple(inv[p][q] / (scale[p] * scale[q]) for q in range(k)) for p in range(k))
+    return Posterior([sol[j] / scale[j] for j in range(k)], [cov[j][j] for j in range(k)], cov)
 
 
 def nonneg_posterior(
@@ -71,11 +74,42 @@ def nonneg_posterior(
         )
         worst = min(range(len(free)), key=lambda i: post.mean[i])
         if post.mean[worst] >= 0 or len(free) == 1:
-            out, var = [0.0] * len(mean), [0.0] * len(mean)
+            k = len(mean)
+            out, var = [0.0] * k, [0.0] * k
+            cov = [[0.0] * k for _ in range(k)]
             for i, j in enumerate(free):
                 out[j], var[j] = max(post.mean[i], 0.0), post.var[i]
-            return Posterior(out, var), [j for j in range(len(mean)) if j not in free]
+                for i2, j2 in enumerate(free):
+                    cov[j][j2] = post.cov[i][i2]
+            pinned = [j for j in range(k) if j not in free]
+            return Posterior(out, var, tuple(tuple(r) for r in cov)), pinned
         free.pop(worst)
+
+
+def draw(post: Posterior, rng: random.Random) -> list[float]:
+    """One draw of the coefficients from the posterior (Gaussian with its covariance), each kept ≥ 0."""
+    k = len(post.mean)
+    low = _cholesky(
+        [list(r) for r in post.cov]
+        if post.cov
+        else [[post.var[i] if i == j else 0.0 for j in range(k)] for i in range(k)]
+    )
+    z = [rng.gauss(0.0, 1.0) for _ in range(k)]
+    return [max(0.0, post.mean[i] + sum(low[i][j] * z[j] for j in range(i + 1))) for i in range(k)]
+
+
+def _cholesky(a: list[list[float]]) -> list[list[float]]:
+    """Lower-triangular L with L·Lᵀ = a (a direction of no variance gets 0)."""
+    n = len(a)
+    low = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(i + 1):
+            s = a[i][j] - sum(low[i][m] * low[j][m] for m in range(j))
+            if i == j:
+                low[i][j] = math.sqrt(s) if s > 0 else 0.0
+            else:
+                low[i][j] = s / low[j][j] if low[j][j] > 0 else 0.0
+    return low
 
 
 def spread(coeffs: list[float], rows: Rows, free: int) -> float:

@@ -1,7 +1,7 @@
 """80 % intervals (p10–p90) on every predicted quantity, from the errors a window of metrics lets us measure.
 
 Beside the point prediction run a few short simulations ("members"), each perturbed by every measurable source:
-- the step model, refitted on the history's rows resampled with replacement (a bootstrap of the fit);
+- the step model, its coefficients drawn from the fit's posterior (what the prior and the history's range leave open);
 - the workload: its length histograms' counts resampled (a Dirichlet on the window's N finished requests, which
   also varies the fill inside vLLM's coarse length buckets), an open loop's rate by its Poisson count, and the
   simulation seed (arrivals and lengths drawn anew);
@@ -50,7 +50,7 @@ QUANTILE_OF = {
 DAMPED = {"generation_tokens_per_s": 0.5, "requests_per_s": 0.5, "running": 0.5, "kv_usage_max": 0.5}
 KEYS = tuple(f.name for f in fields(Quantities) if f.name != "bottleneck")
 SOURCES = (
-    "step-model bootstrap over the history's intervals",
+    "step-model coefficients drawn from the fit's posterior",
     "length histograms resampled (Dirichlet on the window's requests) and the open-loop rate by its count",
     "simulation seeds, each member as long as the window",
     "vLLM's bucket edges: each quantile's bounds are the simulated observations shifted by the spread and read "

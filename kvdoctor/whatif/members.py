@@ -1,6 +1,6 @@
 """The short simulations beside a point prediction ("members"), each perturbed by a source of error we can measure.
 
-A member refits the step model on the history's rows resampled with replacement (a bootstrap of the fit), redraws
+A member draws the step model's coefficients from the fit's posterior (their covariance included), redraws
 the workload's lengths and open-loop rate as another window of as many requests could have shown them, runs on its
 own seed, and lasts about as long as the window did, so it carries a window's sampling noise. Both sides of a
 prediction use the same perturbation, once before and once after the change. `intervals.band` turns them into p10/p90.
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from kvdoctor.whatif import knobs
 from kvdoctor.whatif.model import LengthDist, StepModel, Workload
 from kvdoctor.whatif.readout import WARMUP_S, quantities, simulate
-from kvdoctor.whatif.stepfit import Row, fit_rows
+from kvdoctor.whatif.stepfit import Row, posterior_draws
 from kvdoctor.whatif.window import Quantities
 
 if TYPE_CHECKING:
@@ -62,19 +62,15 @@ def perturb(w: Workload, rng: random.Random, n: float) -> Workload:
     )
 
 
-def bootstrap(
+def step_draws(
     rows: list[Row], physical: StepModel | None, k: int, seed: int, point: StepModel
 ) -> list[StepModel]:
-    """k step models refitted on the rows resampled with replacement (the point model where a refit fails)."""
-    rng = random.Random(f"kvdoctor-bootstrap-{seed}")
-    out = []
-    for _ in range(k):
-        sample = [rows[rng.randrange(len(rows))] for _ in rows] if rows else []
-        try:
-            out.append(fit_rows(sample, physical))
-        except (ValueError, ZeroDivisionError):
-            out.append(point)
-    return out
+    """k step models drawn from the fit's posterior (the point model k times where the fit fails)."""
+    rng = random.Random(f"kvdoctor-steps-{seed}")
+    try:
+        return posterior_draws(rows, physical, k, rng)
+    except (ValueError, ZeroDivisionError):
+        return [point] * k
 
 
 def member_seconds(span_s: float, duration_s: float, rate_per_s: float = 0.0) -> float:
@@ -91,8 +87,8 @@ def run_members(
 ) -> tuple[list[Quantities], list[Quantities], float]:
     """The members of both sides, paired (one perturbation each, before and after the change)."""
     n = max(5.0, basis.measured.requests_per_s * basis.span_s)
-    if basis.member_steps is None:  # the same refits for every change of this window
-        basis.member_steps = bootstrap(basis.rows, basis.physical, MEMBERS, basis.seed, basis.step)
+    if basis.member_steps is None:  # the same draws for every change of this window
+        basis.member_steps = step_draws(basis.rows, basis.physical, MEMBERS, basis.seed, basis.step)
     steps = basis.member_steps
     _, w_after, r_after, _ = knobs.apply(
         basis.engine, basis.workload, basis.replicas, changes, basis.info, gpu_memory_bytes

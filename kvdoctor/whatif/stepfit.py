@@ -11,15 +11,16 @@ prior does, and the model says which coefficient came from which. Every coeffici
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
-from kvdoctor.whatif.bayes import nonneg_posterior, relative_rms, spread
+from kvdoctor.whatif.bayes import Posterior, draw, nonneg_posterior, relative_rms, spread
 from kvdoctor.whatif.model import StepModel
 from kvdoctor.whatif.prior import Prior, roofline, structural
 from kvdoctor.whatif.steprows import INTERVAL_S, Row, history_rows
 from kvdoctor.whatif.window import Snap
 
-__all__ = ["INTERVAL_S", "Row", "fit_rows", "fit_step_model", "history_rows"]
+__all__ = ["INTERVAL_S", "Row", "fit_rows", "fit_step_model", "history_rows", "posterior_draws"]
 
 COEFFS = ("c0", "c_decode", "c_prefill", "c_kv", "c_attn")
 MIN_SIGMA, MAX_SIGMA = 0.05, 1.0  # bounds on the rows' relative spread, estimated from the fit's own residual
@@ -33,7 +34,26 @@ def fit_step_model(snaps: list[Snap], prefill_budget: int, physical: StepModel |
 
 
 def fit_rows(rows: list[Row], physical: StepModel | None = None) -> StepModel:
-    """fit_step_model on rows already read from a history (the intervals refit resampled ones)."""
+    """fit_step_model on rows already read from a history."""
+    prior, post, pinned = _posterior(rows, physical)
+    return _model(rows, prior, post, pinned, post.mean)
+
+
+def posterior_draws(
+    rows: list[Row], physical: StepModel | None, k: int, rng: random.Random
+) -> list[StepModel]:
+    """k step models with coefficients drawn from the fit's posterior (for the intervals).
+
+    The posterior, not a bootstrap of the rows: refitting resampled rows spreads a coefficient only as far as the
+    rows move its point estimate, which for the per-decoder cost of a window that saw 2-7 decoders is 3-8× less
+    than the posterior's own spread (tools/decode_slope.py's windows), so the intervals forgot what the prior
+    and the narrow batch range leave open."""
+    prior, post, pinned = _posterior(rows, physical)
+    return [_model(rows, prior, post, pinned, draw(post, rng)) for _ in range(k)]
+
+
+def _posterior(rows: list[Row], physical: StepModel | None) -> tuple[Prior, Posterior, list[int]]:
+    """The prior, and the posterior at the rows' own spread, with the coefficients pinned at 0."""
     if len(rows) < 2:
         raise ValueError("fewer than 2 busy intervals in the history: nothing to fit step times to")
     prior = roofline(physical, rows) if physical is not None else structural(rows)
@@ -42,7 +62,15 @@ def fit_rows(rows: list[Row], physical: StepModel | None = None) -> StepModel:
     # the rows' spread from the fit's own residual, then the posterior at that spread
     sigma = min(MAX_SIGMA, max(MIN_SIGMA, spread(post.mean, rows, len(COEFFS) - len(pinned))))
     post, pinned = nonneg_posterior(rows, mean, sd, sigma)
-    c = post.mean
+    return prior, post, pinned
+
+
+def _model(
+    rows: list[Row], prior: Prior, post: Posterior, pinned: list[int], coeffs: list[float]
+) -> StepModel:
+    """The step model of coefficients `coeffs`, its provenance and notes from the prior and the posterior."""
+    sd = prior.sd
+    c = list(coeffs)
     if c[0] <= 0:
         c[0] = prior.mean[0]
     origin = [_origin(j, post.var[j], sd[j], pinned, prior) for j in range(len(COEFFS))]

@@ -12,7 +12,7 @@ from kvdoctor.capacity.presets import get_gpu, get_model
 from kvdoctor.whatif.model import StepModel
 from kvdoctor.whatif.prior import DECODE_PER_PREFILL, physical_prior
 from kvdoctor.whatif.sources import recording_snaps
-from kvdoctor.whatif.stepfit import Row, fit_rows, history_rows
+from kvdoctor.whatif.stepfit import Row, fit_rows, history_rows, posterior_draws
 
 RAMPS = Path(__file__).resolve().parents[1] / "fixtures/recordings/vllm-0.32-cpu-ramps"
 TRUE = StepModel(c0=0.018, c_decode=0.0015, c_prefill=0.0005, c_kv=2e-6, c_attn=3e-7)
@@ -90,3 +90,21 @@ def test_a_light_load_reads_as_single_requests_not_as_a_batch():
     rows = history_rows(light, 2048)
     assert rows and all(x[1] <= top for x, _, _ in rows)
     assert all(x[3] > 0 for x, _, _ in rows if x[1] > 0)  # a decoder reads its context, finished or not
+
+
+def test_the_intervals_step_models_agree_inside_the_seen_batch_and_spread_beyond_it():
+    # a history of batches 2-3 with 5 % noise: it pins a step at those batches, not how a step grows to batch 30
+    rows = synthetic(TRUE, [2, 3], noise=0.05)
+    point = fit_rows(rows)
+    draws = posterior_draws(rows, None, 200, random.Random(7))
+
+    def spread_at(batch: int) -> float:
+        """The drawn models' relative spread (p90/p10) of a decode step at `batch` and 400 context tokens."""
+        times = sorted(m.duration(batch, 0.0, batch * 400.0, 0.0) for m in draws)
+        return times[180] / times[20]
+
+    assert spread_at(2) < 1.2  # where the history was, the members' steps agree
+    assert spread_at(30) > 1.5 * spread_at(2)  # where it never was, they do not
+    # drawn about the point fit, not somewhere else
+    mid = sorted(m.duration(2, 0.0, 800.0, 0.0) for m in draws)[100]
+    assert mid == pytest.approx(point.duration(2, 0.0, 800.0, 0.0), rel=0.05)
