@@ -5,7 +5,7 @@ window: learning it (the step-model fit, the workload, the unchanged simulation)
 `learned` keeps the last few, keyed by the pickled arguments themselves, so a window is learned once per process
 however many changes and probes ask, and two calls share a `Basis` only when their histories, windows and settings
 are the same bytes. A `Basis` also keeps what its predictions repeat: the unchanged side's run at another length,
-the bootstrapped step models and the interval members of the unchanged side (all seeded: the same numbers again).
+the step models drawn from the fit's posterior and the interval members of the unchanged side (all seeded: the same numbers again).
 """
 
 from __future__ import annotations
