@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
 from kvdoctor import fmt, terminal
 from kvdoctor.capacity.presets import PresetError, get_gpu, get_model
+from kvdoctor.cli import common
 from kvdoctor.cli.common import build_pipeline, interval_arg, load_config_or_exit, positive_int_arg
 from kvdoctor.config import TargetSpec
 from kvdoctor.config.durations import duration_seconds, parse_duration
@@ -92,12 +92,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     pipeline.add_target(spec.name, target_facts(spec))
     tty = sys.stderr.isatty() and not args.json
-    start = time.time()
+    start = common.CLOCK.time()
     ok = errors = 0
     last_error = ""
     diagnoses: list[Diagnosis] = []
     while True:
-        now = time.time()
+        now = common.CLOCK.time()
         try:
             pipeline.observe(spec.name, now, fetch(spec.url, spec.http))
             ok += 1
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         _progress(tty, now - start, duration, diagnoses, last_error if not ok else "")
         if now - start >= duration:
             break
-        time.sleep(max(0.0, args.interval - (time.time() - now)))
+        common.CLOCK.sleep(max(0.0, args.interval - (common.CLOCK.time() - now)))
     if tty:
         print(file=sys.stderr)
     if not ok:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 from kvdoctor.config import Config, ConfigError, load_config
 from kvdoctor.config.durations import EXAMPLES, parse_duration
@@ -14,6 +16,30 @@ from kvdoctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_fil
 from kvdoctor.targets import pipeline_for
 from kvdoctor.web.server import parse_listen
 from kvdoctor.whatif.advisor import Advisor
+
+
+class Clock(Protocol):
+    """What sampling a live server reads and waits on."""
+
+    def time(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class WallClock:
+    """The real clock: `time.time` and `time.sleep`."""
+
+    def time(self) -> float:
+        """Seconds since the epoch."""
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait that long."""
+        time.sleep(seconds)
+
+
+# `check` and `whatif URL` sample on this; tests swap in a clock that advances when it is asked to wait
+CLOCK: Clock = WallClock()
 
 
 def duration_arg(text: str) -> float:

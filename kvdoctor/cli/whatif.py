@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor.capacity.presets import get_gpu, get_model
+from kvdoctor.cli import common
 from kvdoctor.cli.common import build_pipeline, load_config_or_exit
 from kvdoctor.cli.whatif_table import render
 from kvdoctor.config.durations import duration_seconds
@@ -183,10 +184,10 @@ def _sample(args: argparse.Namespace) -> tuple[list[Snap], str | None]:
     http = HttpOptions(total_timeout=min(10.0, max(2.0, args.interval * 3)))
     tty = sys.stderr.isatty() and not args.json
     snaps: list[Snap] = []
-    start = time.time()
+    start = common.CLOCK.time()
     last_error = ""
     while True:
-        now = time.time()
+        now = common.CLOCK.time()
         try:
             snaps.append(snapshot(now, parse(fetch(url, http)).samples))
         except (ScrapeError, ParseError) as exc:
@@ -201,7 +202,7 @@ def _sample(args: argparse.Namespace) -> tuple[list[Snap], str | None]:
             )
         if now - start >= duration:
             break
-        time.sleep(max(0.0, args.interval - (time.time() - now)))
+        common.CLOCK.sleep(max(0.0, args.interval - (common.CLOCK.time() - now)))
     if tty:
         print(file=sys.stderr)
     if not snaps:

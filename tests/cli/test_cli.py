@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from kvdoctor.cli import main
+from kvdoctor.cli import common, main
 from kvdoctor.replayserver import Playlist, ReplayServer
+from tests.support.clock import SteppedClock
 
 
 @pytest.fixture
@@ -83,9 +84,12 @@ def test_replay_prints_changes_with_advice_numbers(kv_bound, capsys):
     assert out.count("kv_cache (was") == 1  # one change into the state, not one line per evaluation
 
 
-@pytest.mark.slow
-def test_check_against_a_replayed_vllm_prints_class_and_advice(shared_032, capsys):
-    server = ReplayServer(Playlist([shared_032 / "batch_cap.jsonl.gz"], start_offset_s=40)).start()
+def test_check_against_a_replayed_vllm_prints_class_and_advice(shared_032, capsys, monkeypatch):
+    clock = SteppedClock()  # 17 s of sampling without waiting them: the server plays on the same clock
+    monkeypatch.setattr(common, "CLOCK", clock)
+    server = ReplayServer(
+        Playlist([shared_032 / "batch_cap.jsonl.gz"], start_offset_s=40), clock=clock
+    ).start()
     try:  # a verdict needs a 15 s window
         code = main(["check", server.url, "--duration", "17", "--interval", "1"])
     finally:
@@ -96,9 +100,10 @@ def test_check_against_a_replayed_vllm_prints_class_and_advice(shared_032, capsy
     assert "raise `--max-num-seqs` from 4" in out
 
 
-@pytest.mark.slow
-def test_check_healthy_exits_zero_and_dead_target_exits_three(shared_032, capsys):
-    server = ReplayServer(Playlist([shared_032 / "healthy.jsonl.gz"], start_offset_s=30)).start()
+def test_check_healthy_exits_zero_and_dead_target_exits_three(shared_032, capsys, monkeypatch):
+    clock = SteppedClock()
+    monkeypatch.setattr(common, "CLOCK", clock)
+    server = ReplayServer(Playlist([shared_032 / "healthy.jsonl.gz"], start_offset_s=30), clock=clock).start()
     try:
         assert main(["check", server.url, "--duration", "17", "--interval", "1", "--json"]) == 0
     finally:

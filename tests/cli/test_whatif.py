@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.cli import main
+from kvdoctor.cli import common, main
 from kvdoctor.replayserver import Playlist, ReplayServer
+from tests.support.clock import SteppedClock
 from tests.support.openmetrics import recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
 from tests.support.whatif_json import Q_KEYS, SATURATION_KEYS
@@ -104,8 +105,11 @@ def test_missing_recording_exits_two(tmp_path, capsys):
     assert "no such recording" in capsys.readouterr().err
 
 
-def test_live_server_is_sampled_like_check(shared_032, capsys):
-    server = ReplayServer(Playlist([shared_032 / "batch_cap.jsonl.gz"], start_offset_s=60)).start()
+def test_live_server_is_sampled_like_check(shared_032, capsys, monkeypatch):
+    clock = SteppedClock()  # 8 s of sampling at 1 s without waiting them: the server plays on the same clock
+    monkeypatch.setattr(common, "CLOCK", clock)
+    playlist = Playlist([shared_032 / "batch_cap.jsonl.gz"], start_offset_s=60)
+    server = ReplayServer(playlist, clock=clock).start()
     try:
         code = main(
             [

@@ -20,3 +20,15 @@ class ManualClock:
         """Move the clock forward."""
         with self._lock:
             self._now += seconds
+
+
+class SteppedClock(ManualClock):
+    """A ManualClock whose sleep() advances it at once: the CLI's sampling clock (`kvdoctor.cli.common.CLOCK`)."""
+
+    def time(self) -> float:
+        """The clock's time, as `time.time` reads."""
+        return self()
+
+    def sleep(self, seconds: float) -> None:
+        """Move the clock forward instead of waiting."""
+        self.advance(seconds)
