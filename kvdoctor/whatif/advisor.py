@@ -51,8 +51,7 @@ class Advisor:
         books_only: bool = False,
     ) -> None:
         self.refresh_s, self.history_s, self.background = refresh_s, history_s, background
-        # the report's books need only the relief check's verdicts: no advice effects, no 80 % intervals
-        self.books_only = books_only
+        self.books_only = books_only  # report's books: relief verdicts only, no advice effects or intervals
         self.offload = offload  # where simulations run: a child process off the cycle's GIL (None: here)
         self._history: dict[str, deque[Snap]] = {}
         self._effects: dict[Key, Effect | None] = {}
