@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         _progress(tty, now - start, duration, diagnoses, last_error if not ok else "")
         if now - start >= duration:
             break
-        common.CLOCK.sleep(max(0.0, args.interval - (common.CLOCK.time() - now)))
+        common.CLOCK.wait(max(0.0, args.interval - (common.CLOCK.time() - now)))
     if tty:
         print(file=sys.stderr)
     if not ok:

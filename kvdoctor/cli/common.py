@@ -23,7 +23,7 @@ class Clock(Protocol):
 
     def time(self) -> float: ...
 
-    def sleep(self, seconds: float) -> None: ...
+    def wait(self, seconds: float) -> None: ...
 
 
 class WallClock:
@@ -33,7 +33,7 @@ class WallClock:
         """Seconds since the epoch."""
         return time.time()
 
-    def sleep(self, seconds: float) -> None:
+    def wait(self, seconds: float) -> None:
         """Wait that long."""
         time.sleep(seconds)
 

@@ -202,7 +202,7 @@ def _sample(args: argparse.Namespace) -> tuple[list[Snap], str | None]:
             )
         if now - start >= duration:
             break
-        common.CLOCK.sleep(max(0.0, args.interval - (common.CLOCK.time() - now)))
+        common.CLOCK.wait(max(0.0, args.interval - (common.CLOCK.time() - now)))
     if tty:
         print(file=sys.stderr)
     if not snaps:

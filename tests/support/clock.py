@@ -23,12 +23,12 @@ class ManualClock:
 
 
 class SteppedClock(ManualClock):
-    """A ManualClock whose sleep() advances it at once: the CLI's sampling clock (`kvdoctor.cli.common.CLOCK`)."""
+    """A ManualClock whose wait() advances it at once: the CLI's sampling clock (`kvdoctor.cli.common.CLOCK`)."""
 
     def time(self) -> float:
         """The clock's time, as `time.time` reads."""
         return self()
 
-    def sleep(self, seconds: float) -> None:
+    def wait(self, seconds: float) -> None:
         """Move the clock forward instead of waiting."""
         self.advance(seconds)
