@@ -14,7 +14,7 @@ batch sizes read the server's local slope, and the recorded servers' slope bends
 a decoder to 5 running and 8 ms to 25 on the Llama-shaped ramp, whose light step reads ~2 ms; 2.0 ms to 6 running
 and 1.1 ms to 22 on plan's check). So the structure holds the per-request cost within DECODE_SPREAD of its mean:
 on the recordings not set aside (the ramps' and plan's check's whole runs, the tuned pairs' after sides) a decoder
-with its KV read costs 2.0-3.7 prefill tokens, and the data move it further only where their batches outweigh
+with its KV read costs 1.5-3.7 prefill tokens, and the data move it further only where their batches outweigh
 that. The KV-read and attention terms start at 0, the KV read free to be as large as the per-request cost at the
 context lengths the history showed (decode kernels on CPUs can cost far more per request at long contexts), and
 data that span either decide it. The intervals draw with the roofline's wide spread (`draw_sd`): the point leans on

@@ -50,7 +50,7 @@ def posterior_draws(
     and the narrow batch range leave open. The posterior under the structure's wide spread (prior.draw_sd): the
     point holds the per-request cost near the structure's ratio, but a server nobody recorded may sit anywhere
     in the recordings' scatter about it, and draws at the point's own spread took the tuned pairs' unchanged
-    coverage from 73 % to 65 % (70 % with these)."""
+    coverage from 73 % to 65-68 % (70 % with these)."""
     prior, post, pinned = _posterior(rows, physical, wide=True)
     return [_model(rows, prior, post, pinned, draw(post, rng)) for _ in range(k)]
 
