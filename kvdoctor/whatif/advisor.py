@@ -19,7 +19,7 @@ from functools import partial
 
 from kvdoctor.samples import Sample
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
-from kvdoctor.whatif import relief
+from kvdoctor.whatif import followup, relief
 from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.followup import FollowUp, follow_up
 from kvdoctor.whatif.offload import Offload
@@ -101,12 +101,9 @@ class Advisor:
             self._restarts.pop(target, None)
             self._followups.pop(target, None)
             self._shared.forget(target)
-            for k in [k for k in self._effects if k[0] == target]:
-                self._effects.pop(k, None)
-            for k in [k for k in self._asked if k[0] == target]:
-                self._asked.pop(k, None)
-                self._ready.pop(k, None)
-                self._due.pop(k, None)
+            for k in [k for k in {*self._effects, *self._asked} if k[0] == target]:
+                for d in (self._effects, self._asked, self._ready, self._due):
+                    d.pop(k, None)
 
     def annotate(self, diagnoses: list[Diagnosis], t: float) -> list[Diagnosis]:
         """Attach predicted effects to the advice (and follow-ups as findings); never waits in background mode."""
@@ -251,6 +248,8 @@ class Advisor:
             cap = self._caps.get(target)
         if change and change[0][0] == "__followup__":  # a prediction too: in the child, off the cycle's GIL
             asked = (target, history, float(change[0][1]))
+            if self.offload is not None and followup.case(*asked[1:]) is None:
+                return None  # not settled, or no change to check: not worth sending the history to the child
             fu = self.offload.run(follow_up, *asked) if self.offload is not None else follow_up(*asked)
             if fu is not None:
                 with self._lock:
