@@ -16,7 +16,7 @@ Prometheus' own scrape count
 times the targets. A process that misses cycles looks cheap per cycle that ran (its skipped work is not in the
 divisor), so each is also divided by the window's scrape slots (targets × window / interval), the honest figure
 when kvdoctor falls behind. Prints ms of CPU per target-cycle for each, both ways, the ratios, kvdoctor's what-if
-counters, and the load average (the machine is shared: compare the ratio, measured in one window). --profile DIR runs kvdoctor
+counters over the window (simulated, shared, kept), and the load average (the machine is shared: compare the ratio, measured in one window). --profile DIR runs kvdoctor
 under benchmarks/sampling_profile.py and writes its hottest functions to DIR/<scenario>.txt.
 """
 
@@ -39,6 +39,7 @@ from fleet_data import recording_dir  # noqa: E402
 from procs import cpu_s, free_port, get, metric_sum, wait_for  # noqa: E402
 
 SCENARIOS = {"healthy": ("healthy",), "limit": ("compute_bound", "kv_bound")}
+OUTCOMES = ("computed", "shared", "kept")
 
 
 def start_servers(
@@ -186,10 +187,9 @@ def run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, object]
     prom_ms, kvd_ms = (c1[0] - c0[0]) / prom_tc * 1e3, (c1[1] - c0[1]) / kvd_tc * 1e3
     slots = n * wall / args.interval  # what both were asked to do in the window, done or not
     prom_slot, kvd_slot = (c1[0] - c0[0]) / slots * 1e3, (c1[1] - c0[1]) / slots * 1e3
-    whatif = {
-        m.group(1): float(m.group(2))
-        for m in re.finditer(r"^(kvdoctor_(?:whatif|headroom)_[a-z_]+(?:\{[^}]*\})?) (\S+)$", k1, re.M)
-    }
+    whatif0, whatif1 = _whatif(k0), _whatif(k1)
+    # the window's simulations (counters: end less start; the queue's length at the end)
+    whatif = {k: v - (0.0 if k.endswith("queue_length") else whatif0.get(k, 0.0)) for k, v in whatif1.items()}
     return {
         "scenario": scenario,
         "targets": n,
@@ -208,6 +208,14 @@ def run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, object]
         "kvdoctor_cycle_duration_s": metric_sum(k1, "kvdoctor_cycle_duration_seconds"),
         "prometheus_rule_eval_failures": metric_sum(p1, "prometheus_rule_evaluation_failures_total"),
         "kvdoctor_whatif": whatif,
+    }
+
+
+def _whatif(metrics: str) -> dict[str, float]:
+    """kvdoctor's what-if and headroom workers' counters (simulations computed, shared, kept; dropped; queue)."""
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(kvdoctor_(?:whatif|headroom)_[a-z_]+(?:\{[^}]*\})?) (\S+)$", metrics, re.M)
     }
 
 
@@ -252,6 +260,14 @@ def main() -> int:
             f"{r['kvdoctor_ms_per_target_cycle']!s:>8s} {r['ratio_kvdoctor_to_prometheus']!s:>6s} | "
             f"{r['prometheus_ms_per_slot']!s:>10s} {r['kvdoctor_ms_per_slot']!s:>8s} {r['ratio_per_slot']!s:>6s}  "
             f"{r['kvdoctor_missed_slots']!s:>10s}  {' '.join(r['load_avg'])}"  # type: ignore[arg-type]
+        )
+    for r in rows:
+        sims = r["kvdoctor_whatif"]  # type: ignore[index]
+        n = {o: int(sims.get(f'kvdoctor_whatif_simulations_total{{outcome="{o}"}}', 0)) for o in OUTCOMES}  # type: ignore[attr-defined]
+        print(
+            f"{r['scenario']}: kvdoctor / Prometheus CPU per target-cycle = {r['ratio_kvdoctor_to_prometheus']}x "
+            f"({r['kvdoctor_ms_per_target_cycle']} / {r['prometheus_ms_per_target_cycle']} ms); what-if in the "
+            f"window: {n['computed']} simulated, {n['shared']} shared, {n['kept']} kept; load {' '.join(r['load_avg'])}"  # type: ignore[arg-type]
         )
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from kvdoctor.verdicts import Effect
-from kvdoctor.whatif.model import Workload
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Snap, measure, restarts
 from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
@@ -79,23 +78,6 @@ class Jobs(Generic[K]):
     def __len__(self) -> int:
         with self._cv:
             return len(self._queue)
-
-
-def _sig2(x: float) -> float:
-    return float(f"{x:.2g}") if math.isfinite(x) else math.nan
-
-
-def traffic_key(window: list[Snap], w: Workload) -> tuple[object, ...]:
-    """The traffic a simulation is fed, to 2 significant figures: shape, rate or population, lengths, prefix hits."""
-    return (
-        w.kind,
-        _sig2(w.rate_per_s),
-        w.population,
-        _sig2(w.prompt.mean),
-        _sig2(w.output.mean),
-        _sig2(w.prefix_hit_ratio),
-        max(1, window[-1].engines),
-    )
 
 
 @dataclass(frozen=True)
