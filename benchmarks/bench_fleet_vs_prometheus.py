@@ -16,8 +16,9 @@ Prometheus' own scrape count
 times the targets. A process that misses cycles looks cheap per cycle that ran (its skipped work is not in the
 divisor), so each is also divided by the window's scrape slots (targets × window / interval), the honest figure
 when kvdoctor falls behind. Prints ms of CPU per target-cycle for each, both ways, the ratios, kvdoctor's what-if
-counters, and the load average (the machine is shared: compare the ratio, measured in one window). --profile DIR runs kvdoctor
-under benchmarks/sampling_profile.py and writes its hottest functions to DIR/<scenario>.txt.
+counters over the window (simulated, shared, kept), and the load average (the machine is shared: compare the ratio, measured in one window). --profile DIR runs kvdoctor
+under benchmarks/sampling_profile.py, writes its hottest functions to DIR/<scenario>.txt and prints its CPU in the
+window by thread (cycle, scrape, parse, what-if worker; the simulation child apart).
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from fleet_data import recording_dir  # noqa: E402
-from procs import cpu_s, free_port, get, metric_sum, wait_for  # noqa: E402
+from procs import TICK, cpu_s, free_port, get, metric_sum, wait_for  # noqa: E402
 
 SCENARIOS = {"healthy": ("healthy",), "limit": ("compute_bound", "kv_bound")}
+OUTCOMES = ("computed", "shared", "kept")
 
 
 def start_servers(
@@ -163,9 +165,9 @@ def run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, object]
         # a benchmark on the wall clock: the advisor's first simulations start in here
         time.sleep(args.warmup)
         p0, k0 = get(f"{prom_url}/metrics"), get(f"{kvd_url}/metrics")
-        c0, w0 = (cpu_s(prom.pid), cpu_s(kvd.pid)), time.monotonic()
+        c0, w0, th0 = (cpu_s(prom.pid), cpu_s(kvd.pid)), time.monotonic(), thread_cpu(kvd.pid, args, scenario)
         time.sleep(args.seconds)
-        c1, w1 = (cpu_s(prom.pid), cpu_s(kvd.pid)), time.monotonic()
+        c1, w1, th1 = (cpu_s(prom.pid), cpu_s(kvd.pid)), time.monotonic(), thread_cpu(kvd.pid, args, scenario)
         p1, k1 = get(f"{prom_url}/metrics"), get(f"{kvd_url}/metrics")
         load = Path("/proc/loadavg").read_text().split()[:3]
     finally:
@@ -186,10 +188,9 @@ def run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, object]
     prom_ms, kvd_ms = (c1[0] - c0[0]) / prom_tc * 1e3, (c1[1] - c0[1]) / kvd_tc * 1e3
     slots = n * wall / args.interval  # what both were asked to do in the window, done or not
     prom_slot, kvd_slot = (c1[0] - c0[0]) / slots * 1e3, (c1[1] - c0[1]) / slots * 1e3
-    whatif = {
-        m.group(1): float(m.group(2))
-        for m in re.finditer(r"^(kvdoctor_(?:whatif|headroom)_[a-z_]+(?:\{[^}]*\})?) (\S+)$", k1, re.M)
-    }
+    whatif0, whatif1 = _whatif(k0), _whatif(k1)
+    # the window's simulations (counters: end less start; the queue's length at the end)
+    whatif = {k: v - (0.0 if k.endswith("queue_length") else whatif0.get(k, 0.0)) for k, v in whatif1.items()}
     return {
         "scenario": scenario,
         "targets": n,
@@ -208,6 +209,36 @@ def run(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, object]
         "kvdoctor_cycle_duration_s": metric_sum(k1, "kvdoctor_cycle_duration_seconds"),
         "prometheus_rule_eval_failures": metric_sum(p1, "prometheus_rule_evaluation_failures_total"),
         "kvdoctor_whatif": whatif,
+        # with --profile: kvdoctor's CPU in the window by thread, ms per target-cycle (the child's is not a thread)
+        "kvdoctor_ms_per_target_cycle_by_thread": {
+            k: round((v - th0.get(k, 0.0)) / kvd_tc * 1e3, 3) for k, v in sorted(th1.items())
+        },
+    }
+
+
+def thread_cpu(pid: int, args: argparse.Namespace, scenario: str) -> dict[str, float]:
+    """CPU seconds of each of kvdoctor's threads by name, when it runs under the profiler (which names them)."""
+    if not args.profile:
+        return {}
+    try:
+        names = json.loads((Path(args.profile) / f"{scenario}.tids.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, float] = {}
+    for tid, name in names.items():
+        try:
+            f = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a thread that ended
+        out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12])) / TICK
+    return out
+
+
+def _whatif(metrics: str) -> dict[str, float]:
+    """kvdoctor's what-if and headroom workers' counters (simulations computed, shared, kept; dropped; queue)."""
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(kvdoctor_(?:whatif|headroom)_[a-z_]+(?:\{[^}]*\})?) (\S+)$", metrics, re.M)
     }
 
 
@@ -253,6 +284,16 @@ def main() -> int:
             f"{r['prometheus_ms_per_slot']!s:>10s} {r['kvdoctor_ms_per_slot']!s:>8s} {r['ratio_per_slot']!s:>6s}  "
             f"{r['kvdoctor_missed_slots']!s:>10s}  {' '.join(r['load_avg'])}"  # type: ignore[arg-type]
         )
+    for r in rows:
+        sims = r["kvdoctor_whatif"]  # type: ignore[index]
+        n = {o: int(sims.get(f'kvdoctor_whatif_simulations_total{{outcome="{o}"}}', 0)) for o in OUTCOMES}  # type: ignore[attr-defined]
+        print(
+            f"{r['scenario']}: kvdoctor / Prometheus CPU per target-cycle = {r['ratio_kvdoctor_to_prometheus']}x "
+            f"({r['kvdoctor_ms_per_target_cycle']} / {r['prometheus_ms_per_target_cycle']} ms); what-if in the "
+            f"window: {n['computed']} simulated, {n['shared']} shared, {n['kept']} kept; load {' '.join(r['load_avg'])}"  # type: ignore[arg-type]
+        )
+        if by := r["kvdoctor_ms_per_target_cycle_by_thread"]:
+            print(f"  kvdoctor ms per target-cycle by thread: {by}")
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -3,13 +3,15 @@
 usage: python benchmarks/sampling_profile.py OUT.txt [--every-ms 5] -- serve --config kvdoctor.yml
 
 cProfile follows only the thread that enabled it, and `kvdoctor serve` works on its cycle, scrape, parse and
-what-if threads. This samples every thread's stack (sys._current_frames) every --every-ms and counts, per
+what-if threads. Every second it writes OUT.tids.json (each thread's OS id and name), from which a benchmark reads
+each thread's CPU in /proc/PID/task/TID/stat. This samples every thread's stack (sys._current_frames) every --every-ms and counts, per
 thread name, the function on top (self) and every function on the stack (inclusive). Written on exit (SIGTERM
 stops `serve` cleanly). A sample is taken only when the sampler gets the GIL, so shares are approximate.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -25,9 +27,10 @@ from kvdoctor.cli import main as kvdoctor_main  # noqa: E402
 class Sampler(threading.Thread):
     """Counts, per thread name, the functions on top of and anywhere on the stack."""
 
-    def __init__(self, every_s: float) -> None:
+    def __init__(self, every_s: float, tids: Path | None = None) -> None:
         super().__init__(name="sampler", daemon=True)
         self.every_s = every_s
+        self.tids = tids  # where the threads' OS ids and names are written, for a benchmark's per-thread CPU
         self.self_: Counter[tuple[str, str]] = Counter()
         self.incl: Counter[tuple[str, str]] = Counter()
         self.samples: Counter[str] = Counter()
@@ -36,8 +39,13 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         """Sample until stopped."""
         me = threading.get_ident()
+        written = 0.0
         while not self.stop.wait(self.every_s):
             names = {t.ident: t.name for t in threading.enumerate()}
+            if self.tids is not None and time.monotonic() - written >= 1.0:
+                written = time.monotonic()
+                ids = {t.native_id: _group(t.name) for t in threading.enumerate() if t.native_id is not None}
+                self.tids.write_text(json.dumps(ids))
             for ident, frame in sys._current_frames().items():
                 if ident == me:
                     continue
@@ -90,7 +98,7 @@ def main() -> int:
     cut = argv.index("--")
     out, opts, cmd = Path(argv[0]), argv[1:cut], argv[cut + 1 :]
     every = float(opts[opts.index("--every-ms") + 1]) / 1e3 if "--every-ms" in opts else 0.005
-    sampler = Sampler(every)
+    sampler = Sampler(every, out.with_suffix(".tids.json"))
     sampler.start()
     t0 = time.monotonic()
     try:

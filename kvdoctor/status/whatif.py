@@ -16,8 +16,9 @@ def worker_families(
     dropped = CounterMetricFamily(f"kvdoctor_{name}_requests_dropped", dropped_help)
     dropped.add_metric([], float(stats.get("dropped", 0)))
     done = CounterMetricFamily(f"kvdoctor_{name}_{runs}", runs_help, labels=["outcome"])
-    for outcome in ("computed", "shared"):
-        done.add_metric([outcome], float(stats.get(outcome, 0)))
+    for outcome in ("computed", "shared", "kept"):
+        if outcome in stats or outcome != "kept":  # kept: the advisor's own window looked at again, not moved
+            done.add_metric([outcome], float(stats.get(outcome, 0)))
     queued = GaugeMetricFamily(f"kvdoctor_{name}_queue_length", queue_help)
     queued.add_metric([], float(stats.get("queued", 0)))
     return [dropped, done, queued]
@@ -30,6 +31,7 @@ def families(snap: Snapshot) -> list[Metric]:
         "whatif",
         "simulations",
         "Predicted-effect requests dropped, oldest first, because the what-if worker's queue was full.",
-        "Predicted effects: simulated, or shared with a target of the same configuration, traffic and step times.",
+        "Predicted effects: simulated, shared with a target of the same configuration and near traffic and step "
+        "times, or kept (the target's window looked at again had not moved).",
         "Predicted-effect requests waiting for the worker.",
     )

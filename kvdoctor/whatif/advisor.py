@@ -1,7 +1,9 @@
 """Predicted effects for the advice, off the evaluation path: per-target history, a cache, a worker thread.
 
 `observe` keeps each target's recent snapshots (cheap); `annotate` attaches the cached prediction to every advice
-that names a simulatable change, and asks for a fresh one when the cached one is older than `refresh_s`. In
+that names a simulatable change. Every RETRY_S the prediction's window is looked at again: it is simulated again only
+when its fingerprint moved (sharing.Fingerprint.near), a short steady stretch grew to STEADY_S, or refresh_s passed
+since it was simulated, so a prediction shown is at most refresh_s (+ the worker's queue) old. In
 background mode one worker thread computes them, so an evaluation never waits for a simulation; in sync mode
 (replay, check) they are computed inline, on the recording's own clock. After an engine restart with another
 configuration, `followups` compare what the target now measures with what was predicted for that change.
@@ -17,7 +19,7 @@ from functools import partial
 
 from kvdoctor.samples import Sample
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
-from kvdoctor.whatif import relief
+from kvdoctor.whatif import followup, relief
 from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.followup import FollowUp, follow_up
 from kvdoctor.whatif.offload import Offload
@@ -26,14 +28,14 @@ from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects, steady
 from kvdoctor.whatif.window import Snap, restarts, snapshot
 from kvdoctor.whatif.workload import WindowError
 
-RETRY_S = 30.0  # a prediction that had too little traffic to learn from is tried again this soon
+RETRY_S = 30.0  # a prediction's window is looked at again this soon (too little traffic: tried again)
 FOLLOWUP_EVERY_S = 30.0  # a follow-up is recomputed as the new configuration shows more
 WINDOW_S = 120.0  # at most this much of the recent steady load is what a prediction learns its workload from
 # no prediction from a steady stretch under MIN_STEADY_S, but a borderline limit's from the stretch it has held, at
 # least the pack's verdict window (VERDICT_WINDOW_S)
 MIN_STEADY_S = 30.0
 VERDICT_WINDOW_S = 15.0
-STEADY_S = 60.0  # a prediction from a shorter steady stretch is redone RETRY_S later
+STEADY_S = 60.0  # a prediction from a shorter steady stretch is redone once the stretch is this long
 Key = tuple[str, tuple[tuple[str, float | str], ...]]
 
 
@@ -57,7 +59,7 @@ class Advisor:
         self._effects: dict[Key, Effect | None] = {}
         self._asked: dict[Key, float] = {}
         self._ready: dict[Key, float] = {}  # when a window found too short will have held long enough
-        self._young: set[Key] = set()
+        self._due: dict[Key, float] = {}  # when a key's effect is looked at again
         self._lock = threading.Lock()
         # bounded, oldest dropped and counted; a key waits once (else a fleet slower to simulate than its cycles
         # would grow the queue without end); targets with one fingerprint share a simulation
@@ -78,10 +80,8 @@ class Advisor:
             if h and restarts([h[-1], snap]):
                 self._restarts[target] = t
                 self._followups.pop(target, None)
-            if h and snap.info == h[-1].info:
-                snap.info = h[
-                    -1
-                ].info  # cache_config_info's 38 labels rarely change: one dict, not one a scrape
+            if h and snap.info == h[-1].info:  # its 38 labels rarely change: one dict, not one a scrape
+                snap.info = h[-1].info
             h.append(snap)
             while h and h[0].t < t - self.history_s:
                 h.popleft()
@@ -101,12 +101,9 @@ class Advisor:
             self._restarts.pop(target, None)
             self._followups.pop(target, None)
             self._shared.forget(target)
-            for k in [k for k in self._effects if k[0] == target]:
-                self._effects.pop(k, None)
-            for k in [k for k in self._asked if k[0] == target]:
-                self._asked.pop(k, None)
-                self._ready.pop(k, None)
-            self._young = {k for k in self._young if k[0] != target}
+            for k in [k for k in {*self._effects, *self._asked} if k[0] == target]:
+                for d in (self._effects, self._asked, self._ready, self._due):
+                    d.pop(k, None)
 
     def annotate(self, diagnoses: list[Diagnosis], t: float) -> list[Diagnosis]:
         """Attach predicted effects to the advice (and follow-ups as findings); never waits in background mode."""
@@ -179,9 +176,9 @@ class Advisor:
         key: Key = (target, tuple(sorted(a.change.items())))
         with self._lock:
             eff = self._effects.get(key)
-            every = RETRY_S if key in self._young else self.refresh_s  # a prediction from a short window soon
+            # looked at every RETRY_S (its fingerprint); simulated when that moved, a short stretch grew or refresh_s ended
             stale = key not in self._effects or (
-                eff is not None and t - eff.t >= every and t >= self._ready.get(key, t)
+                eff is not None and t >= self._due.get(key, eff.t + RETRY_S) and t >= self._ready.get(key, t)
             )
             # retried RETRY_S later, or once a too-short steady stretch has grown long enough
             due = self._ready.get(key, self._asked.get(key, t) + RETRY_S)
@@ -202,11 +199,12 @@ class Advisor:
         self._jobs.put(key, t)
 
     def stats(self) -> dict[str, int]:
-        """The worker's counters for kvdoctor's own /metrics: dropped, computed, shared requests; queue length."""
+        """The worker's counters for kvdoctor's own /metrics: dropped, computed, shared, kept requests; queue length."""
         return {
             "dropped": self._jobs.dropped_total,
             "computed": self._shared.computed_total,
             "shared": self._shared.shared_total,
+            "kept": self._shared.kept_total,
             "queued": len(self._jobs),
         }
 
@@ -250,6 +248,8 @@ class Advisor:
             cap = self._caps.get(target)
         if change and change[0][0] == "__followup__":  # a prediction too: in the child, off the cycle's GIL
             asked = (target, history, float(change[0][1]))
+            if self.offload is not None and followup.case(*asked[1:]) is None:
+                return None  # not settled, or no change to check: not worth sending the history to the child
             fu = self.offload.run(follow_up, *asked) if self.offload is not None else follow_up(*asked)
             if fu is not None:
                 with self._lock:
@@ -265,15 +265,15 @@ class Advisor:
                 raise WindowError("the load has not held long enough")
             young = hi - lo < STEADY_S
             window = [s for s in history if lo <= s.t <= hi]
-            fp = (self._shared.fingerprint(target, window), cap)
-            # a replica with the same window simulated it already (young: as soon as a young one is redone)
-            eff = self._shared.get(fp, change, t, RETRY_S if young else self.refresh_s)
+            fp = self._shared.fingerprint(target, window, cap)
+            # this target's last window, or a replica's, near this one was simulated less than refresh_s ago
+            eff = self._shared.get(fp, change, t, young, self._effects.get(key))
             if eff is None:
                 args = (history, window, dict(change))
                 run = partial(predict, max_num_seqs=cap, with_intervals=not self.books_only)
                 p = self.offload.run(run, *args) if self.offload is not None else run(*args)
                 eff = effect_of(p, dict(change), t)
-                self._shared.put(fp, change, eff)
+                self._shared.put(fp, change, eff, young)
         except (WindowError, ValueError, ZeroDivisionError):
             eff = None  # not enough traffic yet: asked again after refresh_s
         except RuntimeError:  # the simulation child is gone (interpreter shutdown): asked again
@@ -289,12 +289,10 @@ class Advisor:
             ):
                 eff = prev  # the limit it judged still holds (a queue draining): it stands until a steady stretch
             self._effects[key] = eff
+            if eff is not None:  # looked at again RETRY_S from now, and simulated again when refresh_s is up
+                self._due[key] = min(t + RETRY_S, eff.t + self.refresh_s)
             if ready is None:
                 self._ready.pop(key, None)
             else:
                 self._ready[key] = ready
-            if young:
-                self._young.add(key)
-            else:
-                self._young.discard(key)
         return eff

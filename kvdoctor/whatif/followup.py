@@ -106,8 +106,21 @@ def comparable(a: Workload, b: Workload) -> bool:
     return x > 0 and y > 0 and 1 / SAME_LOAD <= y / x <= SAME_LOAD
 
 
-def follow_up(target: str, history: list[Snap], restart_t: float) -> FollowUp | None:
-    """Predict the change from before the restart and measure after it; None while too little is known."""
+@dataclass
+class Case:
+    """What a follow-up compares: the history before the restart, its steady window, the steady load after it, and
+    the change the metrics show."""
+
+    before: list[Snap]
+    window: list[Snap]
+    after: list[Snap]
+    change: dict[str, float | str]
+    t: float  # the end of the steady load after the restart
+
+
+def case(history: list[Snap], restart_t: float) -> Case | None:
+    """The follow-up's inputs once the load after the restart has settled and the metrics tell what changed at the
+    same load; None otherwise. Cheap (no simulation): the daemon asks it before sending a history to simulate."""
     before = [s for s in history if s.t < restart_t]
     after = [s for s in history if s.t >= restart_t + RAMP_S]
     if len(before) < 5 or len(after) < 5:
@@ -124,6 +137,18 @@ def follow_up(target: str, history: list[Snap], restart_t: float) -> FollowUp | 
     try:
         if not comparable(infer_workload(window), infer_workload(after)):
             return None  # the traffic changed too: a different load, not the change, would be measured
+    except (WindowError, ValueError, ZeroDivisionError):
+        return None
+    return Case(before, window, after, change, hi)
+
+
+def follow_up(target: str, history: list[Snap], restart_t: float) -> FollowUp | None:
+    """Predict the change from before the restart and measure after it; None while too little is known."""
+    c = case(history, restart_t)
+    if c is None:
+        return None
+    before, window, after, change = c.before, c.window, c.after, c.change
+    try:
         p = predict(before, window, change)
         measured = measure(after)
     except (WindowError, ValueError, ZeroDivisionError):
@@ -139,4 +164,4 @@ def follow_up(target: str, history: list[Snap], restart_t: float) -> FollowUp | 
                 for k in DURATION_DEPENDENT:
                     setattr(q, k, math.nan)
     errs = errors(predicted, measured, COMPARED)
-    return FollowUp(target, change, restart_t, predicted, measured, errs, hi, band)
+    return FollowUp(target, change, restart_t, predicted, measured, errs, c.t, band)

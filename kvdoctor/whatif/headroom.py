@@ -7,7 +7,7 @@ A result is dropped, so its series vanish, when the steady window was too short,
 is older than STALE_AFTER refresh periods: an autoscaler reading an absent series holds its scale (HPA does no
 scaling on a metric it cannot read; KEDA falls back), where a stale number would keep scaling on old traffic.
 One worker thread computes; its queue is bounded and drops the oldest request (counted). Targets with the same
-model, configuration, workload and SLOs share one computation.
+model, configuration and SLOs and near traffic and step times (`sharing.Fingerprint.near`) share one computation.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from kvdoctor.verdicts import LIMITS, Advice, Diagnosis
 from kvdoctor.whatif.learn import learned
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.plan import MAX_LOAD, MAX_REPLICAS, Planner
-from kvdoctor.whatif.sharing import steady, traffic_key
+from kvdoctor.whatif.sharing import Fingerprint, fingerprint, steady
 from kvdoctor.whatif.window import Snap
-from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
+from kvdoctor.whatif.workload import WindowError
 
 STALE_AFTER = 3.0  # refresh periods after which a result is no longer exported
 MAX_RESIDUAL = 0.5  # a step-time fit whose relative RMS error is above this is not trusted
@@ -92,7 +92,7 @@ class HeadroomWorker:
         self._queued: set[str] = set()
         self._results: dict[str, Headroom] = {}
         self._asked: dict[str, float] = {}
-        self._by_fingerprint: dict[tuple[object, ...], tuple[str, Headroom]] = {}
+        self._by_fingerprint: dict[tuple[object, ...], list[tuple[Fingerprint, str, Headroom]]] = {}
         self._worker: threading.Thread | None = None
         self.dropped_total = self.computed_total = self.shared_total = 0
 
@@ -184,18 +184,20 @@ class HeadroomWorker:
             raise WindowError("the load has not held long enough")
         window = [s for s in history if lo <= s.t <= hi]
         fp = _fingerprint(model, slos, seqs, window)
-        with self._lock:
-            seen = self._by_fingerprint.get(fp)
-            if seen is not None and t - seen[1].t < self.refresh_s:
+        with self._lock:  # a window near this one (a replica's, or this target's last) was searched lately
+            near = [s for s in self._by_fingerprint.get(fp.same, ()) if t - s[2].t < self.refresh_s]
+            seen = max((s for s in near if s[0].near(fp)), key=lambda s: s[2].t, default=None)
+            if seen is not None:
                 self.shared_total += 1
-                return replace(seen[1], shared_from=seen[0])
+                return replace(seen[2], shared_from=seen[1])
         args = (history, window, seqs, slos)
         ratios, needed, replicas = self.offload.run(search, *args) if self.offload else search(*args)
         h = Headroom(dict(slos), ratios, needed, replicas, t)
         with self._lock:
             self.computed_total += 1
-            self._by_fingerprint[fp] = (target, h)
-            for k in [k for k, (_, v) in self._by_fingerprint.items() if t - v.t >= self.refresh_s]:
+            kept = [s for s in self._by_fingerprint.get(fp.same, ()) if t - s[2].t < self.refresh_s]
+            self._by_fingerprint[fp.same] = [*kept, (fp, target, h)]
+            for k in [k for k, v in self._by_fingerprint.items() if t - v[-1][2].t >= self.refresh_s]:
                 del self._by_fingerprint[k]
         return h
 
@@ -211,10 +213,8 @@ def search(
     return {k: planner.headroom(f"{k}_s") for k in slos}, planner.replicas_needed(), basis.replicas
 
 
-def _fingerprint(
-    model: str, slos: dict[str, float], seqs: int | None, window: list[Snap]
-) -> tuple[object, ...]:
-    """What decides the answer: model, engine settings, the traffic (to 2 significant figures) and the SLOs."""
-    w = infer_workload(window)
-    e, _ = infer_engine(window, seqs)
-    return (model, e, *traffic_key(window, w), tuple(sorted(slos.items())))
+def _fingerprint(model: str, slos: dict[str, float], seqs: int | None, window: list[Snap]) -> Fingerprint:
+    """What decides the answer: the model and SLOs, and the advisor's fingerprint of the window (configuration,
+    engine settings, traffic and step times, near within sharing.NEAR)."""
+    fp = fingerprint(window, seqs)
+    return replace(fp, same=(*fp.same, model, tuple(sorted(slos.items()))))

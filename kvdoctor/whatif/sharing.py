@@ -2,8 +2,9 @@
 
 A fleet-wide incident puts every target at a limit at once, each with advice naming a change and its reliefs:
 thousands of simulations asked for in one cycle. Replicas of one model, configuration and traffic would all
-simulate the same thing, so a result is shared by every target with the same fingerprint (and change) while it is
-fresh. The queue holds at most `maxlen` requests; past that the oldest is dropped and counted (the advisor asks
+simulate the same thing, so a result is shared by every window whose fingerprint is near (`Fingerprint.near`: the
+same configuration, traffic and step times within NEAR) while it is fresh, the target's own next window included: a
+rolling window's noise, or a replica's other scrape phase, is not a new simulation. The queue holds at most `maxlen` requests; past that the oldest is dropped and counted (the advisor asks
 again the next cycle), so a fleet slower to simulate than its cycles costs neither memory nor an ever older queue.
 """
 
@@ -13,17 +14,20 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from kvdoctor.verdicts import Effect
-from kvdoctor.whatif.model import Workload
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Snap, measure, restarts
 from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
 
 K = TypeVar("K", bound=Hashable)
 MAX_QUEUE = 4096  # a few requests per target (the advice's change and each relief) of a 1,000-target fleet
-Fingerprint = tuple[object, ...]
+# a measured number within this share of a simulated window's is the same prediction's input: wider than a
+# replica's scrape phase or a rolling window's noise, narrower than a change of traffic worth a new simulation
+NEAR = 0.05
+PREFIX_NEAR = 0.05  # the prefix-cache hit share, in absolute points
 
 
 class Jobs(Generic[K]):
@@ -76,37 +80,61 @@ class Jobs(Generic[K]):
             return len(self._queue)
 
 
-def _sig2(x: float) -> float:
-    return float(f"{x:.2g}") if math.isfinite(x) else math.nan
+@dataclass(frozen=True)
+class Fingerprint:
+    """What decides a prediction: `same` must be equal (configuration, engine settings, the load's shape, engines,
+    the operator's cap); the measured numbers need only be near (`near`)."""
+
+    same: tuple[object, ...]
+    rate_per_s: float  # arrivals (open loop) or answers (closed loop) per second
+    population: float  # clients (closed loop; 0 for an open loop)
+    prompt: float  # mean prompt and output tokens
+    output: float
+    prefix_hit: float  # share of prompt tokens served from the prefix cache
+    itl_p50_s: float  # stand for the step times the prediction fits: they tell models and hardware apart
+    ttft_p50_s: float
+
+    def near(self, other: Fingerprint) -> bool:
+        """The same prediction's inputs: `same` equal, each measured number within NEAR of the other's (the prefix
+        hit share within PREFIX_NEAR); a measurement absent from both is the same."""
+        pairs = (
+            (self.rate_per_s, other.rate_per_s),
+            (self.population, other.population),
+            (self.prompt, other.prompt),
+            (self.output, other.output),
+            (self.itl_p50_s, other.itl_p50_s),
+            (self.ttft_p50_s, other.ttft_p50_s),
+        )
+        return (
+            self.same == other.same
+            and all(_close(a, b, NEAR * max(abs(a), abs(b))) for a, b in pairs)
+            and _close(self.prefix_hit, other.prefix_hit, PREFIX_NEAR)
+        )
 
 
-def traffic_key(window: list[Snap], w: Workload) -> tuple[object, ...]:
-    """The traffic a simulation is fed, to 2 significant figures: shape, rate or population, lengths, prefix hits."""
-    return (
-        w.kind,
-        _sig2(w.rate_per_s),
-        w.population,
-        _sig2(w.prompt.mean),
-        _sig2(w.output.mean),
-        _sig2(w.prefix_hit_ratio),
-        max(1, window[-1].engines),
-    )
+def _close(a: float, b: float, tol: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= tol
 
 
-def fingerprint(window: list[Snap]) -> Fingerprint:
-    """What decides a prediction: configuration, engine settings, traffic and step speed (to 2 significant
-    figures). Raises WindowError where a prediction would (too few requests, no cache info)."""
+def fingerprint(window: list[Snap], cap: int | None = None) -> Fingerprint:
+    """What decides a prediction from this window with this configured cap. Raises WindowError where a prediction
+    would (too few requests, no cache info)."""
     w = infer_workload(window)
     e, _ = infer_engine(window)
-    # ITL and TTFT stand for the step times the prediction fits: they tell models and hardware apart
     q = measure(window)
     info = window[-1].info
-    return (
-        tuple(sorted((k, v) for k, v in info.items() if k not in ("engine",))),
-        e,
-        *traffic_key(window, w),
-        _sig2(q.itl_p50_s),
-        _sig2(q.ttft_p50_s),
+    config = tuple(sorted((k, v) for k, v in info.items() if k not in ("engine",)))
+    return Fingerprint(
+        (config, e, w.kind, max(1, window[-1].engines), cap),
+        w.rate_per_s,
+        float(w.population),
+        w.prompt.mean,
+        w.output.mean,
+        w.prefix_hit_ratio,
+        q.itl_p50_s,
+        q.ttft_p50_s,
     )
 
 
@@ -121,44 +149,65 @@ def steady(history: list[Snap], window_s: float) -> tuple[list[Snap], float, flo
     return history, max(lo, hi - window_s), hi
 
 
+@dataclass(frozen=True)
+class _Entry:
+    fp: Fingerprint
+    young: bool  # learned from a steady stretch under the advisor's STEADY_S
+    effect: Effect
+
+
 class SharedEffects:
-    """Predicted effects by (fingerprint, change), reused by every target with that fingerprint for refresh_s."""
+    """Predicted effects by change, reused for refresh_s by every window whose fingerprint is near the one that was
+    simulated (the target's own next window, or another replica's)."""
 
     def __init__(self, refresh_s: float) -> None:
         self.refresh_s = refresh_s
         self._lock = threading.Lock()
-        self._effects: dict[tuple[Fingerprint, Hashable], Effect] = {}
+        self._effects: dict[tuple[tuple[object, ...], Hashable], list[_Entry]] = {}
         self._fps: dict[str, tuple[tuple[float, float], Fingerprint]] = {}  # target → its window's, once
-        self.computed_total = self.shared_total = 0
+        self.computed_total = self.shared_total = self.kept_total = 0
 
-    def fingerprint(self, target: str, window: list[Snap]) -> Fingerprint:
+    def fingerprint(self, target: str, window: list[Snap], cap: int | None = None) -> Fingerprint:
         """The window's fingerprint, computed once per target and window (its reliefs ask for the same one)."""
         span = (window[0].t, window[-1].t)
         with self._lock:
             got = self._fps.get(target)
-        if got is not None and got[0] == span:
+        if got is not None and got[0] == span and got[1].same[-1] == cap:
             return got[1]
-        fp = fingerprint(window)
+        fp = fingerprint(window, cap)
         with self._lock:
             self._fps[target] = (span, fp)
         return fp
 
-    def get(self, fp: Fingerprint, change: Hashable, t: float, max_age: float) -> Effect | None:
-        """An effect another target's identical window computed less than max_age ago (counted as shared), or None."""
+    def get(
+        self, fp: Fingerprint, change: Hashable, t: float, young: bool, mine: Effect | None = None
+    ) -> Effect | None:
+        """The freshest effect simulated less than refresh_s ago from a window near fp (from a full steady stretch
+        unless this one is young too), or None. Counted as kept when it is `mine` (the asker's own), else shared."""
         with self._lock:
-            eff = self._effects.get((fp, change))
-            if eff is None or t - eff.t >= max_age:
+            found = [
+                e
+                for e in self._effects.get((fp.same, change), ())
+                if t - e.effect.t < self.refresh_s and (young or not e.young) and e.fp.near(fp)
+            ]
+            if not found:
                 return None
-            self.shared_total += 1
+            eff = max(found, key=lambda e: e.effect.t).effect
+            if eff is mine:
+                self.kept_total += 1
+            else:
+                self.shared_total += 1
             return eff
 
-    def put(self, fp: Fingerprint, change: Hashable, eff: Effect) -> None:
-        """Keep a computed effect for the targets that share its fingerprint; forget those past refresh_s."""
+    def put(self, fp: Fingerprint, change: Hashable, eff: Effect, young: bool) -> None:
+        """Keep a simulated effect for the windows near fp; forget those past refresh_s."""
         with self._lock:
             self.computed_total += 1
-            self._effects[(fp, change)] = eff
-            if len(self._effects) > 64:  # old fingerprints (traffic that moved on) would otherwise pile up
-                for k in [k for k, v in self._effects.items() if eff.t - v.t >= self.refresh_s]:
+            key = (fp.same, change)
+            fresh = [e for e in self._effects.get(key, ()) if eff.t - e.effect.t < self.refresh_s]
+            self._effects[key] = [*fresh, _Entry(fp, young, eff)]
+            if len(self._effects) > 64:  # old configurations (engines gone, settings changed) would pile up
+                for k in [k for k, v in self._effects.items() if eff.t - v[-1].effect.t >= self.refresh_s]:
                     del self._effects[k]
 
     def forget(self, target: str) -> None:

@@ -20,6 +20,7 @@ from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.web import WebServer
+from kvdoctor.whatif import followup
 from kvdoctor.whatif.advisor import Advisor
 from tests.support.chromium import CHROMIUM, chromium
 from tests.support.wait import until
@@ -227,3 +228,46 @@ def test_the_reports_advisor_names_the_same_limit_from_the_relief_check_alone():
         a.effect is None for a in books.advice[1:]
     )  # the rule's own advice is not simulated for the books
     assert any(a.effect is not None for a in full.advice[1:])
+
+
+class _CountingOffload:
+    """Stands for the simulation child: records what it is sent, simulates nothing."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, float]] = []
+        self.t = 0.0
+
+    def run(self, fn, *args):
+        self.sent.append((getattr(fn, "__name__", str(fn)), self.t))
+        return None
+
+
+def _follow_ups_sent(paths: list[Path]) -> tuple[list[tuple[str, float]], list[float]]:
+    """What the advisor sends the child while a target replays these recordings end to end (each a new engine),
+    at 1 s cycles; and when it saw each restart (seconds from the start)."""
+    offload, parser = _CountingOffload(), Parser()
+    advisor = Advisor(offload=offload)  # type: ignore[arg-type]
+    t, restarts = 0.0, []
+    for path in paths:
+        frames = [f for f in load_frames(path) if f.text is not None]
+        for f in frames:
+            t += 1.0
+            offload.t = t
+            advisor.observe("x", t, parser.parse(f.text).samples)
+            if advisor._restarts.get("x") == t:
+                restarts.append(t)
+            advisor.annotate([Diagnosis("x", "m", t, "healthy", 0.0)], t)
+    return offload.sent, restarts
+
+
+def test_a_restart_with_the_same_configuration_sends_the_child_nothing(shared_032):
+    # a replayed recording's loop: counters back to zero, the same flags; nothing changed, so nothing to check
+    sent, restarts = _follow_ups_sent([shared_032 / "compute_bound.jsonl.gz"] * 2)
+    assert restarts and sent == []
+
+
+def test_a_restart_with_a_changed_flag_is_sent_to_the_child_once_settled():
+    sent, restarts = _follow_ups_sent([PAIRS / "batchcap_restart.jsonl.gz"])
+    assert restarts and sent
+    assert {name for name, _ in sent} == {"follow_up"}
+    assert sent[0][1] >= restarts[-1] + followup.RAMP_S + followup.SETTLE_S

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+import kvdoctor
 from kvdoctor.config import Config, TargetSpec
 from kvdoctor.daemon.runner import Daemon
 from kvdoctor.diagnosis.target import TargetFacts
@@ -176,6 +177,21 @@ def test_five_replicas_with_one_window_cost_one_search():
     got = _annotate(worker, "abcde", snaps[-1].t, snaps[0].t)
     assert worker.stats() == {"dropped": 0, "computed": 1, "shared": 4, "queued": 0}
     assert "slo_headroom_ttft_p95" in got["a"] and all(got[n] == got["a"] for n in "bcde")
+
+
+@pytest.mark.slow  # two headroom searches: over 10 s on this 2-core machine under load
+def test_replicas_scraped_at_other_phases_share_one_search_and_another_server_does_not():
+    demo = Path(kvdoctor.__file__).parent / "demo"
+    compute, kv = (
+        recording_snaps(demo / "compute_bound.jsonl.gz"),
+        recording_snaps(demo / "kv_bound.jsonl.gz"),
+    )
+    # the same server's minute a scrape or two later (its replicas' windows), and another server's
+    windows = {"a": compute[60:120], "b": compute[61:121], "c": compute[62:122], "d": kv[60:120]}
+    worker = HeadroomWorker(lambda target: windows[target])
+    got = _annotate(worker, "abcd", compute[121].t, compute[0].t)
+    assert worker.stats() == {"dropped": 0, "computed": 2, "shared": 2, "queued": 0}
+    assert got["b"] == got["a"] == got["c"] and got["d"] != got["a"]
 
 
 def test_a_result_older_than_three_refresh_periods_is_no_longer_exported():
