@@ -50,12 +50,8 @@ class Recall:
 
     def note(self, used: list[Row], now: float) -> str:
         """The ledger's contribution in words: the batches it added and how far back."""
-        batches = sorted({x[1] for x, _, _ in used if x[1] >= 0.5}) or [0.0]
-        span = (
-            f"{batches[0]:.0f}"
-            if len(batches) == 1 or round(batches[0]) == round(batches[-1])
-            else (f"{batches[0]:.0f}-{batches[-1]:.0f}")
-        )
+        batches = sorted({max(1, round(x[1])) for x, _, _ in used if x[1] >= 0.5}) or [0]
+        span = f"{batches[0]}" if batches[0] == batches[-1] else f"{batches[0]}-{batches[-1]}"
         hours = max(0.0, now - self.since) / 3600
         ago = f"{hours:.1f} h" if hours >= 1 else f"{hours * 60:.0f} min"
         return (
