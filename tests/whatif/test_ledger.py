@@ -9,7 +9,9 @@ from pathlib import Path
 
 from kvdoctor.ingest.parse import Parser
 from kvdoctor.ingest.recording import load_frames
+from kvdoctor.verdicts import Diagnosis
 from kvdoctor.whatif.advisor import Advisor
+from kvdoctor.whatif.headroom import HeadroomWorker
 from kvdoctor.whatif.learn import learn
 from kvdoctor.whatif.ledger import MAX_BINS, Ledgers
 from kvdoctor.whatif.model import StepModel
@@ -97,12 +99,13 @@ def test_the_advisor_feeds_the_ledger_as_snapshots_leave_its_history_and_forgets
 def test_a_day_of_scrapes_keeps_a_bounded_ledger_and_a_new_engine_starts_a_new_one():
     ledger, t, n = Ledgers(), 0.0, 0
     names = ["tiny_ramp_c32", "tiny_ramp_c32_fine", "tiny_ramp_c8"]  # one engine, caps 32 and 8
-    recordings = [recording_snaps(RAMPS / f"{name}.jsonl.gz") for name in names]
-    while t < 26 * 3600:  # 26 h of 3-second scrapes, the three ramps over and over
+    recordings = [recording_snaps(RAMPS / f"{name}.jsonl.gz")[::5] for name in names]
+    # 26 h of 15-second scrapes (every 5th of the recordings'), the three ramps over and over
+    while t < 26 * 3600:
         snaps = recordings[n % 3]
         for s in snaps:
             ledger.add("tiny", replace(s, t=t + s.t - snaps[0].t))
-        t += snaps[-1].t - snaps[0].t + 3.0
+        t += snaps[-1].t - snaps[0].t + 15.0
         n += 1
     recall = ledger.recall("tiny")
     assert recall is not None and 10 < ledger.sizes()["tiny"] <= MAX_BINS
@@ -114,3 +117,24 @@ def test_a_day_of_scrapes_keeps_a_bounded_ledger_and_a_new_engine_starts_a_new_o
         ledger.add("tiny", replace(s, t=t + s.t - llama[0].t))
         alone.add("llama", replace(s, t=t + s.t - llama[0].t))
     assert ledger.recall("tiny") == alone.recall("llama")  # the tiny engine's day is gone, not mixed in
+
+
+def test_the_headroom_worker_learns_from_the_same_ledger():
+    # llama_ramp_c32's ITL p50 SLO broke at 5.5× its light step's rate; from the light step alone the headroom
+    # search put it past 9×, with the heavy steps (6 h ago) in the ledger it comes nearer
+    heavy, light, _ = _split("llama_ramp_c32")
+    ramp = _ramp("llama_ramp_c32")
+    ledger = Ledgers()
+    for s in heavy:
+        ledger.add("llama", s)
+    measured = ramp["breaking"]["itl_p50_s"]["rate"] / ramp["steps"][ramp["light_step"]]["rate"]
+    t = light[-1].t
+    found = []
+    for recall in (None, ledger.recall):
+        worker = HeadroomWorker(lambda _: light, recall=recall)
+        d = Diagnosis("llama", "llama", t, "healthy", t - 60)
+        worker.annotate([d], t, {"llama": ({"itl_p50": ramp["slos"]["itl_p50_s"]}, 32)})
+        found.append(d.evidence["slo_headroom_itl_p50"])
+    bare, with_ledger = found
+    assert isinstance(bare, float) and isinstance(with_ledger, float)
+    assert abs(with_ledger / measured - 1) < abs(bare / measured - 1)
