@@ -88,6 +88,10 @@ class Ledger:
 
     def add(self, snap: Snap) -> None:
         """One snapshot that left the buffer; a minute of them is read into rows."""
+        gen = "vllm:generation_tokens_total"
+        if self.pending and snap.get(gen, 0.0) < self.pending[-1].get(gen, 0.0):  # a restart: a chunk ends
+            self.fold(self.pending, self.pending[-1].t)
+            self.pending = []
         self.pending.append(snap)
         if snap.t - self.pending[0].t >= CHUNK_S:
             self.fold(self.pending, snap.t)
@@ -140,7 +144,8 @@ class Ledgers:
         key = engine_key(snap.info)
         with self._lock:
             led = self._by_target.get(target)
-            if led is None or led.engine != key:
+            # a scrape without cache_config_info says nothing of its engine: it does not end the ledger
+            if led is None or (snap.info and led.engine != key):
                 led = self._by_target[target] = Ledger(key)
             led.add(snap)
 

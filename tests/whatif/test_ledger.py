@@ -110,6 +110,9 @@ def test_a_day_of_scrapes_keeps_a_bounded_ledger_and_a_new_engine_starts_a_new_o
     recall = ledger.recall("tiny")
     assert recall is not None and 10 < ledger.sizes()["tiny"] <= MAX_BINS
     assert t - recall.since <= 24 * 3600  # nothing older than a day
+    bins = ledger.sizes()["tiny"]
+    ledger.add("tiny", replace(recordings[0][0], t=t, info={}))  # a scrape without cache_config_info
+    assert ledger.sizes()["tiny"] == bins  # says nothing of the engine: the day stays
     # the Llama-shaped engine (another model: other bytes per KV token) does not add to the tiny one's bins
     llama = recording_snaps(RAMPS / "llama_ramp_c32.jsonl.gz")[:60]
     alone = Ledgers()
