@@ -37,14 +37,15 @@ MEMORY_LABELS = frozenset(
         "kv_cache_max_concurrency",
     }
 )
-_SUM_X, _SUM_Y, _SUM_W, _SEEN = 0, 5, 6, 7  # a bin: Σw·x (5), Σw·y, Σw, last seen
+_SUM_X, _SUM_Y, _SUM_W, _SEEN, _SLOT = 0, 5, 6, 7, 8  # a bin's slot: Σw·x (5), Σw·y, Σw, last seen
+_EMPTY = array("d", [0.0] * _SLOT)
 
 
 @dataclass(frozen=True)
 class Recall:
     """A target's ledger rows and what they span, for one step fit (hashable: it keys the learned windows)."""
 
-    keys: tuple[tuple[int, int, int], ...]  # each row's bin
+    keys: tuple[int, ...]  # each row's bin
     rows: tuple[tuple[tuple[float, ...], float, float], ...]  # its weighted mean row: features, y, Σ weight
     since: float  # when the least recently seen bin was last seen
 
@@ -60,12 +61,13 @@ class Recall:
         )
 
 
-def bin_key(x: list[float] | tuple[float, ...]) -> tuple[int, int, int]:
+def bin_key(x: list[float] | tuple[float, ...]) -> int:
     """A row's bin: decoding batch (exact to 8, then ~25 % wide), context per decoder and prefill tokens (×2)."""
     d = x[1]
     batch = round(d) if d < 8.5 else 8 + round(math.log(d / 8) / math.log(1.25))
     ctx = round(math.log2(1.0 + x[3] / d)) if d > 0 else -1
-    return batch, ctx, round(math.log2(1.0 + x[2]))
+    # one int, not a tuple: a target keeps up to MAX_BINS of them
+    return (batch * 64 + ctx + 1) * 64 + round(math.log2(1.0 + x[2]))
 
 
 def engine_key(info: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -83,7 +85,9 @@ class Ledger:
 
     def __init__(self, engine: tuple[tuple[str, str], ...]) -> None:
         self.engine = engine
-        self.bins: dict[tuple[int, int, int], array[float]] = {}
+        self.slots: dict[int, int] = {}  # bin → its slot in `sums`
+        # per slot: Σw·x (5), Σw·y, Σw, last seen; one array for all bins (a few KB a target, not an object each)
+        self.sums: array[float] = array("d")
         self.pending: list[Snap] = []
 
     def add(self, snap: Snap) -> None:
@@ -99,32 +103,43 @@ class Ledger:
 
     def fold(self, snaps: list[Snap], t: float) -> None:
         """Fold the rows of consecutive snapshots into the bins; drop what is too old or too many."""
+        sums = self.sums
         for x, y, w in history_rows(snaps, DEFAULT_MAX_NUM_BATCHED_TOKENS) if len(snaps) > 1 else ():
             if not (w > 0 and math.isfinite(y)):
                 continue
-            b = self.bins.get(bin_key(x))
-            if b is None:
-                b = self.bins[bin_key(x)] = array("d", [0.0] * 8)
+            k = bin_key(x)
+            i = self.slots.get(k)
+            if i is None:
+                i = self.slots[k] = len(sums) // _SLOT
+                sums.extend(_EMPTY)
+            o = i * _SLOT
             for j in range(5):
-                b[_SUM_X + j] += w * x[j]
-            b[_SUM_Y] += w * y
-            b[_SUM_W] += w
-            b[_SEEN] = max(b[_SEEN], t)
-        for k in [k for k, b in self.bins.items() if b[_SEEN] < t - HORIZON_S]:
-            del self.bins[k]
-        while len(self.bins) > MAX_BINS:
-            del self.bins[min(self.bins, key=lambda k: self.bins[k][_SEEN])]
+                sums[o + _SUM_X + j] += w * x[j]
+            sums[o + _SUM_Y] += w * y
+            sums[o + _SUM_W] += w
+            sums[o + _SEEN] = max(sums[o + _SEEN], t)
+        by_age = sorted(self.slots, key=lambda k: sums[self.slots[k] * _SLOT + _SEEN], reverse=True)
+        kept = [k for k in by_age[:MAX_BINS] if sums[self.slots[k] * _SLOT + _SEEN] >= t - HORIZON_S]
+        if len(kept) < len(self.slots):
+            slots, self.sums = {}, array("d")
+            for k in kept:
+                o = self.slots[k] * _SLOT
+                slots[k] = len(self.sums) // _SLOT
+                self.sums.extend(sums[o : o + _SLOT])
+            self.slots = slots
 
     def recall(self) -> Recall | None:
         """The bins as weighted mean rows (None: empty)."""
-        if not self.bins:
+        if not self.slots:
             return None
-        bins = sorted(self.bins.items())
-        rows = tuple(
-            (tuple(b[_SUM_X + j] / b[_SUM_W] for j in range(5)), b[_SUM_Y] / b[_SUM_W], b[_SUM_W])
-            for _, b in bins
-        )
-        return Recall(tuple(k for k, _ in bins), rows, min(b[_SEEN] for b in self.bins.values()))
+        keys = tuple(sorted(self.slots))
+        s, rows = self.sums, []
+        for k in keys:
+            o = self.slots[k] * _SLOT
+            w = s[o + _SUM_W]
+            rows.append((tuple(s[o + _SUM_X + j] / w for j in range(5)), s[o + _SUM_Y] / w, w))
+        since = min(s[i * _SLOT + _SEEN] for i in self.slots.values())
+        return Recall(keys, tuple(rows), since)
 
 
 class Ledgers:
@@ -158,7 +173,7 @@ class Ledgers:
     def sizes(self) -> dict[str, int]:
         """Bins per target (for kvdoctor's own /metrics)."""
         with self._lock:
-            return {t: len(led.bins) for t, led in self._by_target.items()}
+            return {t: len(led.slots) for t, led in self._by_target.items()}
 
     def forget(self, target: str) -> None:
         """Drop a removed target's ledger."""
@@ -171,7 +186,7 @@ def merged(rows: list[Row], recall: Recall | None, now: float) -> tuple[list[Row
     bin (the window's own rows win where both have a bin: recent data over old); and the note saying so."""
     if recall is None or not rows:
         return rows, ""
-    own: dict[tuple[int, int, int], float] = {}
+    own: dict[int, float] = {}
     for x, _, w in rows:
         own[bin_key(x)] = own.get(bin_key(x), 0.0) + w
     cap = max(own.values())
