@@ -265,7 +265,7 @@ class Advisor:
                 raise WindowError("the load has not held long enough")
             young = hi - lo < STEADY_S
             window = [s for s in history if lo <= s.t <= hi]
-            fp = (self._shared.fingerprint(target, window), cap, recall := self.ledger.recall(target))
+            fp, recall = (self._shared.fingerprint(target, window), cap), self.ledger.recall(target)
             # a replica with the same window simulated it already (young: as soon as a young one is redone)
             eff = self._shared.get(fp, change, t, RETRY_S if young else self.refresh_s)
             if eff is None:

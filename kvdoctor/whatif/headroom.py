@@ -189,7 +189,8 @@ class HeadroomWorker:
             raise WindowError("the load has not held long enough")
         window = [s for s in history if lo <= s.t <= hi]
         recall = self.recall(target) if self.recall is not None else None
-        fp = (*_fingerprint(model, slos, seqs, window), recall)
+        # not keyed by the ledger: replicas of one engine share a search, their ledgers differ by their noise only
+        fp = _fingerprint(model, slos, seqs, window)
         with self._lock:
             seen = self._by_fingerprint.get(fp)
             if seen is not None and t - seen[1].t < self.refresh_s:
