@@ -85,6 +85,7 @@ class Ledger:
 
     def __init__(self, engine: tuple[tuple[str, str], ...]) -> None:
         self.engine = engine
+        self.info: dict[str, str] = {}  # the last cache_config_info seen, whose key is `engine`
         self.slots: dict[int, int] = {}  # bin → its slot in `sums`
         # per slot: Σw·x (5), Σw·y, Σw, last seen; one array for all bins (a few KB a target, not an object each)
         self.sums: array[float] = array("d")
@@ -156,12 +157,16 @@ class Ledgers:
 
     def add(self, target: str, snap: Snap) -> None:
         """One snapshot of a target, oldest first; another engine starts a new ledger."""
-        key = engine_key(snap.info)
         with self._lock:
             led = self._by_target.get(target)
-            # a scrape without cache_config_info says nothing of its engine: it does not end the ledger
-            if led is None or (snap.info and led.engine != key):
-                led = self._by_target[target] = Ledger(key)
+            # the advisor gives a target's scrapes one info dict while it does not change: its key is read once;
+            # a scrape without cache_config_info says nothing of its engine, so it does not end the ledger
+            if led is None or (
+                snap.info and snap.info is not led.info and led.engine != engine_key(snap.info)
+            ):
+                led = self._by_target[target] = Ledger(engine_key(snap.info))
+            if snap.info:
+                led.info = snap.info
             led.add(snap)
 
     def recall(self, target: str) -> Recall | None:
