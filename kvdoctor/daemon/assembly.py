@@ -24,7 +24,9 @@ def daemon_pipeline(cfg: Config, groups: list[RuleGroup]) -> Pipeline:
     advisor = Advisor(background=True, history_s=min(900.0, cfg.retention_s), offload=shared())
     # SLO headroom for autoscalers, same history; its queue holds a refresh of a fleet of thousands (a request is
     # a few hundred bytes): 256 would drop three quarters of a 1,000-target fleet's first refresh into retries
-    headroom = HeadroomWorker(advisor.snaps, background=True, max_queue=MAX_QUEUE, offload=shared())
+    headroom = HeadroomWorker(
+        advisor.snaps, background=True, max_queue=MAX_QUEUE, offload=shared(), recall=advisor.ledger.recall
+    )
     pipeline = Pipeline(groups, retention_s=cfg.retention_s, job=cfg.job, advisor=advisor, headroom=headroom)
     pipeline.runbook_url = cfg.runbook_page()
     pipeline.idle_after_s = cfg.idle_after_s

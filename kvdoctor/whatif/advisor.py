@@ -22,6 +22,7 @@ from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import followup, relief
 from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.followup import FollowUp, follow_up
+from kvdoctor.whatif.ledger import Ledgers
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects, steady
@@ -71,6 +72,7 @@ class Advisor:
         self._failures: dict[str, str] = {}  # target -> why its last simulation raised (until one works)
         self._limits: dict[str, float] = {}  # target → since when its borderline limit has held
         self._caps: dict[str, int] = {}  # target → the --max-num-seqs its config gives (not exported by vLLM)
+        self.ledger = Ledgers()  # a day of each target's step costs, from what leaves the history
 
     def observe(self, target: str, t: float, samples: Iterable[Sample]) -> None:
         """Keep one scrape of a target."""
@@ -83,8 +85,7 @@ class Advisor:
             if h and snap.info == h[-1].info:  # its 38 labels rarely change: one dict, not one a scrape
                 snap.info = h[-1].info
             h.append(snap)
-            while h and h[0].t < t - self.history_s:
-                h.popleft()
+            self.ledger.evict(target, h, t - self.history_s)
 
     def snaps(self, target: str) -> list[Snap]:
         """A copy of a target's recent snapshots, oldest first (the headroom worker learns from them too)."""
@@ -95,6 +96,7 @@ class Advisor:
         """Drop a target's history and predictions."""
         with self._lock:
             self._history.pop(target, None)
+            self.ledger.forget(target)
             self._failures.pop(target, None)
             self._limits.pop(target, None)
             self._caps.pop(target, None)
@@ -265,12 +267,12 @@ class Advisor:
                 raise WindowError("the load has not held long enough")
             young = hi - lo < STEADY_S
             window = [s for s in history if lo <= s.t <= hi]
-            fp = self._shared.fingerprint(target, window, cap)
+            fp, recall = self._shared.fingerprint(target, window, cap), self.ledger.recall(target)
             # this target's last window, or a replica's, near this one was simulated less than refresh_s ago
             eff = self._shared.get(fp, change, t, young, self._effects.get(key))
             if eff is None:
                 args = (history, window, dict(change))
-                run = partial(predict, max_num_seqs=cap, with_intervals=not self.books_only)
+                run = partial(predict, max_num_seqs=cap, with_intervals=not self.books_only, recall=recall)
                 p = self.offload.run(run, *args) if self.offload is not None else run(*args)
                 eff = effect_of(p, dict(change), t)
                 self._shared.put(fp, change, eff, young)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from kvdoctor.verdicts import LIMITS, Advice, Diagnosis
 from kvdoctor.whatif.learn import learned
+from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.plan import MAX_LOAD, MAX_REPLICAS, Planner
 from kvdoctor.whatif.sharing import Fingerprint, fingerprint, steady
@@ -84,8 +85,12 @@ class HeadroomWorker:
         max_queue: int = 256,
         background: bool = False,
         offload: Offload | None = None,
+        recall: Callable[[str], Recall | None] | None = None,
     ) -> None:
         self.history, self.refresh_s, self.background = history, refresh_s, background
+        self.recall = (
+            recall  # a target's step ledger (the advisor's), for the batches its history does not show
+        )
         self.offload = offload  # where the search runs: a child process off the cycle's GIL (None: here)
         self._lock = threading.Condition()
         self._queue: deque[tuple[str, str, dict[str, float], int | None, float]] = deque(maxlen=max_queue)
@@ -183,6 +188,8 @@ class HeadroomWorker:
         if hi - lo < MIN_STEADY_S:
             raise WindowError("the load has not held long enough")
         window = [s for s in history if lo <= s.t <= hi]
+        recall = self.recall(target) if self.recall is not None else None
+        # not keyed by the ledger: replicas of one engine share a search, their ledgers differ by their noise only
         fp = _fingerprint(model, slos, seqs, window)
         with self._lock:  # a window near this one (a replica's, or this target's last) was searched lately
             near = [s for s in self._by_fingerprint.get(fp.same, ()) if t - s[2].t < self.refresh_s]
@@ -190,7 +197,7 @@ class HeadroomWorker:
             if seen is not None:
                 self.shared_total += 1
                 return replace(seen[2], shared_from=seen[1])
-        args = (history, window, seqs, slos)
+        args = (history, window, seqs, slos, recall)
         ratios, needed, replicas = self.offload.run(search, *args) if self.offload else search(*args)
         h = Headroom(dict(slos), ratios, needed, replicas, t)
         with self._lock:
@@ -203,10 +210,16 @@ class HeadroomWorker:
 
 
 def search(
-    history: list[Snap], window: list[Snap], seqs: int | None, slos: dict[str, float]
+    history: list[Snap],
+    window: list[Snap],
+    seqs: int | None,
+    slos: dict[str, float],
+    recall: Recall | None = None,
 ) -> tuple[dict[str, float], int | None, int]:
     """The headroom search on one window: the load multiple breaking each SLO, replicas needed, replicas now."""
-    basis = learned(history, window, max_num_seqs=seqs)  # shared with the advisor's predictions of it
+    basis = learned(
+        history, window, max_num_seqs=seqs, recall=recall
+    )  # shared with the advisor's predictions
     if not basis.step.residual_ratio <= MAX_RESIDUAL:
         raise WindowError(f"step-time fit error {basis.step.residual_ratio:.0%}")
     planner = Planner(basis, {f"{k}_s": v for k, v in slos.items()})

@@ -21,6 +21,7 @@ from typing import Any
 from kvdoctor.capacity.arch import ModelSpec
 from kvdoctor.capacity.presets import GpuSpec
 from kvdoctor.whatif import histo
+from kvdoctor.whatif.ledger import Recall, merged
 from kvdoctor.whatif.model import (
     ITL_BUCKETS,
     QUEUE_BUCKETS,
@@ -61,6 +62,7 @@ class Basis:
     rows: list[Row] = field(default_factory=list)  # the step fit's rows, refitted resampled for the intervals
     physical: StepModel | None = None  # the roofline prior the fit leaned on, if any
     span_s: float = 0.0  # the window's length
+    recalled_batch: float = 0.0  # the largest decoding batch the step ledger's rows added to the history's
     # what the predictions of this window repeat, computed on first use (seeded, so the same numbers again); not
     # init fields, so a replace() with another step or seed starts its own
     runs: dict[tuple[Any, ...], SimResult] = field(
@@ -115,8 +117,10 @@ def learn(
     seed: int = 0,
     model: ModelSpec | None = None,
     gpu: GpuSpec | None = None,
+    recall: Recall | None = None,
 ) -> Basis:
-    """Learn workload and engine from the window, step times from the history, and simulate it unchanged."""
+    """Learn workload and engine from the window, step times from the history (and the target's step ledger, for
+    the bins the history does not show), and simulate it unchanged."""
     if len(window) < 5:
         raise WindowError(f"{len(window)} scrapes in the window; the what-if needs at least 5")
     workload = infer_workload(window)
@@ -128,7 +132,11 @@ def learn(
             notes.append(
                 f"no roofline prior: the {gpu.name} preset has no bandwidth/FLOP/s or the model no size"
             )
-    rows = history_rows(history, engine.max_num_batched_tokens)
+    own = history_rows(history, engine.max_num_batched_tokens)
+    rows, ledger_note = merged(own, recall, window[-1].t)
+    if ledger_note:
+        notes.append(ledger_note)
+    recalled = max((x[1] for x, _, _ in rows[len(own) :]), default=0.0)
     try:
         step = fit_rows(rows, physical)
     except ValueError as exc:
@@ -162,6 +170,7 @@ def learn(
         rows,
         physical,
         span,
+        recalled,
     )
 
 
@@ -178,9 +187,10 @@ def learned(
     seed: int = 0,
     model: ModelSpec | None = None,
     gpu: GpuSpec | None = None,
+    recall: Recall | None = None,
 ) -> Basis:
     """`learn`, once per distinct call among the last LEARNED (the same Basis to every caller; do not mutate it)."""
-    settings = (max_num_seqs, max_num_batched_tokens, seed, model, gpu)
+    settings = (max_num_seqs, max_num_batched_tokens, seed, model, gpu, recall)
     key = hashlib.sha256(pickle.dumps((history, window, settings), pickle.HIGHEST_PROTOCOL)).digest()
     with _cache_lock:
         basis = _cache.get(key)
@@ -195,6 +205,7 @@ def learned(
         seed=seed,
         model=model,
         gpu=gpu,
+        recall=recall,
     )
     with _cache_lock:
         _cache[key] = basis

@@ -11,6 +11,7 @@ from kvdoctor.jsondoc import JsonObject
 from kvdoctor.whatif import intervals, knobs, members, spec
 from kvdoctor.whatif.intervals import Band, Reader
 from kvdoctor.whatif.learn import MIN_REQUESTS, MIN_SIM_S, Basis, learn, learned
+from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
 from kvdoctor.whatif.readout import WARMUP_S, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import Overload, as_dict, detect
@@ -126,8 +127,10 @@ def predict(
     model: ModelSpec | None = None,
     gpu: GpuSpec | None = None,
     with_intervals: bool = True,
+    recall: Recall | None = None,
 ) -> Prediction:
-    """Learn workload and engine from the window, step times from the history; simulate before and after.
+    """Learn workload and engine from the window, step times from the history (and `recall`, the target's step
+    ledger); simulate before and after.
 
     The learned window is shared (`learn.learned`): other changes of the same window only simulate their side.
     Without `with_intervals` the 80 % bands (eight short simulations) are left out: the point values are the same.
@@ -140,6 +143,7 @@ def predict(
         seed=seed,
         model=model,
         gpu=gpu,
+        recall=recall,
     )
     workload, engine, step, replicas = basis.workload, basis.engine, basis.step, basis.replicas
     duration, buckets, sigma = basis.duration_s, basis.buckets, basis.sigma
@@ -189,6 +193,8 @@ def _intervals(
     buckets, sigma = basis.buckets, basis.sigma
     now_m, after_m, member_s = members.run_members(basis, p.changes, gpu_memory_bytes, duration_s)
     seen = intervals.seen_range(history, basis.rows)
+    # the batches the step ledger recalls were seen too, before the history's start
+    seen = replace(seen, batch_max=max(seen.batch_max, basis.recalled_batch))
     miss = intervals.misses(p.unchanged, p.measured)
     flags = intervals.unseen(seen, p.unchanged, p.workload, basis.replicas)
     p.band_now = intervals.band(p.unchanged, Reader(runs[0], buckets, sigma), now_m, flags)
