@@ -40,7 +40,7 @@ from fleet_data import RECORDINGS, recording_dir  # noqa: E402
 
 from kvdoctor.config.load import load_config  # noqa: E402
 from kvdoctor.daemon.runner import Daemon  # noqa: E402
-from kvdoctor.promql.values import _GROUPINGS  # noqa: E402
+from kvdoctor.promql.values import _GROUPINGS, _MEMOS  # noqa: E402
 from kvdoctor.rules.loader import default_rule_files, load_files  # noqa: E402
 from kvdoctor.whatif.offload import shared  # noqa: E402
 
@@ -200,7 +200,7 @@ def main() -> int:
         for k in range(args.cycles):
             one("fleet", k)
         write_config(cfg_path, ports, args.reload_to, args.interval, args.retention)
-        memo = sum(len(g) for g in _GROUPINGS.values())  # label sets the evaluator's by/on memo holds
+        memo = sum(len(g) for g in (*_GROUPINGS.values(), *_MEMOS))  # label sets the evaluator's memos hold
         t0 = time.monotonic()
         ok, message = d.reload()
         print(
