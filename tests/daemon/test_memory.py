@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from kvdoctor.daemon.memory import REFREEZE_S, Heap, release_memory
+from kvdoctor.daemon.memory import REFREEZE_S, YOUNG_THRESHOLD, Heap, release_memory
 
 
 class Node:
@@ -34,6 +34,19 @@ def test_settle_freezes_what_lives_and_thaw_hands_it_back() -> None:
         assert gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
+
+
+def test_young_collections_are_fewer_while_the_heap_is_kept_and_as_before_after() -> None:
+    before = gc.get_threshold()
+    heap = Heap()
+    try:
+        heap.settle(10)
+        assert gc.get_threshold() == (max(before[0], YOUNG_THRESHOLD), *before[1:])
+        heap.thaw()
+        assert gc.get_threshold() == before
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 def test_a_cycle_that_dies_frozen_is_collected_at_the_next_refreeze() -> None:
