@@ -14,7 +14,9 @@ reloaded to --reload-to targets and --after more cycles run. Prints one line per
 seconds and CPU seconds, CPU ms per target, series in the store, Python objects alive) and a summary: RSS growth
 over the second half of the full-fleet run (flat means bounded by the retention), the slowest cycle against the
 interval, the median cycle's wall and CPU per target (with the CPU split by thread: the cycle thread's ingest and
-evaluation, the scrape loop's HTTP, the parse worker), and RSS after the reload.
+evaluation, the scrape loop's HTTP, the parse worker), and RSS after the reload. The line starting `SUMMARY` says
+it in one place: how many full-fleet cycles ran past the interval, and CPU ms per target-cycle by thread (cycle,
+parse, scrape, what-if: its worker and the threads that pickle its work for the simulation child).
 """
 
 from __future__ import annotations
@@ -94,6 +96,19 @@ def thread_cpu() -> dict[str, float]:
         name = t.name.rstrip("0123456789").rstrip("_")
         out[name] = out.get(name, 0.0) + used
     return out
+
+
+# what each thread is for; the process pool's feeder and manager threads pickle the what-if's work for its child
+ROLES = {
+    "MainThread": "cycle",  # stepped: Daemon.cycle runs here (ingest, evaluation, publishing)
+    "kvdoctor-cycle": "cycle",
+    "kvdoctor-parse": "parse",
+    "kvdoctor-scrape": "scrape",
+    "kvdoctor-whatif": "what-if",
+    "kvdoctor-headroom": "what-if",
+    "QueueFeederThread": "what-if",
+    "Thread-": "what-if",
+}
 
 
 def write_config(path: Path, ports: list[int], n: int, interval: float, retention: float) -> None:
@@ -248,12 +263,25 @@ def main() -> int:
                 if statistics.median(r.get(k, 0.0) for r in split) > 0
             )
         )
+        roles: dict[str, float] = {}
+        for k in names:
+            role = ROLES.get(k, "other")
+            roles[role] = roles.get(role, 0.0) + statistics.median(r.get(k, 0.0) for r in split)
+        summary = (
+            f"SUMMARY {args.targets} targets, {args.interval:g}s interval: {over} of {len(fleet) - 1} full-fleet "
+            f"cycles past the interval (median wall {wall:.1f}s, slowest {slowest:.1f}s); CPU {med / args.targets * 1e3:.2f} "
+            "ms per target-cycle, by thread: "
+            + ", ".join(f"{k} {v / args.targets * 1e3:.2f}" for k, v in roles.items() if v > 0)
+            + f"; RSS after the retention {per_min:+.1f} MB per simulated minute"
+        )
     for pid in child_pids:  # the daemon simulates in a child process: its memory is the pod's too
         print(f"simulation child {pid}: RSS {rss_mb(pid):.0f} MB (not in the curve above)")
     print(
         f"cycles longer than the interval: {over} of {len(fleet) - 1}; "
         f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
     )
+    if full and not args.realtime:
+        print(f"{summary}; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     if after:
         # blocks: Python objects alive; RSS beyond them is memory the allocators keep (freed, not returned)
         print(
