@@ -184,10 +184,11 @@ def main() -> int:
         )
         print(
             f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'cpu s':>7s} "
-            f"{'ms/target':>9s} {'series':>8s} {'py blocks':>10s}"
+            f"{'ms/target':>9s} {'series':>8s} {'py blocks':>10s} {'down':>5s}"
         )
         cpus: list[float] = []  # CPU of the cycle: every thread of this process (scrapes, parses, evaluation)
         by_thread: list[dict[str, float]] = []  # the same, per thread
+        downs: list[int] = []  # targets whose last scrape failed, after each cycle
 
         def one(phase: str, k: int) -> None:
             if args.realtime:
@@ -205,10 +206,11 @@ def main() -> int:
             row = (phase, k, k * args.interval, rss_mb(), dur, len(d.pipeline.store), blocks)
             rows.append(row)
             cpus.append(cpu)
+            downs.append(sum(not t.up for t in d.pipeline.targets.values()))  # failed scrapes cost less
             targets = args.targets if phase == "fleet" else args.reload_to
             print(
                 f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {cpus[-1]:7.2f} "
-                f"{cpus[-1] / targets * 1e3:9.2f} {row[5]:8d} {blocks:10d}",
+                f"{cpus[-1] / targets * 1e3:9.2f} {row[5]:8d} {blocks:10d} {downs[-1]:5d}",
                 flush=True,
             )
 
@@ -272,7 +274,8 @@ def main() -> int:
             f"cycles past the interval (median wall {wall:.1f}s, slowest {slowest:.1f}s); CPU {med / args.targets * 1e3:.2f} "
             "ms per target-cycle, by thread: "
             + ", ".join(f"{k} {v / args.targets * 1e3:.2f}" for k, v in roles.items() if v > 0)
-            + f"; RSS after the retention {per_min:+.1f} MB per simulated minute"
+            + f"; RSS after the retention {per_min:+.1f} MB per simulated minute; targets down after a cycle: "
+            f"median {statistics.median(downs[1 : len(fleet)]):g}, most {max(downs[1 : len(fleet)])}"
         )
     for pid in child_pids:  # the daemon simulates in a child process: its memory is the pod's too
         print(f"simulation child {pid}: RSS {rss_mb(pid):.0f} MB (not in the curve above)")
