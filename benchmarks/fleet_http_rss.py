@@ -14,7 +14,9 @@ reloaded to --reload-to targets and --after more cycles run. Prints one line per
 seconds and CPU seconds, CPU ms per target, series in the store, Python objects alive) and a summary: RSS growth
 over the second half of the full-fleet run (flat means bounded by the retention), the slowest cycle against the
 interval, the median cycle's wall and CPU per target (with the CPU split by thread: the cycle thread's ingest and
-evaluation, the scrape loop's HTTP, the parse worker), and RSS after the reload.
+evaluation, the scrape loop's HTTP, the parse worker), and RSS after the reload. The line starting `SUMMARY` says
+it in one place: how many full-fleet cycles ran past the interval, and CPU ms per target-cycle by thread (cycle,
+parse, scrape, what-if: its worker and the threads that pickle its work for the simulation child).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from fleet_data import RECORDINGS, recording_dir  # noqa: E402
 
 from kvdoctor.config.load import load_config  # noqa: E402
 from kvdoctor.daemon.runner import Daemon  # noqa: E402
-from kvdoctor.promql.values import _GROUPINGS  # noqa: E402
+from kvdoctor.promql.values import _GROUPINGS, _MEMOS  # noqa: E402
 from kvdoctor.rules.loader import default_rule_files, load_files  # noqa: E402
 from kvdoctor.whatif.offload import shared  # noqa: E402
 
@@ -94,6 +96,19 @@ def thread_cpu() -> dict[str, float]:
         name = t.name.rstrip("0123456789").rstrip("_")
         out[name] = out.get(name, 0.0) + used
     return out
+
+
+# what each thread is for; the process pool's feeder and manager threads pickle the what-if's work for its child
+ROLES = {
+    "MainThread": "cycle",  # stepped: Daemon.cycle runs here (ingest, evaluation, publishing)
+    "kvdoctor-cycle": "cycle",
+    "kvdoctor-parse": "parse",
+    "kvdoctor-scrape": "scrape",
+    "kvdoctor-whatif": "what-if",
+    "kvdoctor-headroom": "what-if",
+    "QueueFeederThread": "what-if",
+    "Thread-": "what-if",
+}
 
 
 def write_config(path: Path, ports: list[int], n: int, interval: float, retention: float) -> None:
@@ -169,10 +184,11 @@ def main() -> int:
         )
         print(
             f"{'phase':7s} {'cycle':>5s} {'t(s)':>6s} {'rss MB':>7s} {'cycle s':>8s} {'cpu s':>7s} "
-            f"{'ms/target':>9s} {'series':>8s} {'py blocks':>10s}"
+            f"{'ms/target':>9s} {'series':>8s} {'py blocks':>10s} {'down':>5s}"
         )
         cpus: list[float] = []  # CPU of the cycle: every thread of this process (scrapes, parses, evaluation)
         by_thread: list[dict[str, float]] = []  # the same, per thread
+        downs: list[int] = []  # targets whose last scrape failed, after each cycle
 
         def one(phase: str, k: int) -> None:
             if args.realtime:
@@ -190,17 +206,18 @@ def main() -> int:
             row = (phase, k, k * args.interval, rss_mb(), dur, len(d.pipeline.store), blocks)
             rows.append(row)
             cpus.append(cpu)
+            downs.append(sum(not t.up for t in d.pipeline.targets.values()))  # failed scrapes cost less
             targets = args.targets if phase == "fleet" else args.reload_to
             print(
                 f"{row[0]:7s} {row[1]:5d} {row[2]:6.0f} {row[3]:7.0f} {row[4]:8.2f} {cpus[-1]:7.2f} "
-                f"{cpus[-1] / targets * 1e3:9.2f} {row[5]:8d} {blocks:10d}",
+                f"{cpus[-1] / targets * 1e3:9.2f} {row[5]:8d} {blocks:10d} {downs[-1]:5d}",
                 flush=True,
             )
 
         for k in range(args.cycles):
             one("fleet", k)
         write_config(cfg_path, ports, args.reload_to, args.interval, args.retention)
-        memo = sum(len(g) for g in _GROUPINGS.values())  # label sets the evaluator's by/on memo holds
+        memo = sum(len(g) for g in (*_GROUPINGS.values(), *_MEMOS))  # label sets the evaluator's memos hold
         t0 = time.monotonic()
         ok, message = d.reload()
         print(
@@ -248,12 +265,26 @@ def main() -> int:
                 if statistics.median(r.get(k, 0.0) for r in split) > 0
             )
         )
+        roles: dict[str, float] = {}
+        for k in names:
+            role = ROLES.get(k, "other")
+            roles[role] = roles.get(role, 0.0) + statistics.median(r.get(k, 0.0) for r in split)
+        summary = (
+            f"SUMMARY {args.targets} targets, {args.interval:g}s interval: {over} of {len(fleet) - 1} full-fleet "
+            f"cycles past the interval (median wall {wall:.1f}s, slowest {slowest:.1f}s); CPU {med / args.targets * 1e3:.2f} "
+            "ms per target-cycle, by thread: "
+            + ", ".join(f"{k} {v / args.targets * 1e3:.2f}" for k, v in roles.items() if v > 0)
+            + f"; RSS after the retention {per_min:+.1f} MB per simulated minute; targets down after a cycle: "
+            f"median {statistics.median(downs[1 : len(fleet)]):g}, most {max(downs[1 : len(fleet)])}"
+        )
     for pid in child_pids:  # the daemon simulates in a child process: its memory is the pod's too
         print(f"simulation child {pid}: RSS {rss_mb(pid):.0f} MB (not in the curve above)")
     print(
         f"cycles longer than the interval: {over} of {len(fleet) - 1}; "
         f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
     )
+    if full and not args.realtime:
+        print(f"{summary}; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     if after:
         # blocks: Python objects alive; RSS beyond them is memory the allocators keep (freed, not returned)
         print(

@@ -13,7 +13,7 @@ import pytest
 
 from kvdoctor.config.load import load_config
 from kvdoctor.daemon.runner import Daemon
-from kvdoctor.promql.values import _GROUPINGS
+from kvdoctor.promql.values import _GROUPINGS, _MEMOS
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.samples import Sample
@@ -101,8 +101,8 @@ def test_a_daemon_holds_a_retention_and_a_reload_to_fewer_targets_frees_the_rest
         clock.advance(INTERVAL)
         d.cycle()
         assert d.pipeline.targets["t00"].up and len(d.pipeline.store) <= left * 1.1
-        # the evaluator's memo of label sets (by/on projections) holds the two left, not the ten removed
-        memo = {dict(k).get("instance") for g in _GROUPINGS.values() for k in g}
+        # the evaluator's memos of label sets (by/on projections, histogram buckets) hold the two left, not the ten
+        memo = {dict(k).get("instance") for g in (*_GROUPINGS.values(), *_MEMOS) for k in g}
         assert "t00" in memo and memo <= {"t00", "t01", None}
     finally:
         d.shutdown()

@@ -16,7 +16,7 @@ from kvdoctor.daemon.discovery import Discovery
 from kvdoctor.daemon.durable import StateWriter, storage_health
 from kvdoctor.daemon.health import HealthLog
 from kvdoctor.daemon.logs import setup_logging
-from kvdoctor.daemon.memory import release_memory
+from kvdoctor.daemon.memory import Heap, release_memory
 from kvdoctor.daemon.notifying import build_notifier
 from kvdoctor.daemon.pace import Pace
 from kvdoctor.daemon.reload import changes, load_everything, load_off_thread, refusal
@@ -67,6 +67,7 @@ class Daemon:
         self._last: dict[tuple[str, str], str] = {}
         self._health = HealthLog()
         self._pace = Pace(self.state)
+        self.heap = Heap()  # the fleet's long-lived objects frozen out of full collections
         self._thread: threading.Thread | None = None
         self.history = History("kvdoctor serve")  # hourly summaries for `/report`
         self.writer = StateWriter(cfg.state_file) if cfg.state_file else None
@@ -142,6 +143,7 @@ class Daemon:
             self.notifier.close()
         for server in filter(None, (self.web, self.health)):
             server.stop()
+        self.heap.thaw()
 
     # -- cycles --------------------------------------------------------------------------------------
     def _run_cycles(self) -> None:
@@ -173,10 +175,8 @@ class Daemon:
                 return self._publish(cycle, start) if cycle is not None else []
             self._sync_targets()
             # scraping now, each target gets its own timeout; the cap to the interval protects the schedule
-            scraped = (
-                self.scraper.scrape(list(self.watched.specs.values())) if scrape_now else self.scraper.drain()
-            )
-            for r in scraped:
+            specs = list(self.watched.specs.values())
+            for r in self.scraper.scrape(specs) if scrape_now else self.scraper.drain():
                 self._ingest(r)
             return self._publish(self.pipeline.evaluate(self.clock()), start)
 
@@ -202,6 +202,7 @@ class Daemon:
         self._persist()
         self._pace.note(time.monotonic() - start, self.cfg.interval_s)
         self.state.note_cycle_failure(None)  # a whole cycle worked: /-/ready counts failures in a row afresh
+        self.heap.settle(len(self.pipeline.store))
         return cycle.diagnoses
 
     def _announce(self, diagnoses: list[Diagnosis]) -> None:
@@ -234,7 +235,7 @@ class Daemon:
         self._health.forget(removed)
         self._last = {k: v for k, v in self._last.items() if k[0] not in removed}
         if len(removed) >= 10:
-            release_memory()  # freed series are many small allocations: give the pages back to the system
+            release_memory(self.heap)  # freed series are many small allocations: give the pages back
 
     def reload(self) -> tuple[bool, str]:
         """Re-read config and rules and apply them all, or refuse (keeping everything running) and say why."""

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from kvdoctor.promql.quantile import quantile
-from kvdoctor.promql.values import Elem, EvalError, Labels, Vector, grouping
+from kvdoctor.promql.values import Elem, EvalError, Labels, Vector, grouping, new
 
 SUPPORTED = {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk", "bottomk", "quantile"}
 SELECTING = {"topk", "bottomk"}  # they return input elements, not a value per group
@@ -30,7 +30,9 @@ def aggregate(
             groups[key] = [v]
         else:
             values.append(v)
-    return [Elem(key, _reduce(op, vs, param)) for key, vs in groups.items()]
+    if op == "sum":  # the pack's common case, without a call per group
+        return [new(Elem, (key, sum(vs))) for key, vs in groups.items()]
+    return [new(Elem, (key, _reduce(op, vs, param))) for key, vs in groups.items()]
 
 
 def _reduce(op: str, vs: list[float], param: float | None) -> float:

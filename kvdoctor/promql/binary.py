@@ -15,6 +15,7 @@ from kvdoctor.promql.values import (
     drop_name,
     get_label,
     grouping,
+    new,
     set_label,
 )
 
@@ -84,19 +85,21 @@ def scalar_scalar(op: str, lhs: float, rhs: float, return_bool: bool) -> Scalar:
 
 def vector_scalar(op: str, vec: Vector, s: float, scalar_left: bool, return_bool: bool) -> Vector:
     """vector op scalar (or scalar op vector when scalar_left)."""
-    out: Vector = []
-    drop = op in ARITH or return_bool
-    for e in vec:
-        a, b = (s, e.v) if scalar_left else (e.v, s)
-        v, keep = elem_op(op, a, b)
-        if op in COMPARE:
-            if scalar_left:
-                v = e.v  # a filter keeps the vector's value, whichever side it is on
-            if return_bool:
-                v, keep = (1.0 if keep else 0.0), True
-        if keep:
-            out.append(Elem(drop_name(e.labels) if drop else e.labels, v))
-    return out
+    fn = OPS.get(op)
+    if fn is not None:  # arithmetic: every element, without its name
+        if scalar_left:
+            return [new(Elem, (drop_name(e.labels), fn(s, e.v))) for e in vec]
+        return [new(Elem, (drop_name(e.labels), fn(e.v, s))) for e in vec]
+    cmp = CMPS[op]
+    if return_bool:  # 1 or 0 for every element, without its name
+        return [
+            new(Elem, (drop_name(e.labels), 1.0 if (cmp(s, e.v) if scalar_left else cmp(e.v, s)) else 0.0))
+            for e in vec
+        ]
+    # a filter keeps the element as it is (its value, whichever side the scalar is on, and its name)
+    if scalar_left:
+        return [e for e in vec if cmp(s, e.v)]
+    return [e for e in vec if cmp(e.v, s)]
 
 
 class Matching:
@@ -177,5 +180,5 @@ def vector_vector(op: str, lhs: Vector, rhs: Vector, m: Matching, return_bool: b
             elif labels in seen:
                 raise EvalError("multiple matches for labels: grouping labels must ensure unique matches")
             seen.add(labels)
-        out.append(Elem(labels, v))
+        out.append(new(Elem, (labels, v)))
     return out

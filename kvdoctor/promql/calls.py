@@ -24,6 +24,7 @@ from kvdoctor.promql.values import (
     check_unique,
     drop_name,
     ms,
+    new,
 )
 from kvdoctor.samples import Labels
 from kvdoctor.store import Series
@@ -101,7 +102,7 @@ class Calls:
         if isinstance(rng_node, pp.MatrixSelector):
             keep = name in KEEPS_NAME
             out = [
-                Elem(labels if keep else drop_name(labels), v)
+                new(Elem, (labels if keep else drop_name(labels), v))
                 for labels, v in self._rows(fn, rng_node, extra, t)
             ]
             # series of one name stay distinct without it; a selector by regex on the name may not

@@ -25,6 +25,7 @@ from kvdoctor.promql.values import (
     check_unique,
     drop_name,
     ms,
+    new,
 )
 from kvdoctor.samples import Labels
 from kvdoctor.store import Series, Store
@@ -175,7 +176,7 @@ class Evaluator(Calls):
         for s in self._matching(node):
             v = s.at(ref, lookback)
             if v is not None:
-                out.append(Elem(s.labels, v))
+                out.append(new(Elem, (s.labels, v)))
         return out
 
     def _matrix(self, node: pp.MatrixSelector, t: int) -> Matrix:

@@ -16,7 +16,8 @@ from kvdoctor.promql.values import (
     check_unique,
     drop_name,
     get_label,
-    grouping,
+    new,
+    remembered,
     set_label,
 )
 
@@ -151,31 +152,57 @@ def label_join(vec: Vector, dst: str, sep: str, srcs: list[str]) -> Vector:
     return check_unique(out)
 
 
-_WITHOUT_LE = grouping(False, {"le"})
-_BOUNDS: dict[str, float | None] = {}
+class _Buckets(dict[Labels, tuple[Labels, float | None]]):
+    """A bucket's label set -> (its histogram's label set, its upper bound or None), memoized as Grouping is.
+
+    The pack's quantiles read every bucket of every target each cycle, with the same label tuples: one lookup each
+    instead of finding `le`, parsing it and projecting the rest. Forgotten with the groupings (forget_groupings).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._keys: dict[Labels, Labels] = {}  # one histogram label set, shared by its buckets
+        self._bounds: dict[str, float | None] = {}
+
+    def __missing__(self, labels: Labels) -> tuple[Labels, float | None]:
+        le = get_label(labels, "le")
+        upper = self._bounds.get(le)
+        if upper is None and le not in self._bounds:
+            try:
+                upper = float(le)
+            except ValueError:
+                upper = None
+            if len(self._bounds) < 100_000:
+                self._bounds[le] = upper
+        key = tuple(p for p in labels if p[0] != "le" and p[0] != NAME)
+        if len(self) >= 1 << 22:
+            self.clear()
+        split = self[labels] = (self._keys.setdefault(key, key), upper)
+        return split
+
+    def clear(self) -> None:
+        """Forget every label set."""
+        super().clear()
+        self._keys.clear()
 
 
-def _upper_bound(le: str) -> float | None:
-    if le in _BOUNDS:
-        return _BOUNDS[le]
-    try:
-        upper: float | None = float(le)
-    except ValueError:
-        upper = None
-    if len(_BOUNDS) < 100_000:
-        _BOUNDS[le] = upper
-    return upper
+_BUCKETS = remembered(_Buckets())
 
 
 def histogram_quantile(q: float, vec: Vector) -> Vector:
     """histogram_quantile(φ, buckets): one value per label set without `le`."""
     groups: dict[Labels, list[tuple[float, float]]] = {}
-    for e in vec:
-        upper = _upper_bound(get_label(e.labels, "le"))
+    split = _BUCKETS
+    for labels, v in vec:
+        key, upper = split[labels]
         if upper is None:
             continue  # a bucket without a parsable `le` is ignored, as in Prometheus
-        groups.setdefault(_WITHOUT_LE(e.labels), []).append((upper, e.v))
-    return [Elem(k, bucket_quantile(q, b)) for k, b in groups.items()]
+        b = groups.get(key)
+        if b is None:
+            groups[key] = [(upper, v)]
+        else:
+            b.append((upper, v))
+    return [new(Elem, (k, bucket_quantile(q, b))) for k, b in groups.items()]
 
 
 def absent(vec: Vector, equal_matchers: list[tuple[str, str]]) -> Vector:

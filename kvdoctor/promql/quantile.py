@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from operator import itemgetter
 
 
 def quantile(q: float, values: Sequence[float]) -> float:
@@ -28,6 +29,9 @@ def _nan_first(v: float) -> tuple[int, float]:
     return (0, 0.0) if math.isnan(v) else (1, v)
 
 
+_UPPER = itemgetter(0)
+
+
 def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
     """histogram_quantile over (upper bound, cumulative count) pairs of one histogram."""
     if math.isnan(q):
@@ -36,7 +40,7 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
         return -math.inf
     if q > 1:
         return math.inf
-    buckets = sorted(buckets, key=lambda b: b[0])
+    buckets = sorted(buckets, key=_UPPER)
     if not buckets or not math.isinf(buckets[-1][0]):
         return math.nan
     merged: list[list[float]] = []

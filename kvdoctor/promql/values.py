@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 from decimal import Decimal
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from kvdoctor.errors import InputError
 from kvdoctor.samples import Labels
 
 NAME = "__name__"
 _MS = timedelta(milliseconds=1)
+# A NamedTuple built without the Python frame of its generated __new__: `new(Elem, (labels, v))`. The pack builds
+# a few hundred elements per target per cycle, and that frame was a tenth of the evaluation.
+new = tuple.__new__
 
 
 class EvalError(InputError):
@@ -109,6 +112,16 @@ class Grouping(dict[Labels, Labels]):
 
 _GROUPING_LIMIT = 1 << 22
 _GROUPINGS: dict[tuple[bool, frozenset[str]], Grouping] = {}
+_MEMOS: list[
+    dict[Any, Any]
+] = []  # other memos keyed by label sets (remembered), forgotten with the groupings
+M = TypeVar("M", bound=dict[Any, Any])
+
+
+def remembered(memo: M) -> M:
+    """memo, to be emptied by forget_groupings with the groupings' own (it keeps label sets of series)."""
+    _MEMOS.append(memo)
+    return memo
 
 
 def forget_groupings() -> None:
@@ -117,7 +130,7 @@ def forget_groupings() -> None:
     The memo holds the label sets of every series it projected: after a reload from 2,000 targets to 10 it would keep
     the removed targets' label tuples alive, and their memory, until it reached its limit.
     """
-    for g in _GROUPINGS.values():
+    for g in (*_GROUPINGS.values(), *_MEMOS):
         g.clear()  # CPython frees the table too
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from kvdoctor.jsondoc import JsonObject
 from kvdoctor.promql.engine import Evaluator
 from kvdoctor.promql.nodes import names_read
-from kvdoctor.promql.values import Elem, EvalError, Scalar, drop_name
+from kvdoctor.promql.values import Elem, EvalError, Scalar, drop_name, new
 from kvdoctor.rules.loader import Rule, RuleGroup
 from kvdoctor.rules.templates import expand
 from kvdoctor.samples import Labels, Sample
@@ -135,7 +135,7 @@ class RuleEngine:
             if key in seen:
                 return "vector contains metrics with the same labelset after applying rule labels"
             seen.add(key)
-            samples.append(Sample(rule.name, key, e.v))
+            samples.append(new(Sample, (rule.name, key, e.v, None)))
         self.store.ingest(f"rule:{group.file}:{group.name}:{i}", t_ms, samples)
         return None
 

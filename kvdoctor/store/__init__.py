@@ -256,7 +256,7 @@ class Store:
                 del s._v[:cut]
                 if s._stale:
                     del s._stale[: bisect_left(s._stale, cutoff)]
-            if s.only_stale() and id(s) not in current:
+            if id(s) not in current and s.only_stale():  # a series written now is not dead: no call
                 dead.append(ck)
         for ck in dead:
             self._remove(src.cache.pop(ck))
