@@ -5,7 +5,8 @@ whatever its OS priority, and a cycle of a fleet at a limit runs up to twice as 
 gets what the cycle leaves (a CFS weight of 15 against 1,024 on a shared core). The worker threads stay: they pick
 what to compute, share results and queue; they hand the pure computation (`predict`, the headroom search) over
 here and wait without holding the GIL. One child per daemon process, started on first use ("spawn": a fork of a
-process with threads may copy a held lock); a child that dies is replaced on the next call.
+process with threads may copy a held lock); a child that dies is replaced on the next call. Once closed (at exit)
+no child is started again: a call then raises `OffloadClosed`, a RuntimeError the workers already take as "gone".
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
@@ -38,15 +39,23 @@ def _lowest_priority() -> None:
         os.nice(max(0, min(19, nice)))
 
 
+class OffloadClosed(RuntimeError):
+    """The offload was closed (the process is exiting): nothing more is simulated."""
+
+
 class Offload:
     """Runs picklable functions in a nice-19 child process, one call at a time per calling thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
+        self._closed = False
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
+            if self._closed:
+                # a worker whose call close() broke would otherwise start a child that exit then waits for
+                raise OffloadClosed("the simulation child was closed: the process is exiting")
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
                     max_workers=1,
@@ -62,11 +71,14 @@ class Offload:
             pool = self._executor()
             try:
                 return pool.submit(fn, *args).result()
-            except BrokenProcessPool:
+            except (BrokenProcessPool, CancelledError):  # cancelled: another caller shut the broken pool down
                 with self._lock:
+                    closed = self._closed
                     if self._pool is pool:
                         self._pool = None
                 pool.shutdown(wait=False, cancel_futures=True)
+                if closed:
+                    raise OffloadClosed("the simulation child was closed: the process is exiting") from None
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
@@ -80,7 +92,7 @@ class Offload:
     def close(self) -> None:
         """Stop the child now: a simulation in progress is abandoned (SIGTERM must not wait for a search)."""
         with self._lock:
-            pool, self._pool = self._pool, None
+            pool, self._pool, self._closed = self._pool, None, True
         if pool is not None:
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()

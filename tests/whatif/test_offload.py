@@ -4,6 +4,8 @@ child that dies is replaced."""
 from __future__ import annotations
 
 import os
+import select
+import threading
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -11,11 +13,12 @@ import pytest
 
 from kvdoctor.whatif.followup import follow_up
 from kvdoctor.whatif.headroom import search
-from kvdoctor.whatif.offload import Offload
+from kvdoctor.whatif.offload import Offload, OffloadClosed
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import restarts
 from kvdoctor.whatif.workload import WindowError
+from tests.support.wait import until
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BATCHCAP, RESTART = PAIRS / "batchcap_before.jsonl.gz", PAIRS / "batchcap_restart.jsonl.gz"
@@ -55,6 +58,28 @@ def test_a_child_that_dies_is_replaced_on_the_next_call():
         assert off.run(os.getpid) not in (first, os.getpid())
     finally:
         off.close()
+
+
+def test_a_call_that_close_interrupts_ends_and_no_child_is_started_again():
+    # at exit close() breaks the call in progress; a retry that started a new child would keep the exit waiting
+    off = Offload()
+    ended: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            off.run(select.select, [], [], [], 60.0)  # blocks in the child until close() ends it
+        except BaseException as exc:  # the test reads what the worker would see
+            ended.append(exc)
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    until(off.pids, what="the child started")
+    off.close()
+    until(lambda: not worker.is_alive(), what="the interrupted call returned")
+    assert len(ended) == 1 and isinstance(ended[0], OffloadClosed), ended
+    assert off.pids() == []
+    with pytest.raises(OffloadClosed):
+        off.run(os.getpid)
 
 
 @pytest.mark.slow  # two predictions of the restart recording (minutes on a busy 2-core machine)
