@@ -30,6 +30,10 @@ NEAR = 0.05
 PREFIX_NEAR = 0.05  # the prefix-cache hit share, in absolute points
 
 
+class Simulate(Exception):
+    """A look found no fresh answer for its window: the request needs the worker and the simulation child."""
+
+
 class Jobs(Generic[K]):
     """A FIFO of keys for one worker thread: a key is queued once until done; when full, the oldest is dropped."""
 
@@ -78,6 +82,10 @@ class Jobs(Generic[K]):
     def __len__(self) -> int:
         with self._cv:
             return len(self._queue)
+
+    def __contains__(self, key: object) -> bool:
+        with self._cv:  # queued or being computed
+            return key in self._pending
 
 
 @dataclass(frozen=True)
