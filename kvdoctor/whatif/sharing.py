@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from kvdoctor.errors import KvdoctorError
 from kvdoctor.verdicts import Effect
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Snap, measure, restarts
@@ -30,7 +31,7 @@ NEAR = 0.05
 PREFIX_NEAR = 0.05  # the prefix-cache hit share, in absolute points
 
 
-class Simulate(Exception):
+class Simulate(KvdoctorError):
     """A look found no fresh answer for its window: the request needs the worker and the simulation child."""
 
 
