@@ -13,8 +13,11 @@ first --fill seconds with the workers held (the cycle "without predictions"), th
 had fresh effects and headroom, and one more refresh period (at most three periods). Simulations run where the
 daemon runs them, in a child process pinned to the same core at nice --nice (19 as the daemon; 0 on a machine other
 jobs keep busy, where a nice-19 child gets next to nothing; --threads: on the worker threads, for comparison).
-Prints the cycle's wall time and CPU without and with predictions, CPU per target-cycle, the workers' counters
-(computed, shared, dropped) and the verdict: the refresh's wall time against --refresh, and the CPU a period needs
+A target is refreshed as the daemon means it: its headroom and, where its advice names a change, an effect simulated
+after the workers were let go and less than the refresh period ago (a kept effect is one re-checked since; a shared
+one a replica's). Prints the cycle's wall time and CPU without and with predictions, CPU per target-cycle, the
+workers' counters (computed, shared, kept, dropped), the what-if queue's depth, how many targets at a limit show
+something older than the period after the first refresh, and the verdict: the refresh's wall time against --refresh, and the CPU a period needs
 on one core (its cycles plus the refresh's simulations). Load average beside it: the machine may be shared.
 On a machine too busy for the refresh to finish, --alone measures two of the fleet's cycles and each recording's
 refresh computed inline for one target (process CPU), and projects what a period needs of one core.
@@ -66,19 +69,26 @@ def workers_cpu_s(names: tuple[str, ...]) -> float:
     return sum(_cpu(f"/proc/self/task/{tid}/stat") for tid in threads) + child
 
 
-def fresh(diagnoses: list, since: float) -> tuple[set[str], set[str], int, int]:
-    """Targets at a limit, targets refreshed since `since` (headroom and, where their advice names a change, an
-    effect computed since then), targets whose advice names a change and those with such an effect."""
-    at_limit, refreshed, want, eff = set(), set(), 0, 0
+def fresh(
+    diagnoses: list, since: float, now: float, refresh_s: float
+) -> tuple[set[str], set[str], int, int, float]:
+    """Targets at a limit; those fresh as the product means it (headroom and, where the advice names a change, an
+    effect simulated after `since` and less than refresh_s before `now`: a kept effect was simulated less than
+    refresh_s ago and re-checked since, a shared one simulated that recently from a near window); how many targets'
+    advice names a change and how many show such an effect; the oldest effect a target at a limit shows (s)."""
+    floor = max(since, now - refresh_s)
+    at_limit, refreshed, want, eff, oldest = set(), set(), 0, 0, 0.0
     for d in diagnoses:
         asks = any(a.change for a in d.advice)
-        has = any(a.effect is not None and a.effect.t >= since for a in d.advice)
+        has = any(a.effect is not None and a.effect.t >= floor for a in d.advice)
         want, eff = want + asks, eff + has
         if str(getattr(d.verdict, "value", d.verdict)) in LIMITS:
             at_limit.add(d.target)
-        if float(d.evidence.get("slo_headroom_timestamp", 0.0) or 0.0) >= since and (has or not asks):
+            ages = [now - a.effect.t for a in d.advice if a.effect is not None and a.effect.t >= since]
+            oldest = max(oldest, *ages) if ages else oldest
+        if float(d.evidence.get("slo_headroom_timestamp", 0.0) or 0.0) >= floor and (has or not asks):
             refreshed.add(d.target)
-    return at_limit, refreshed, want, eff
+    return at_limit, refreshed, want, eff, oldest
 
 
 def _stats(xs: list[float]) -> str:
@@ -236,6 +246,11 @@ def main() -> int:
     asked_at: float | None = None
     w_cpu0 = w_cpu = w_prev = 0.0
     done_targets: set[str] = set()
+    depth, late_fresh, oldest_after = (
+        0,
+        0,
+        0.0,
+    )  # the what-if queue's deepest; after the refresh: stale targets, age
     print(
         f"{args.targets} targets at a limit, interval {args.interval:g}s, refresh {args.refresh:g}s, "
         f"{args.distinct} distinct offsets, pinned to CPU {cpu}, simulations "
@@ -261,8 +276,16 @@ def main() -> int:
         counts = (advisor.stats(), headroom.stats())
         now_cpu = workers_cpu_s(workers)
         spent, w_prev = now_cpu - w_prev, now_cpu
-        at_limit, now_fresh, want, eff = fresh(cycle.diagnoses, asked_at or 1e18)
+        at_limit, now_fresh, want, eff, oldest = fresh(cycle.diagnoses, asked_at or 1e18, t, args.refresh)
         done_targets |= now_fresh
+        queued = counts[0]["queued"] + counts[1]["queued"]
+        if asked_at is not None:
+            depth = max(depth, counts[0]["queued"])
+            if (
+                refreshed_at is not None
+            ):  # after the first refresh: what a target at a limit shows stays fresh
+                late_fresh = max(late_fresh, len(at_limit - now_fresh))
+                oldest_after = max(oldest_after, oldest)
         # the refresh is done when every target now at a limit has had fresh effects and headroom since asked
         complete = asked_at is not None and bool(at_limit) and at_limit <= done_targets
         busy = asked_at is not None and refreshed_at is None
@@ -271,8 +294,9 @@ def main() -> int:
         )
         print(
             f"cycle {k:3d} {rows[-1][0]:5s} wall {wall:6.2f}s cpu {cpu_s:6.2f}s  at a limit {len(at_limit)}, "
-            f"refreshed {len(at_limit & done_targets)}; effects {eff}/{want}; workers {spent:5.1f} s CPU  "
-            f"whatif {counts[0]}  headroom {counts[1]}",
+            f"refreshed {len(at_limit & done_targets)}, stale now {len(at_limit - now_fresh)}; effects {eff}/{want}, "
+            f"oldest {oldest:.0f} s; queued {queued}; workers {spent:5.1f} s CPU  whatif {counts[0]}  headroom "
+            f"{counts[1]}",
             flush=True,
         )
         if refreshed_at is None and complete:
@@ -288,6 +312,11 @@ def main() -> int:
         k += 1
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     verdict(args, rows, (asked_at, refreshed_at), w_cpu, (advisor.stats(), headroom.stats()))
+    print(
+        f"what-if queue: deepest {depth} at a cycle's end (of {MAX_QUEUE}); after the refresh, targets at a limit "
+        f"showing an effect or headroom older than the {args.refresh:g} s period: at most {late_fresh} in a cycle, "
+        f"oldest effect shown {oldest_after:.0f} s"
+    )
     print(f"load average {load} (the machine may be shared: wall times and the nice-19 child's pace with it)")
     return 0
 

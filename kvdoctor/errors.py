@@ -47,4 +47,6 @@ INTERNAL = {
     "kvdoctor.web.request.Refused": "a malformed or oversized HTTP request, answered with its 4xx status",
     "kvdoctor.ingest.parse.LimitExceeded": "a scrape over sample_limit & co., recorded as the target's `limit`",
     "kvdoctor.notify.outboxdb.Corrupt": "a notify.sqlite that is no usable outbox: moved aside where it is opened",
+    "kvdoctor.whatif.sharing.Simulate": "a what-if look that found no fresh effect: the advisor queues a simulation",
+    "kvdoctor.whatif.offload.OffloadClosed": "a simulation asked for at exit: the what-if workers take it as gone",
 }

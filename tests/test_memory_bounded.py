@@ -113,7 +113,7 @@ def test_a_prediction_asked_for_again_while_it_waits_is_queued_once():
     adv._history["t"] = deque()
     gate, done = threading.Event(), []
 
-    def compute(key: object, t: float, history: object = None) -> None:
+    def compute(key: object, t: float, history: object = None, simulate: bool = True) -> None:
         gate.wait(10)
         done.append(key)
 
@@ -132,7 +132,7 @@ def test_a_full_prediction_queue_drops_the_oldest_and_counts_it():
     adv._history["t"] = deque()
     gate, done = threading.Event(), []
 
-    def compute(key: object, t: float, history: object = None) -> None:
+    def compute(key: object, t: float, history: object = None, simulate: bool = True) -> None:
         gate.wait(10)
         done.append(key)
 

@@ -3,9 +3,9 @@
 `observe` keeps each target's recent snapshots (cheap); `annotate` attaches the cached prediction to every advice
 that names a simulatable change. Every RETRY_S the prediction's window is looked at again: it is simulated again only
 when its fingerprint moved (sharing.Fingerprint.near), a short steady stretch grew to STEADY_S, or refresh_s passed
-since it was simulated, so a prediction shown is at most refresh_s (+ the worker's queue) old. In
-background mode one worker thread computes them, so an evaluation never waits for a simulation; in sync mode
-(replay, check) they are computed inline, on the recording's own clock. After an engine restart with another
+since it was simulated, so a prediction shown is at most refresh_s (+ the worker's queue) old. In background mode
+a look is decided where it is asked and only a simulation is queued for the worker thread (and the offload's child):
+an evaluation never waits for one; in sync mode (replay, check) all is inline, on the recording's own clock. After an engine restart with another
 configuration, `followups` compare what the target now measures with what was predicted for that change.
 """
 
@@ -21,11 +21,11 @@ from kvdoctor.samples import Sample
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import followup, relief
 from kvdoctor.whatif.effects import effect_of
-from kvdoctor.whatif.followup import FollowUp, follow_up
+from kvdoctor.whatif.followup import FollowUp
 from kvdoctor.whatif.ledger import Ledgers
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.predict import predict
-from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects, steady
+from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects, Simulate, steady
 from kvdoctor.whatif.window import Snap, restarts, snapshot
 from kvdoctor.whatif.workload import WindowError
 
@@ -96,12 +96,9 @@ class Advisor:
         """Drop a target's history and predictions."""
         with self._lock:
             self._history.pop(target, None)
+            for m in (self._failures, self._limits, self._caps, self._restarts, self._followups):
+                m.pop(target, None)
             self.ledger.forget(target)
-            self._failures.pop(target, None)
-            self._limits.pop(target, None)
-            self._caps.pop(target, None)
-            self._restarts.pop(target, None)
-            self._followups.pop(target, None)
             self._shared.forget(target)
             for k in [k for k in {*self._effects, *self._asked} if k[0] == target]:
                 for d in (self._effects, self._asked, self._ready, self._due):
@@ -134,16 +131,16 @@ class Advisor:
             else:
                 self._limits.pop(d.target, None)
 
+    def _relieve(self, d: Diagnosis, t: float) -> None:
+        # what each relief of a limit buys, from the same cache and worker as the advice's effects
+        relief.apply(d, lambda change: self._with_effect(d.target, Advice("", "", "", change), t).effect)
+
     def _steady_needed(self, target: str, t: float) -> float:
         # 30 s lets a new limit's queue show its cost; a borderline limit is judged on the stretch it has held (at
         # least the pack's 15 s verdict window), so a co-binding stretch shorter than 30 s is judged too
         with self._lock:
             since = self._limits.get(target)
         return MIN_STEADY_S if since is None else min(MIN_STEADY_S, max(VERDICT_WINDOW_S, t - since))
-
-    def _relieve(self, d: Diagnosis, t: float) -> None:
-        # what each relief of a limit buys, from the same cache and worker as the advice's effects
-        relief.apply(d, lambda change: self._with_effect(d.target, Advice("", "", "", change), t).effect)
 
     def followups(self) -> dict[str, FollowUp]:
         """The latest follow-up per target."""
@@ -162,15 +159,11 @@ class Advisor:
         key: Key = (target, (("__followup__", restart),))
         with self._lock:
             done = self._followups.get(target)
-            if (done is not None and t - done.t < FOLLOWUP_EVERY_S) or t - self._asked.get(
-                key, -1e18
-            ) < FOLLOWUP_EVERY_S:
+            asked = self._asked.get(key, -1e18)
+            if (done is not None and t - done.t < FOLLOWUP_EVERY_S) or t - asked < FOLLOWUP_EVERY_S:
                 return
             self._asked[key] = t
-        if self.background:
-            self._submit(key, t)
-        else:
-            self._compute_safely(key, t)
+        _ = self._look(key, t) if self.background else self._compute_safely(key, t)
 
     def _with_effect(self, target: str, a: Advice, t: float) -> Advice:
         if not a.change:
@@ -188,11 +181,19 @@ class Advisor:
             if stale or retry:
                 self._asked[key] = t
         if stale or retry:
-            if self.background:
-                self._submit(key, t)
-            else:
-                eff = self._compute_safely(key, t)
+            eff = self._look(key, t) if self.background else self._compute_safely(key, t)
         return replace(a, effect=eff) if eff is not None else a
+
+    def _look(self, key: Key, t: float) -> Effect | None:
+        # decided on the asking thread (~0.14 ms a target-cycle): kept, shared, too short a window, no follow-up case
+        # yet; only what needs the child is queued (a key queued or simulating is not looked at), never behind one
+        try:
+            return (
+                self._effects.get(key) if key in self._jobs else self._compute_safely(key, t, simulate=False)
+            )
+        except Simulate:
+            self._submit(key, t)
+            return self._effects.get(key)
 
     def _submit(self, key: Key, t: float) -> None:
         if self._worker is None or not self._worker.is_alive():
@@ -230,10 +231,14 @@ class Advisor:
                 finally:
                     self._jobs.done(key)
 
-    def _compute_safely(self, key: Key, t: float, history: list[Snap] | None = None) -> Effect | None:
+    def _compute_safely(
+        self, key: Key, t: float, history: list[Snap] | None = None, simulate: bool = True
+    ) -> Effect | None:
         # one target's history must not end the thread every target's predictions run on
         try:
-            eff = self._compute(key, t, history)
+            eff = self._compute(key, t, history, simulate)
+        except Simulate:
+            raise
         except Exception as exc:
             with self._lock:
                 self._effects[key] = None
@@ -243,16 +248,15 @@ class Advisor:
             self._failures.pop(key[0], None)
         return eff
 
-    def _compute(self, key: Key, t: float, history: list[Snap] | None = None) -> Effect | None:
+    def _compute(
+        self, key: Key, t: float, history: list[Snap] | None = None, simulate: bool = True
+    ) -> Effect | None:
         target, change = key
         with self._lock:
             history = list(self._history.get(target, ())) if history is None else history
             cap = self._caps.get(target)
         if change and change[0][0] == "__followup__":  # a prediction too: in the child, off the cycle's GIL
-            asked = (target, history, float(change[0][1]))
-            if self.offload is not None and followup.case(*asked[1:]) is None:
-                return None  # not settled, or no change to check: not worth sending the history to the child
-            fu = self.offload.run(follow_up, *asked) if self.offload is not None else follow_up(*asked)
+            fu = followup.checked(target, history, float(change[0][1]), self.offload, simulate)
             if fu is not None:
                 with self._lock:
                     self._followups[target] = fu
@@ -270,25 +274,20 @@ class Advisor:
             fp, recall = self._shared.fingerprint(target, window, cap), self.ledger.recall(target)
             # this target's last window, or a replica's, near this one was simulated less than refresh_s ago
             eff = self._shared.get(fp, change, t, young, self._effects.get(key))
+            if eff is None and not simulate:
+                raise Simulate
             if eff is None:
                 args = (history, window, dict(change))
                 run = partial(predict, max_num_seqs=cap, with_intervals=not self.books_only, recall=recall)
                 p = self.offload.run(run, *args) if self.offload is not None else run(*args)
                 eff = effect_of(p, dict(change), t)
                 self._shared.put(fp, change, eff, young)
-        except (WindowError, ValueError, ZeroDivisionError):
-            eff = None  # not enough traffic yet: asked again after refresh_s
-        except RuntimeError:  # the simulation child is gone (interpreter shutdown): asked again
-            eff = None
+        except (WindowError, ValueError, ZeroDivisionError, RuntimeError):
+            eff = None  # not enough traffic yet, or the simulation child is gone (interpreter shutdown): asked again
         with self._lock:
             prev, since = self._effects.get(key), self._limits.get(target)
-            if (
-                eff is None
-                and ready is not None
-                and prev is not None
-                and since is not None
-                and since <= prev.t
-            ):
+            held = ready is not None and prev is not None and since is not None and since <= prev.t
+            if eff is None and held:
                 eff = prev  # the limit it judged still holds (a queue draining): it stands until a steady stretch
             self._effects[key] = eff
             if eff is not None:  # looked at again RETRY_S from now, and simulated again when refresh_s is up

@@ -21,6 +21,8 @@ from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from kvdoctor.errors import KvdoctorError
+
 T = TypeVar("T")
 TASKS_PER_CHILD = 2000  # a child is replaced after this many: whatever it leaks goes with it
 
@@ -39,7 +41,7 @@ def _lowest_priority() -> None:
         os.nice(max(0, min(19, nice)))
 
 
-class OffloadClosed(RuntimeError):
+class OffloadClosed(KvdoctorError, RuntimeError):
     """The offload was closed (the process is exiting): nothing more is simulated."""
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from kvdoctor.errors import KvdoctorError
 from kvdoctor.verdicts import Effect
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Snap, measure, restarts
@@ -28,6 +29,10 @@ MAX_QUEUE = 4096  # a few requests per target (the advice's change and each reli
 # replica's scrape phase or a rolling window's noise, narrower than a change of traffic worth a new simulation
 NEAR = 0.05
 PREFIX_NEAR = 0.05  # the prefix-cache hit share, in absolute points
+
+
+class Simulate(KvdoctorError):
+    """A look found no fresh answer for its window: the request needs the worker and the simulation child."""
 
 
 class Jobs(Generic[K]):
@@ -78,6 +83,10 @@ class Jobs(Generic[K]):
     def __len__(self) -> int:
         with self._cv:
             return len(self._queue)
+
+    def __contains__(self, key: object) -> bool:
+        with self._cv:  # queued or being computed
+            return key in self._pending
 
 
 @dataclass(frozen=True)
