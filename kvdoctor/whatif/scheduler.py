@@ -51,7 +51,9 @@ class Scheduler:
         self.token_budget = 0
         self.now = 0.0
         self.step_index = 0
-        self.decode_context_tokens = 0.0  # Σ num_computed_tokens of decoding requests: the KV read per step
+        # the KV read per step: decoders' computed tokens past their cached shared prefix, and that prefix once while
+        # any decoder holds it (the same blocks, read once a step: what prefix caching saves a decode step)
+        self.decode_context_tokens, self.decoders_sharing, self.shared_prefix_tokens = 0.0, 0, 0
         self.next_admit_order = 0
 
     def add_arrived(self) -> None:
@@ -84,10 +86,9 @@ class Scheduler:
         num_admitted = 0 if self.preempted_reqs else self._schedule_waiting()
         scheduled = self.running.prefilling[: num_prefilling + num_admitted]
         prefill_tokens, context_tokens, prefill_pairs = self._prefill_shape(scheduled)
+        read = self.decode_context_tokens + self.shared_prefix_tokens * (self.decoders_sharing > 0)
         duration = (
-            self.step_model.duration(
-                num_decoding, prefill_tokens, self.decode_context_tokens + context_tokens, prefill_pairs
-            )
+            self.step_model.duration(num_decoding, prefill_tokens, read + context_tokens, prefill_pairs)
             + num_decoding * self.draft_cost
         )
         if self.trace is not None:
@@ -175,7 +176,7 @@ class Scheduler:
             running.decoding.pop()
             events = self.decode_events
             num_computed_tokens = int(events.computed_tokens(request, self.step_index))
-            self.decode_context_tokens -= num_computed_tokens
+            self._stop_reading(request, num_computed_tokens)
             request.num_output_tokens = int(events.output_tokens(request, self.step_index))
         # full blocks stay cached for its resume; the partial one is lost
         self.kv_cache_manager.free(request, num_computed_tokens)
@@ -271,15 +272,24 @@ class Scheduler:
         request.decode_from_computed = float(request.num_computed_tokens)
         request.decode_from_output = float(request.num_output_tokens)
         self.running.decoding.append(request)
-        self.decode_context_tokens += request.num_computed_tokens
+        self.decode_context_tokens += request.num_computed_tokens - request.num_cached_tokens
+        if request.num_cached_tokens:
+            self.decoders_sharing += 1
+            self.shared_prefix_tokens = max(self.shared_prefix_tokens, request.num_cached_tokens)
         self.decode_events.start(request)
+
+    def _stop_reading(self, request: Request, num_computed_tokens: float) -> None:
+        """A decoder leaves the batch: its context no longer read."""
+        self.decode_context_tokens -= num_computed_tokens - request.num_cached_tokens
+        if request.num_cached_tokens:
+            self.decoders_sharing -= 1
 
     def _free_request(self, request: Request, in_span: bool) -> None:
         """vLLM's `_free_request`: leave `running`, give back every block."""
         decoding = self.running.decoding
         if request in decoding:
             decoding.remove(request)
-            self.decode_context_tokens -= self.decode_events.computed_tokens(request, self.step_index)
+            self._stop_reading(request, self.decode_events.computed_tokens(request, self.step_index))
             request.num_output_tokens = int(self.decode_events.output_tokens(request, self.step_index))
         self.kv_cache_manager.free(request)
         request.epoch += 1

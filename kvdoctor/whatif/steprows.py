@@ -29,6 +29,7 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
     # an interval in which no request finished has no length of its own: the history's lengths stand in
     whole = _context(snaps[0], snaps[-1], 0.0)
     whole_half = _half_prompt(snaps[0], snaps[-1])
+    whole_shared = _shared(snaps[0], snaps[-1])
     i = 0
     while i < len(snaps) - 1:
         j = i + 1
@@ -46,12 +47,13 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         tokens = delta(a, b, "vllm:iteration_tokens_total_sum")
         decoding = n_itl / steps
         per_request = _context(a, b, whole)
+        prefix = min(_shared(a, b) or whole_shared, per_request)
         half = _half_prompt(a, b) or whole_half
         # iteration_tokens counts a prompt once, at its first token: a preempted request's recompute is not in
         # it, so add what each preemption costs again (its context so far, on average)
         recompute = delta(a, b, "vllm:num_preemptions_total") * per_request
         prefill = (max(0.0, tokens - n_itl) + recompute) / steps
-        ctx = decoding * per_request
+        ctx = _read(decoding, per_request, prefix)
         pairs = prefill * half  # a prompt of P tokens makes P²/2 pairs however it is chunked
         y = delta(a, b, f"{itl}_sum") / n_itl
         # the ITL mean weighs each step by its decoding requests: when the batch swings (open-loop arrivals) it
@@ -66,7 +68,9 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
             # a step's prefill reaches the ITL mean only through the decoders it delays: a lone request's prefill
             # step records no ITL at all; a prefilling request shares its step with the others running
             shared = prefill * steps * beside / n_itl
-            rows.append(([1.0, weighted, shared, weighted * per_request, shared * half], y, n_itl))
+            rows.append(
+                ([1.0, weighted, shared, _read(weighted, per_request, prefix), shared * half], y, n_itl)
+            )
         else:
             rows.append(([1.0, decoding, prefill, ctx, pairs], y, n_itl))
         if len(busy) == len(window):
@@ -81,7 +85,7 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         if clean and n_pre >= 1 and math.isfinite(computed) and computed <= prefill_budget:
             y_pre = mean_of(a, b, "vllm:request_prefill_time_seconds")
             n = max(computed, prefill)
-            pre_rows.append(([1.0, beside, n, beside * per_request, n * half], y_pre, n_pre))
+            pre_rows.append(([1.0, beside, n, _read(beside, per_request, prefix), n * half], y_pre, n_pre))
     # prefill times are few (one per request) beside ITLs (one per token): weigh them as much in total, or the
     # fit would trade TTFT for ITL
     total, total_pre = sum(r[2] for r in rows), sum(r[2] for r in pre_rows)
@@ -96,6 +100,19 @@ def _context(a: Snap, b: Snap, fallback: float) -> float:
     if not math.isfinite(p):
         return fallback
     return p + (g / 2 if math.isfinite(g) else 0.0)
+
+
+def _read(decoders: float, per_request: float, prefix: float) -> float:
+    """Context tokens that many decoders read a step: each its own, a shared prefix once."""
+    return decoders * (per_request - prefix) + prefix * min(decoders, 1.0)
+
+
+def _shared(a: Snap, b: Snap) -> float:
+    """Prompt tokens a request finds in the prefix cache on average: a shared prefix, read once a step however many
+    decoders hold it (the simulator counts it so too)."""
+    queries = delta(a, b, "prefix_queries")
+    p = mean_of(a, b, "vllm:request_prompt_tokens")
+    return delta(a, b, "prefix_hits") / queries * p if queries > 0 and math.isfinite(p) else 0.0
 
 
 def _half_prompt(a: Snap, b: Snap) -> float:

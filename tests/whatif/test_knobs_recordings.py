@@ -123,12 +123,12 @@ def test_the_advice_to_stop_speculating_carries_its_predicted_effect():
 
 PAIRS2 = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif2"
 KNOB_PAIRS = [p for p in load_pairs(PAIRS2) if set(p["change"]) & set(REVERSIBLE)]
-# Known miss, kept visible: with the 768-token prefix no longer shared, 8 decoders read 8 copies of its KV instead of
-# one, and this CPU's pure-decode steps slow from mostly < 50 ms to 50-75 ms (ITL p50 42 → 53 ms). The step model
-# prices context by its length, not by the distinct blocks read, so it predicts ITL p50 flat.
+# Known misses, kept visible (none now). tiny_prefix's ITL p50 (42 → 53 ms: with the 768-token prefix no longer
+# shared, 8 decoders read 8 copies of its KV instead of one) was predicted flat until the step model read a shared
+# prefix once a step (steprows, scheduler): 42 → 66 ms now.
 # (Speculation off's TTFT p50, the middle of vLLM's 0.1-0.25 s bucket on both sides, was called wrong by the old
 # step model; the prior-anchored one predicts it flat enough to read right.)
-KNOWN_WRONG = {("tiny_prefix", "itl_p50_s")}
+KNOWN_WRONG: set[tuple[str, str]] = set()
 
 
 @pytest.mark.parametrize("pair", KNOB_PAIRS, ids=[str(p["name"]) for p in KNOB_PAIRS])
