@@ -192,7 +192,7 @@ class Daemon:
         took = time.monotonic() - start
         self.state.publish(cycle.diagnoses, cycle.t, took, cycle.evaluation.failed_rules())
         self.state.note_headroom(headroom.stats() if (headroom := self.pipeline.headroom) else {})
-        self.state.note_whatif(advisor.stats() if (advisor := self.pipeline.advisor) else {})
+        self.state.note_advisor(self.pipeline.advisor)
         failed = self.history.observe(cycle.diagnoses, cycle.t, self.cfg.interval_s)
         self.pipeline.note_steps("history", failed)
         self.state.set_targets(self.pipeline.targets.values())  # with what this cycle found wrong for each

@@ -12,10 +12,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from kvdoctor.config import Config, TargetSpec
+from kvdoctor.config.schema import Overrides
 from kvdoctor.daemon.durable import LEDGER_EVERY_S
-from kvdoctor.daemon.runner import Daemon
+from kvdoctor.daemon.runner import Daemon, load_everything
 from kvdoctor.ingest.parse import Parser
 from kvdoctor.ingest.recording import load_frames
 from kvdoctor.rules.loader import default_rule_files, load_files
@@ -254,3 +256,44 @@ def test_bins_older_than_a_day_at_load_are_dropped_and_the_rest_kept(tmp_path, c
     held = d.pipeline.advisor.ledger.held()["ramp"]
     assert held.bins == sum(1 for s in seen if s >= later - DAY) and held.oldest_seen >= later - DAY
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # age is no fault
+
+
+def _metrics(d: Daemon) -> dict[str, float]:
+    text = generate_latest(d.registry).decode()
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(kvdoctor_step_ledger_\w+\{[^}]*\}) (\S+)$", text, re.MULTILINE)
+    }
+
+
+def test_the_ledger_gauges_show_what_it_holds_and_go_with_the_target(tmp_path):
+    ledger, now = _ledger_doc(), _saved_ledger()[1]
+    gone = _renamed(ledger["targets"][0], "gone")  # saved before "gone" left the config
+    ledger["targets"].append(gone)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"version": 1, "step_ledger": ledger}))
+    cfg = tmp_path / "kvdoctor.yml"
+    _write_config(cfg, state, ["ramp", "other"])
+    clock = ManualClock(now)
+    d = Daemon(*load_everything(str(cfg), Overrides()), str(cfg), Overrides(), clock=clock)
+    d.tick()
+    bins = ledger["targets"][0]["bins"]
+    assert _metrics(d) == {
+        'kvdoctor_step_ledger_bins{target="ramp"}': float(len(bins)),
+        'kvdoctor_step_ledger_oldest_timestamp_seconds{target="ramp"}': min(b[-1] for b in bins),
+    }  # "other" has no ledger yet, "gone" is not watched
+    _write_config(cfg, state, ["other"])
+    assert d.reload()[0]
+    clock.advance(5.0)
+    d.tick()
+    assert _metrics(d) == {}
+    assert d.pipeline.advisor is not None and "ramp" not in d.pipeline.advisor.ledger.held()
+
+
+def _renamed(entry: dict, name: str) -> dict:
+    return {**copy.deepcopy(entry), "target": name}
+
+
+def _write_config(path: Path, state: Path, targets: list[str]) -> None:
+    specs = ", ".join(f"{{url: 'http://127.0.0.1:9/{t}/metrics', name: {t}}}" for t in targets)
+    path.write_text(f"interval: 5s\nstate_file: '{state}'\ntargets: [{specs}]\n")
