@@ -61,6 +61,8 @@ def _bin_problem(b: JsonValue, now: float) -> str | None:
         return "has no bin key (an integer)"
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in b[1:]):
         return "holds a value that is not a number"
+    if not all(isinstance(v, float) or abs(v) < 2**64 for v in b[1:]):  # float() of a longer int overflows
+        return "holds an integer too large"
     if not all(math.isfinite(v) and v >= 0 for v in b[1:]):
         return "holds a NaN, infinite or negative sum"
     w, seen = b[1 + _SUM_W], b[1 + _SEEN]

@@ -174,6 +174,8 @@ def _mutated(shape: str) -> dict:
         _bins(doc, v0=1.5)
     elif shape == "a string":
         _bins(doc, v2="7")
+    elif shape == "a huge integer":
+        _bins(doc, v4=10**400)
     elif shape == "NaN":
         _bins(doc, v3=math.nan)
     elif shape == "Infinity":
@@ -204,6 +206,7 @@ SHAPES = {
     "a bin repeated": "repeats a bin",
     "a key not an integer": "bins[0] has no bin key",
     "a string": "bins[0] holds a value that is not a number",
+    "a huge integer": "bins[0] holds an integer too large",
     "NaN": "bins[0] holds a NaN, infinite or negative sum",
     "Infinity": "bins[0] holds a NaN, infinite or negative sum",
     "negative": "bins[0] holds a NaN, infinite or negative sum",
