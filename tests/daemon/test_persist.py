@@ -104,6 +104,8 @@ def test_a_restarted_daemon_predicts_with_the_ledger_it_had(tmp_path):
     assert after.pipeline.advisor is not None
     assert after.pipeline.advisor.ledger.recall("ramp") == had  # every bin, to the bit
     light, window = _light()
+    after.pipeline.advisor.ledger.add("ramp", light[-1])  # the same engine's next scrape: the day goes on
+    assert after.pipeline.advisor.ledger.recall("ramp") == had
     basis = learn(light, window, recall=after.pipeline.advisor.ledger.recall("ramp"))
     said = [n for n in basis.notes if n.startswith("step ledger")]
     hours = re.search(r"from the last (\d+\.\d) h of this target's history", said[0]) if said else None
