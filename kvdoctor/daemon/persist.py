@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,10 @@ from kvdoctor.pipeline import Pipeline
 from kvdoctor.report.history import History
 from kvdoctor.samples import Sample
 from kvdoctor.sanity import finite, scrub
+from kvdoctor.whatif.ledgerstate import restored
 
 log = logging.getLogger(__name__)
-__all__ = ["VERSION", "load", "save"]
+__all__ = ["VERSION", "ledger_json", "load", "save"]
 # Recorded series that carry learned state from one evaluation to the next.
 STATEFUL = (
     "kvdoctor:itl_seconds:baseline",
@@ -27,8 +29,26 @@ STATEFUL = (
 )
 
 
-def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -> None:
-    """Write the state (and the report's hourly history) atomically (temp file + rename)."""
+def ledger_json(pipeline: Pipeline, now: float | None = None) -> str | None:
+    """The advisor's step ledger as the state file's JSON (None: no advisor)."""
+    if pipeline.advisor is None:
+        return None
+    doc = pipeline.advisor.ledger.to_state(time.time() if now is None else now)
+    try:
+        return json.dumps(doc, allow_nan=False)
+    except ValueError:  # written as null, so the load drops the ledger alone and says why
+        return json.dumps(scrub(doc), allow_nan=False)
+
+
+def save(
+    path: str | Path,
+    pipeline: Pipeline,
+    history: History | None = None,
+    now: float | None = None,
+    ledger: str | None = None,
+) -> None:
+    """Write the state (the report's hourly history, the advisor's step ledger: `ledger_json`, made here unless
+    given) atomically (temp file + rename)."""
     series = []
     for name in STATEFUL:
         for s in pipeline.store.select(name):
@@ -47,6 +67,9 @@ def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -
         text = json.dumps(doc, allow_nan=False)
     except ValueError:  # one slipped past the checks at the door: written as null rather than not at all
         text = json.dumps(scrub(doc), allow_nan=False)
+    ledger = ledger_json(pipeline, now) if ledger is None else ledger
+    if ledger is not None:  # a day of each target's step costs, so a deploy does not forget them
+        text = f'{text[:-1]}, "step_ledger": {ledger}}}'
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
@@ -61,8 +84,11 @@ def save(path: str | Path, pipeline: Pipeline, history: History | None = None) -
         raise
 
 
-def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -> bool:
-    """Restore state saved by save(); a missing file starts fresh, a corrupt one is moved aside (and said why)."""
+def load(
+    path: str | Path, pipeline: Pipeline, history: History | None = None, now: float | None = None
+) -> bool:
+    """Restore state saved by save(); a missing file starts fresh, a corrupt one is moved aside (and said why), a
+    wrong step ledger is dropped alone (and said why)."""
     p = Path(path)
     for stale in p.parent.glob(glob.escape(p.name) + "*.tmp"):
         unlink_quietly(stale)  # left by a write that was killed or failed before its rename
@@ -78,6 +104,7 @@ def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -
     why = problem(doc)  # the shape save() writes; Infinity from an older kvdoctor is still a number here
     if why is not None:
         return _fresh(p, why)
+    _restore_ledger(p, doc.get("step_ledger"), pipeline, time.time() if now is None else now)
     doc = scrub(doc)  # ... and read as null from here on, so no restored value is infinite
     pipeline.rules.restore(doc.get("alerts") or [])
     pipeline.classifier.restore(doc.get("classifier") or {})
@@ -94,6 +121,19 @@ def load(path: str | Path, pipeline: Pipeline, history: History | None = None) -
                 f"restored:{name}:{rest}", int(t), [Sample(name, rest, float(v))], staleness=False
             )
     return True
+
+
+def _restore_ledger(p: Path, part: Any, pipeline: Pipeline, now: float) -> None:
+    # checked apart from the rest: a day of step costs is worth less than the alerts' state, so it alone goes
+    if part is None or pipeline.advisor is None:  # a file from before the ledger was kept
+        return
+    ledgers = restored(part, now)
+    if isinstance(ledgers, str):
+        log.warning(
+            "state file %s: its step ledger is dropped (%s); the rest of the state is restored", p, ledgers
+        )
+    else:
+        pipeline.advisor.ledger.adopt(ledgers)
 
 
 def _fresh(p: Path, why: str) -> bool:

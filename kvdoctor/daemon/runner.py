@@ -73,7 +73,7 @@ class Daemon:
         self.writer = StateWriter(cfg.state_file) if cfg.state_file else None
         self.storage_grace_s = 300.0  # how long writes may fail (wall time) before /-/ready says so
         if self.writer is not None:
-            persist.load(self.writer.path, self.pipeline, self.history)
+            persist.load(self.writer.path, self.pipeline, self.history, clock())
             self.writer.check_at_start()
         self._sync_targets()
         # source `prometheus`: the fleet's Prometheus answers instead of scrapes
@@ -192,7 +192,7 @@ class Daemon:
         took = time.monotonic() - start
         self.state.publish(cycle.diagnoses, cycle.t, took, cycle.evaluation.failed_rules())
         self.state.note_headroom(headroom.stats() if (headroom := self.pipeline.headroom) else {})
-        self.state.note_whatif(advisor.stats() if (advisor := self.pipeline.advisor) else {})
+        self.state.note_advisor(self.pipeline.advisor)
         failed = self.history.observe(cycle.diagnoses, cycle.t, self.cfg.interval_s)
         self.pipeline.note_steps("history", failed)
         self.state.set_targets(self.pipeline.targets.values())  # with what this cycle found wrong for each
@@ -225,7 +225,7 @@ class Daemon:
     def _persist(self, force: bool = False) -> None:
         # never raises: a refused write is retried and reported, the cycle goes on
         if self.writer is not None:
-            self.writer.save(self.pipeline, self.history, force)
+            self.writer.save(self.pipeline, self.history, force, self.clock())
         self.state.note_storage(*storage_health(self.writer, self.notifier, self.storage_grace_s))
 
     # -- targets, reload --------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from kvdoctor.diagnosis.target import Target
 from kvdoctor.signals import SIGNALS
 from kvdoctor.status.health import FileHealth, ReloadAttempt
 from kvdoctor.verdicts import Diagnosis
+from kvdoctor.whatif.advisor import Advisor
+from kvdoctor.whatif.ledger import Held
 
 RELOADS_KEPT = 20  # reload attempts shown in /api/v1/status
 FAILED_CYCLES_UNREADY = 3  # cycles failing in a row before /-/ready says 503
@@ -39,6 +41,7 @@ class Snapshot:
     scheduler_events: dict[str, int]
     headroom_stats: dict[str, int]
     whatif_stats: dict[str, int]  # the advisor's simulations: computed, shared, dropped, queued
+    step_ledger: dict[str, Held]  # per target: what the advisor's step ledger holds
     ready: bool
     storage: dict[str, FileHealth]  # the files kvdoctor writes (state, outbox) → their health
     storage_problem: str
@@ -68,6 +71,7 @@ class DaemonState:
         self.scheduler_events: Counter[str] = Counter()
         self.headroom_stats: dict[str, int] = {}  # the SLO headroom worker's counters
         self.whatif_stats: dict[str, int] = {}  # the advisor's simulation worker's counters
+        self.step_ledger: dict[str, Held] = {}
         self.started_ts: float | None = None
         self.ready = False
         self.storage: dict[str, FileHealth] = {}  # the files kvdoctor writes: state, outbox → their health
@@ -148,6 +152,7 @@ class DaemonState:
                 scheduler_events=dict(self.scheduler_events),
                 headroom_stats=dict(self.headroom_stats),
                 whatif_stats=dict(self.whatif_stats),
+                step_ledger=dict(self.step_ledger),
                 ready=self.ready,
                 storage=dict(self.storage),
                 storage_problem=self.storage_problem,
@@ -199,10 +204,19 @@ class DaemonState:
         with self._lock:
             self.headroom_stats = dict(stats)
 
-    def note_whatif(self, stats: dict[str, int]) -> None:
-        """Record the advisor's simulation worker's counters (dropped, computed, shared requests; queue length)."""
+    def note_whatif(self, stats: dict[str, int], ledger: dict[str, Held] | None = None) -> None:
+        """Record the advisor's simulation worker's counters (dropped, computed, shared requests; queue length)
+        and what its step ledger holds per target."""
         with self._lock:
             self.whatif_stats = dict(stats)
+            self.step_ledger = dict(ledger or {})
+
+    def note_advisor(self, advisor: Advisor | None) -> None:
+        """Record the advisor's worker counters and its step ledger (none: the daemon predicts nothing)."""
+        if advisor is None:
+            self.note_whatif({})
+        else:
+            self.note_whatif(advisor.stats(), advisor.ledger.held())
 
     def count_event(self, event: str, n: int = 1) -> None:
         """Count a scheduling event: `missed` (slots an overlong cycle ate), `error` (a cycle that raised)."""

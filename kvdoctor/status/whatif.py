@@ -1,4 +1,4 @@
-"""The advisor's simulation worker on kvdoctor's /metrics: what it dropped, computed and shared, and its queue."""
+"""The advisor on kvdoctor's /metrics: what its worker dropped, computed and shared, its queue, its step ledger."""
 
 from __future__ import annotations
 
@@ -24,9 +24,28 @@ def worker_families(
     return [dropped, done, queued]
 
 
+def ledger_families(snap: Snapshot) -> list[Metric]:
+    """What the advisor's step ledger holds per watched target: its bins and when the oldest was last seen."""
+    bins = GaugeMetricFamily(
+        "kvdoctor_step_ledger_bins",
+        "Bins of the target's step ledger (a day of its step-fit rows, binned by batch, context and prefill).",
+        labels=["target"],
+    )
+    oldest = GaugeMetricFamily(
+        "kvdoctor_step_ledger_oldest_timestamp_seconds",
+        "When the least recently seen bin of the target's step ledger was last seen: how far back it remembers.",
+        labels=["target"],
+    )
+    for target, held in sorted(snap.step_ledger.items()):
+        if target in snap.targets:  # a ledger restored for a target no longer watched is not the operator's
+            bins.add_metric([target], float(held.bins))
+            oldest.add_metric([target], held.oldest_seen)
+    return [bins, oldest]
+
+
 def families(snap: Snapshot) -> list[Metric]:
-    """Counters of the predicted effects' worker (absent values are 0: the worker has not run yet)."""
-    return worker_families(
+    """Counters of the predicted effects' worker (absent values are 0: the worker has not run yet), the ledger's."""
+    return ledger_families(snap) + worker_families(
         snap.whatif_stats,
         "whatif",
         "simulations",

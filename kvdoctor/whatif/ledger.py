@@ -17,6 +17,7 @@ from array import array
 from collections import deque
 from dataclasses import dataclass
 
+from kvdoctor.jsondoc import JsonValue
 from kvdoctor.whatif.steprows import Row, history_rows
 from kvdoctor.whatif.window import Snap
 from kvdoctor.whatif.workload import DEFAULT_MAX_NUM_BATCHED_TOKENS
@@ -80,6 +81,14 @@ def engine_key(info: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return (*kept, ("kv_bytes_per_token", per_token))
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a target's ledger holds: its bins and when its least recently seen bin was last seen."""
+
+    bins: int
+    oldest_seen: float
+
+
 class Ledger:
     """One target's binned rows and the snapshots still to be read into them."""
 
@@ -129,6 +138,15 @@ class Ledger:
                 self.sums.extend(sums[o : o + _SLOT])
             self.slots = slots
 
+    def to_state(self, target: str, now: float) -> JsonValue:
+        """Its engine and the bins seen within a day as JSON (a bin: its key, then its slot's sums and last seen);
+        pending snapshots are not kept (less than a minute of them)."""
+        s, o = self.sums, now - HORIZON_S
+        bins = [
+            [k, *s[i * _SLOT : (i + 1) * _SLOT]] for k, i in self.slots.items() if s[i * _SLOT + _SEEN] >= o
+        ]
+        return {"target": target, "engine": [list(p) for p in self.engine], "bins": bins}
+
     def recall(self) -> Recall | None:
         """The bins as weighted mean rows (None: empty)."""
         if not self.slots:
@@ -174,6 +192,26 @@ class Ledgers:
         with self._lock:
             led = self._by_target.get(target)
             return None if led is None else led.recall()
+
+    def held(self) -> dict[str, Held]:
+        """Per target: its bins and when the least recently seen was last seen (for kvdoctor's own /metrics)."""
+        with self._lock:
+            return {
+                t: Held(len(led.slots), min(led.sums[i * _SLOT + _SEEN] for i in led.slots.values()))
+                for t, led in self._by_target.items()
+                if led.slots
+            }
+
+    def to_state(self, now: float) -> JsonValue:
+        """Every target's bins as JSON, for the daemon's state file."""
+        with self._lock:
+            states = [led.to_state(t, now) for t, led in self._by_target.items()]
+        return {"targets": [s for s in states if s["bins"]]}
+
+    def adopt(self, ledgers: dict[str, Ledger]) -> None:
+        """Take ledgers restored from a state file (`ledgerstate.restored`)."""
+        with self._lock:
+            self._by_target.update(ledgers)
 
     def sizes(self) -> dict[str, int]:
         """Bins per target (for kvdoctor's own /metrics)."""
