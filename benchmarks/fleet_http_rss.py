@@ -271,7 +271,8 @@ def main() -> int:
             roles[role] = roles.get(role, 0.0) + statistics.median(r.get(k, 0.0) for r in split)
         summary = (
             f"SUMMARY {args.targets} targets, {args.interval:g}s interval: {over} of {len(fleet) - 1} full-fleet "
-            f"cycles past the interval (median wall {wall:.1f}s, slowest {slowest:.1f}s); CPU {med / args.targets * 1e3:.2f} "
+            f"cycles past the interval (median wall {wall:.1f}s, slowest {slowest:.1f}s), the first (cold: every "
+            f"parser and series new) {fleet[0][4]:.1f}s; CPU {med / args.targets * 1e3:.2f} "
             "ms per target-cycle, by thread: "
             + ", ".join(f"{k} {v / args.targets * 1e3:.2f}" for k, v in roles.items() if v > 0)
             + f"; RSS after the retention {per_min:+.1f} MB per simulated minute; targets down after a cycle: "

@@ -3,12 +3,13 @@ back to the system after a large release (a reload that removed many targets).""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 log = logging.getLogger("kvdoctor")
 REFREEZE_S = 3600.0  # how long a frozen heap is kept before it is collected and frozen again
@@ -51,6 +52,20 @@ class Heap:
         gc.set_threshold(max(_THRESHOLD[0], YOUNG_THRESHOLD), *_THRESHOLD[1:])
         self._size, self._at = series, now
         return True
+
+    @contextlib.contextmanager
+    def building(self) -> Iterator[None]:
+        """Around a cycle: while nothing is frozen (the first cycle, or after a thaw) no automatic collection runs."""
+        # a first cycle at 2,000 targets grows the heap from nothing to millions of objects, and each quarter it
+        # grows sets off a full collection of all of it (seconds); settle() collects once at the cycle's end instead
+        paused = self._size < 0 and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            yield
+        finally:
+            if paused:
+                gc.enable()
 
     def thaw(self) -> None:
         """Hand every frozen object back to the collector (a release, or the daemon stops); the next settle refreezes."""

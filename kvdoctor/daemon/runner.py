@@ -168,7 +168,7 @@ class Daemon:
         return self._cycle(scrape_now=True)
 
     def _cycle(self, scrape_now: bool) -> list[Diagnosis]:
-        with self._lock:
+        with self._lock, self.heap.building():
             start = time.monotonic()
             if self.source is not None:
                 cycle = self.source.cycle(self.clock())

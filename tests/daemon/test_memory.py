@@ -81,3 +81,53 @@ def test_a_release_collects_frozen_garbage() -> None:
         assert heap.settle(10), "the next cycle freezes again"
     finally:
         gc.unfreeze()
+
+
+def _collections_while(heap: Heap, allocations: int) -> int:
+    seen: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        with heap.building():
+            kept = [[i] for i in range(allocations)]  # a fleet's first cycle: containers that all live on
+            during = len(seen)
+        del kept
+    finally:
+        gc.callbacks.remove(count)
+    return during
+
+
+def test_the_first_cycle_builds_the_fleet_without_collections_and_settle_collects_once() -> None:
+    before = gc.get_threshold()
+    heap = Heap()
+    try:
+        assert _collections_while(heap, 200_000) == 0, (
+            "nothing frozen yet: no collection while the store grows"
+        )
+        assert gc.isenabled()
+        held = cycle_of_two()
+        heap.settle(10)  # the end of that cycle: one collection of everything, then frozen
+        assert held() is None
+        assert _collections_while(heap, 200_000) > 0, (
+            "once frozen, cycles collect their young objects as before"
+        )
+        heap.thaw()  # a reload that removed targets: the next cycle builds again
+        assert _collections_while(heap, 200_000) == 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+def test_a_cycle_that_raises_while_building_leaves_the_collector_on() -> None:
+    heap = Heap()
+    try:
+        with heap.building():
+            assert not gc.isenabled()
+            raise RuntimeError("a failed cycle")
+    except RuntimeError:
+        pass
+    assert gc.isenabled()
