@@ -18,17 +18,9 @@ from kvdoctor.daemon.runner import Daemon
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.report.history import History
 from kvdoctor.rules.loader import default_rule_files, load_files
+from tests.support.statefiles import saved_alert
 
-GOOD_ALERT = {
-    "rule": "VLLMKVCacheBound",
-    "labels": {"target": "a"},
-    "annotations": {},
-    "value": 1.0,
-    "active_at": 1.0e9,
-    "state": "firing",
-    "fired_at": 1.0e9,
-    "last_seen": 1.0e9,
-}
+GOOD_ALERT = saved_alert("a")
 SHAPES = {
     "list": ([], "expected an object"),
     "null": (None, "null"),

@@ -26,20 +26,12 @@ from kvdoctor.whatif.ledger import MAX_BINS
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import Snap
 from tests.support.clock import ManualClock
+from tests.support.statefiles import saved_alert
 
 RAMPS = Path(__file__).resolve().parents[1] / "fixtures/recordings/vllm-0.32-cpu-ramps"
 HOURS_AGO = 6 * 3600.0
 DAY = 24 * 3600.0
-ALERT = {
-    "rule": "VLLMKVCacheBound",
-    "labels": {"target": "ramp"},
-    "annotations": {},
-    "value": 1.0,
-    "active_at": 1.0e9,
-    "state": "firing",
-    "fired_at": 1.0e9,
-    "last_seen": 1.0e9,
-}
+ALERT = saved_alert("ramp")
 
 
 def _ramp() -> tuple[Path, float]:
