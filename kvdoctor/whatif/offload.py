@@ -5,8 +5,9 @@ whatever its OS priority, and a cycle of a fleet at a limit runs up to twice as 
 gets what the cycle leaves (a CFS weight of 15 against 1,024 on a shared core). The worker threads stay: they pick
 what to compute, share results and queue; they hand the pure computation (`predict`, the headroom search) over
 here and wait without holding the GIL. One child per daemon process, started on first use ("spawn": a fork of a
-process with threads may copy a held lock); a child that dies is replaced on the next call. Once closed (at exit)
-no child is started again: a call then raises `OffloadClosed`, a RuntimeError the workers already take as "gone".
+process with threads may copy a held lock); a child that dies, or is stopped by `close()`, is replaced on the next
+call. Once closed for good (`close(final=True)`, at exit) none is started again: a call then raises `OffloadClosed`,
+a RuntimeError the workers already take as "gone".
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 from typing import Any, TypeVar
 
 from kvdoctor.errors import KvdoctorError
@@ -91,10 +93,11 @@ class Offload:
             procs = getattr(self._pool, "_processes", None) or {}
             return list(procs)
 
-    def close(self) -> None:
-        """Stop the child now: a simulation in progress is abandoned (SIGTERM must not wait for a search)."""
+    def close(self, final: bool = False) -> None:
+        """Stop the child now (a simulation in progress is abandoned); `final`: none is started again (exit)."""
         with self._lock:
-            pool, self._pool, self._closed = self._pool, None, True
+            pool, self._pool = self._pool, None
+            self._closed = self._closed or final
         if pool is not None:
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()
@@ -112,5 +115,5 @@ def shared() -> Offload:
         if _SHARED is None:
             _SHARED = Offload()
             # before concurrent.futures' own exit hook, which would wait for a simulation in progress to end
-            getattr(threading, "_register_atexit", atexit.register)(_SHARED.close)
+            getattr(threading, "_register_atexit", atexit.register)(partial(_SHARED.close, final=True))
         return _SHARED

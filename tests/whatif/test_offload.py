@@ -60,7 +60,7 @@ def test_a_child_that_dies_is_replaced_on_the_next_call():
         off.close()
 
 
-def test_a_call_that_close_interrupts_ends_and_no_child_is_started_again():
+def test_a_call_that_the_final_close_interrupts_ends_and_no_child_is_started_again():
     # at exit close() breaks the call in progress; a retry that started a new child would keep the exit waiting
     off = Offload()
     ended: list[BaseException] = []
@@ -74,12 +74,24 @@ def test_a_call_that_close_interrupts_ends_and_no_child_is_started_again():
     worker = threading.Thread(target=call, daemon=True)
     worker.start()
     until(off.pids, what="the child started")
-    off.close()
+    off.close(final=True)
     until(lambda: not worker.is_alive(), what="the interrupted call returned")
     assert len(ended) == 1 and isinstance(ended[0], OffloadClosed), ended
     assert off.pids() == []
     with pytest.raises(OffloadClosed):
         off.run(os.getpid)
+
+
+def test_a_child_stopped_by_close_is_replaced_on_the_next_call():
+    # close() without final stops the child (a test that wants another niceness, say); the offload goes on
+    off = Offload()
+    try:
+        first = off.run(os.getpid)
+        off.close()
+        assert off.pids() == []
+        assert off.run(os.getpid) not in (first, os.getpid())
+    finally:
+        off.close(final=True)
 
 
 @pytest.mark.slow  # two predictions of the restart recording (minutes on a busy 2-core machine)
