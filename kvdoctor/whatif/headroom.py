@@ -23,7 +23,7 @@ from kvdoctor.whatif.learn import learned
 from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.plan import MAX_LOAD, MAX_REPLICAS, Planner
-from kvdoctor.whatif.sharing import Fingerprint, fingerprint, steady
+from kvdoctor.whatif.sharing import Fingerprint, Nearby, fingerprint, steady
 from kvdoctor.whatif.window import Snap
 from kvdoctor.whatif.workload import WindowError
 
@@ -88,16 +88,16 @@ class HeadroomWorker:
         recall: Callable[[str], Recall | None] | None = None,
     ) -> None:
         self.history, self.refresh_s, self.background = history, refresh_s, background
-        self.recall = (
-            recall  # a target's step ledger (the advisor's), for the batches its history does not show
-        )
+        # a target's step ledger (the advisor's), for the batches its history does not show
+        self.recall = recall
         self.offload = offload  # where the search runs: a child process off the cycle's GIL (None: here)
         self._lock = threading.Condition()
         self._queue: deque[tuple[str, str, dict[str, float], int | None, float]] = deque(maxlen=max_queue)
         self._queued: set[str] = set()
         self._results: dict[str, Headroom] = {}
         self._asked: dict[str, float] = {}
-        self._by_fingerprint: dict[tuple[object, ...], list[tuple[Fingerprint, str, Headroom]]] = {}
+        # (target, result) of the searches lately made, found again by windows near theirs
+        self._searched: Nearby[tuple[str, Headroom]] = Nearby(refresh_s, lambda s: s[1].t)
         self._worker: threading.Thread | None = None
         self.dropped_total = self.computed_total = self.shared_total = 0
 
@@ -192,20 +192,16 @@ class HeadroomWorker:
         # not keyed by the ledger: replicas of one engine share a search, their ledgers differ by their noise only
         fp = _fingerprint(model, slos, seqs, window)
         with self._lock:  # a window near this one (a replica's, or this target's last) was searched lately
-            near = [s for s in self._by_fingerprint.get(fp.same, ()) if t - s[2].t < self.refresh_s]
-            seen = max((s for s in near if s[0].near(fp)), key=lambda s: s[2].t, default=None)
+            seen = self._searched.find(fp.same, fp, t)
             if seen is not None:
                 self.shared_total += 1
-                return replace(seen[2], shared_from=seen[1])
+                return replace(seen[1], shared_from=seen[0])
         args = (history, window, seqs, slos, recall)
         ratios, needed, replicas = self.offload.run(search, *args) if self.offload else search(*args)
         h = Headroom(dict(slos), ratios, needed, replicas, t)
         with self._lock:
             self.computed_total += 1
-            kept = [s for s in self._by_fingerprint.get(fp.same, ()) if t - s[2].t < self.refresh_s]
-            self._by_fingerprint[fp.same] = [*kept, (fp, target, h)]
-            for k in [k for k, v in self._by_fingerprint.items() if t - v[-1][2].t >= self.refresh_s]:
-                del self._by_fingerprint[k]
+            self._searched.add(fp.same, fp, (target, h))
         return h
 
 
@@ -217,9 +213,8 @@ def search(
     recall: Recall | None = None,
 ) -> tuple[dict[str, float], int | None, int]:
     """The headroom search on one window: the load multiple breaking each SLO, replicas needed, replicas now."""
-    basis = learned(
-        history, window, max_num_seqs=seqs, recall=recall
-    )  # shared with the advisor's predictions
+    # the same learned window as the advisor's predictions of it
+    basis = learned(history, window, max_num_seqs=seqs, recall=recall)
     if not basis.step.residual_ratio <= MAX_RESIDUAL:
         raise WindowError(f"step-time fit error {basis.step.residual_ratio:.0%}")
     planner = Planner(basis, {f"{k}_s": v for k, v in slos.items()})

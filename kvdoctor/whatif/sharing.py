@@ -4,8 +4,10 @@ A fleet-wide incident puts every target at a limit at once, each with advice nam
 thousands of simulations asked for in one cycle. Replicas of one model, configuration and traffic would all
 simulate the same thing, so a result is shared by every window whose fingerprint is near (`Fingerprint.near`: the
 same configuration, traffic and step times within NEAR) while it is fresh, the target's own next window included: a
-rolling window's noise, or a replica's other scrape phase, is not a new simulation. The queue holds at most `maxlen` requests; past that the oldest is dropped and counted (the advisor asks
-again the next cycle), so a fleet slower to simulate than its cycles costs neither memory nor an ever older queue.
+rolling window's noise, or a replica's other scrape phase, is not a new simulation (`Nearby`, which the headroom
+worker's searches use too). The queue holds at most `maxlen` requests; past that the oldest is dropped and counted
+(the advisor asks again the next cycle), so a fleet slower to simulate than its cycles costs neither memory nor an
+ever older queue.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kvdoctor.whatif.window import Snap, measure, restarts
 from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
 
 K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 MAX_QUEUE = 4096  # a few requests per target (the advice's change and each relief) of a 1,000-target fleet
 # a measured number within this share of a simulated window's is the same prediction's input: wider than a
 # replica's scrape phase or a rolling window's noise, narrower than a change of traffic worth a new simulation
@@ -158,9 +161,38 @@ def steady(history: list[Snap], window_s: float) -> tuple[list[Snap], float, flo
     return history, max(lo, hi - window_s), hi
 
 
+class Nearby(Generic[V]):
+    """Results by a key of what must be equal, each found again for refresh_s by every window whose fingerprint is
+    near the one it came from (not locked: its owner holds its own lock)."""
+
+    def __init__(self, refresh_s: float, when: Callable[[V], float]) -> None:
+        self.refresh_s, self._when = refresh_s, when  # when: the time a result was made
+        self._by: dict[Hashable, list[tuple[Fingerprint, V]]] = {}
+
+    def find(
+        self, key: Hashable, fp: Fingerprint, t: float, accept: Callable[[V], bool] | None = None
+    ) -> V | None:
+        """The latest result made less than refresh_s before t from a window near fp (and accepted), or None."""
+        found = [
+            v
+            for f, v in self._by.get(key, ())
+            if t - self._when(v) < self.refresh_s and (accept is None or accept(v)) and f.near(fp)
+        ]
+        return max(found, key=self._when, default=None)
+
+    def add(self, key: Hashable, fp: Fingerprint, value: V, prune_over: int = 0) -> None:
+        """Keep value for the windows near fp, dropping the key's results past refresh_s (and, once there are more
+        than prune_over keys, the keys whose latest is past it: configurations that moved on)."""
+        t = self._when(value)
+        fresh = [(f, v) for f, v in self._by.get(key, ()) if t - self._when(v) < self.refresh_s]
+        self._by[key] = [*fresh, (fp, value)]
+        if len(self._by) > prune_over:
+            for k in [k for k, vs in self._by.items() if t - self._when(vs[-1][1]) >= self.refresh_s]:
+                del self._by[k]
+
+
 @dataclass(frozen=True)
 class _Entry:
-    fp: Fingerprint
     young: bool  # learned from a steady stretch under the advisor's STEADY_S
     effect: Effect
 
@@ -172,7 +204,7 @@ class SharedEffects:
     def __init__(self, refresh_s: float) -> None:
         self.refresh_s = refresh_s
         self._lock = threading.Lock()
-        self._effects: dict[tuple[tuple[object, ...], Hashable], list[_Entry]] = {}
+        self._effects: Nearby[_Entry] = Nearby(refresh_s, lambda e: e.effect.t)  # by (fp.same, change)
         self._fps: dict[str, tuple[tuple[float, float], Fingerprint]] = {}  # target → its window's, once
         self.computed_total = self.shared_total = self.kept_total = 0
 
@@ -194,14 +226,10 @@ class SharedEffects:
         """The freshest effect simulated less than refresh_s ago from a window near fp (from a full steady stretch
         unless this one is young too), or None. Counted as kept when it is `mine` (the asker's own), else shared."""
         with self._lock:
-            found = [
-                e
-                for e in self._effects.get((fp.same, change), ())
-                if t - e.effect.t < self.refresh_s and (young or not e.young) and e.fp.near(fp)
-            ]
-            if not found:
+            found = self._effects.find((fp.same, change), fp, t, lambda e: young or not e.young)
+            if found is None:
                 return None
-            eff = max(found, key=lambda e: e.effect.t).effect
+            eff = found.effect
             if eff is mine:
                 self.kept_total += 1
             else:
@@ -212,12 +240,7 @@ class SharedEffects:
         """Keep a simulated effect for the windows near fp; forget those past refresh_s."""
         with self._lock:
             self.computed_total += 1
-            key = (fp.same, change)
-            fresh = [e for e in self._effects.get(key, ()) if eff.t - e.effect.t < self.refresh_s]
-            self._effects[key] = [*fresh, _Entry(fp, young, eff)]
-            if len(self._effects) > 64:  # old configurations (engines gone, settings changed) would pile up
-                for k in [k for k, v in self._effects.items() if eff.t - v[-1].effect.t >= self.refresh_s]:
-                    del self._effects[k]
+            self._effects.add((fp.same, change), fp, _Entry(young, eff), prune_over=64)
 
     def forget(self, target: str) -> None:
         """Drop a removed target's cached fingerprint."""
