@@ -213,11 +213,6 @@ class Ledgers:
         with self._lock:
             self._by_target.update(ledgers)
 
-    def sizes(self) -> dict[str, int]:
-        """Bins per target (for kvdoctor's own /metrics)."""
-        with self._lock:
-            return {t: len(led.slots) for t, led in self._by_target.items()}
-
     def forget(self, target: str) -> None:
         """Drop a removed target's ledger."""
         with self._lock:
@@ -231,7 +226,8 @@ def merged(rows: list[Row], recall: Recall | None, now: float) -> tuple[list[Row
         return rows, ""
     own: dict[int, float] = {}
     for x, _, w in rows:
-        own[bin_key(x)] = own.get(bin_key(x), 0.0) + w
+        k = bin_key(x)
+        own[k] = own.get(k, 0.0) + w
     cap = max(own.values())
     # a day of a bin is not a day's worth of certainty: the engine may have drifted, so it counts as a busy bin
     used: list[Row] = [

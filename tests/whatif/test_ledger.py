@@ -108,11 +108,11 @@ def test_a_day_of_scrapes_keeps_a_bounded_ledger_and_a_new_engine_starts_a_new_o
         t += snaps[-1].t - snaps[0].t + 15.0
         n += 1
     recall = ledger.recall("tiny")
-    assert recall is not None and 10 < ledger.sizes()["tiny"] <= MAX_BINS
+    assert recall is not None and 10 < ledger.held()["tiny"].bins <= MAX_BINS
     assert t - recall.since <= 24 * 3600  # nothing older than a day
-    bins = ledger.sizes()["tiny"]
+    bins = ledger.held()["tiny"].bins
     ledger.add("tiny", replace(recordings[0][0], t=t, info={}))  # a scrape without cache_config_info
-    assert ledger.sizes()["tiny"] == bins  # says nothing of the engine: the day stays
+    assert ledger.held()["tiny"].bins == bins  # says nothing of the engine: the day stays
     # the Llama-shaped engine (another model: other bytes per KV token) does not add to the tiny one's bins
     llama = recording_snaps(RAMPS / "llama_ramp_c32.jsonl.gz")[:60]
     alone = Ledgers()
