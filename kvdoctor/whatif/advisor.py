@@ -5,8 +5,9 @@ that names a simulatable change. Every RETRY_S the prediction's window is looked
 when its fingerprint moved (sharing.Fingerprint.near), a short steady stretch grew to STEADY_S, or refresh_s passed
 since it was simulated, so a prediction shown is at most refresh_s (+ the worker's queue) old. In background mode
 a look is decided where it is asked and only a simulation is queued for the worker thread (and the offload's child):
-an evaluation never waits for one; in sync mode (replay, check) all is inline, on the recording's own clock. After an engine restart with another
-configuration, `followups` compare what the target now measures with what was predicted for that change.
+an evaluation never waits for one; in sync mode (replay, check) all is inline, on the recording's own clock. After
+an engine restart with another configuration, `followups` compare what the target now measures with what was
+predicted for that change.
 """
 
 from __future__ import annotations
