@@ -172,16 +172,13 @@ def side_note(kind: str, side: str, o: dict, p: dict, dst: Path) -> str:
     )
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("raw", type=Path)
-    ap.add_argument("out", type=Path)
-    a = ap.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
+def build(raw_dir: Path, out: Path, table: list, later: dict[str, str], session: dict[str, str]) -> None:
+    """Write each pair of `table` whose raw files are in raw_dir to out (recordings, pairs.json, other_pairs.json)."""
+    out.mkdir(parents=True, exist_ok=True)
     pairs, others = [], []
-    for name, change, bf, af, load, every in PAIRS:
-        raw = {side: raw_file(a.raw, f"{name}_{side}") for side in ("before", "after")}
-        if not all(p and (a.raw / f"{name}_{s}.client.json").exists() for s, p in raw.items()):
+    for name, change, bf, af, load, every in table:
+        raw = {side: raw_file(raw_dir, f"{name}_{side}") for side in ("before", "after")}
+        if not all(p and (raw_dir / f"{name}_{s}.client.json").exists() for s, p in raw.items()):
             print(f"{name}: skipped, raw recording or client.json missing")
             continue
         if change is None:
@@ -196,35 +193,43 @@ def main() -> int:
             "after_flags": f"{env}{af} {SERVE}",
             "load": load,
         }
-        if name in LATER:
-            entry["set_aside"] = LATER[name]
+        if name in later:
+            entry["set_aside"] = later[name]
         notes = []
         for side in ("before", "after"):
-            dst = a.out / f"{name}_{side}.jsonl.gz"
+            dst = out / f"{name}_{side}.jsonl.gz"
             lines = read_lines(str(raw[side]))
             kept = thin(lines, every, -math.inf, math.inf) if every else lines
             write_gzip(dst, kept)
             print(f"{dst.name}: {len(kept)} of {len(lines)} lines, {dst.stat().st_size / 1000:.0f} kB")
-            (a.out / f"{name}_{side}.client.json").write_text(
-                (a.raw / f"{name}_{side}.client.json").read_text()
+            (out / f"{name}_{side}.client.json").write_text(
+                (raw_dir / f"{name}_{side}.client.json").read_text()
             )
-            ps = phases(a.raw, f"{name}_{side}")
+            ps = phases(raw_dir, f"{name}_{side}")
             for p in ps:
                 kind = "heavy" if p is ps[-1] else "light"
                 entry[f"{kind}_{side}"] = list(p["window"])
                 notes.append(side_note(kind, side, observe(dst, p["window"]), p, dst))
         thinned = f", one scrape every {every:g} s kept" if every else ""
         entry["notes"] = (
-            f"recorded alone on the machine ({SESSION.get(name, 'session 6')}){thinned}; " + "; ".join(notes)
+            f"recorded alone on the machine ({session.get(name, 'session 6')}){thinned}; " + "; ".join(notes)
         )
         (others if isinstance(change, str) else pairs).append(entry)
-    (a.out / "pairs.json").write_text(json.dumps(pairs, indent=1, ensure_ascii=False) + "\n")
-    other = a.out / "other_pairs.json"
+    (out / "pairs.json").write_text(json.dumps(pairs, indent=1, ensure_ascii=False) + "\n")
+    other = out / "other_pairs.json"
     if others:
         other.write_text(json.dumps(others, indent=1, ensure_ascii=False) + "\n")
     elif other.exists():
         other.unlink()
     print(f"{len(pairs)} pairs, {len(others)} in other_pairs.json")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("raw", type=Path)
+    ap.add_argument("out", type=Path)
+    a = ap.parse_args()
+    build(a.raw, a.out, PAIRS, LATER, SESSION)
     return 0
 
 
