@@ -50,6 +50,11 @@ class StateWriter:
         self._retry_at = 0.0
         self._ledger: tuple[float, str | None] | None = None  # when the ledger's JSON was made, and the JSON
 
+    @classmethod
+    def paced_by(cls, path: str, clock: Callable[[], float]) -> StateWriter:
+        """A writer whose retries follow the daemon's clock: the monotonic one in service, a test's when injected."""
+        return cls(path, time.monotonic if clock is time.time else clock)
+
     def check_at_start(self) -> None:
         """Say at start-up, naming the directory, when the state cannot be written (kvdoctor starts anyway)."""
         why = writable(self.path.parent)

@@ -70,7 +70,7 @@ class Daemon:
         self.heap = Heap()  # the fleet's long-lived objects frozen out of full collections
         self._thread: threading.Thread | None = None
         self.history = History("kvdoctor serve")  # hourly summaries for `/report`
-        self.writer = StateWriter(cfg.state_file) if cfg.state_file else None
+        self.writer = StateWriter.paced_by(cfg.state_file, clock) if cfg.state_file else None
         self.storage_grace_s = 300.0  # how long writes may fail (wall time) before /-/ready says so
         if self.writer is not None:
             persist.load(self.writer.path, self.pipeline, self.history, clock())
