@@ -285,7 +285,9 @@ def main() -> int:
     ap.add_argument("--long", type=Path, help="a recording with 5 minutes of traffic for the whatif timing")
     args = ap.parse_args()
     took = max(speed(), whatif_speed(args.long))
-    ok = accuracy(args.pairs or [d for d in (PAIRS, PAIRS2, PAIRS3) if d.is_dir()], args.seeds, args.tuned_only)
+    ok = accuracy(
+        args.pairs or [d for d in (PAIRS, PAIRS2, PAIRS3) if d.is_dir()], args.seeds, args.tuned_only
+    )
     singles()
     return 0 if ok and took <= SPEED_TARGET_S else 1
 

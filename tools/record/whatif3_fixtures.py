@@ -48,7 +48,10 @@ PAIRS = [
         2,
     ),
 ]  # fmt: skip  (a data table: one pair a row group, as the recording script lists them)
-LATER = {name: "recorded in session 10, after every coefficient and interval constant was tuned" for name, *_ in PAIRS}
+LATER = {
+    name: "recorded in session 10, after every coefficient and interval constant was tuned"
+    for name, *_ in PAIRS
+}
 SESSION = {name: "session 10, AMD EPYC without AVX-512, fp32, engine on core 0" for name, *_ in PAIRS}
 
 
