@@ -178,6 +178,8 @@ class Scheduler:
             num_computed_tokens = int(events.computed_tokens(request, self.step_index))
             self._stop_reading(request, num_computed_tokens)
             request.num_output_tokens = int(events.output_tokens(request, self.step_index))
+            # it decoded in the step that just ended: its resume's token is that far from this one (vLLM's ITL)
+            request.last_token_time = self.now
         # full blocks stay cached for its resume; the partial one is lost
         self.kv_cache_manager.free(request, num_computed_tokens)
         request.num_computed_tokens = 0

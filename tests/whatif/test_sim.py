@@ -55,6 +55,9 @@ def test_youngest_request_is_preempted_recomputed_and_requeued_at_the_front():
     assert res.finished == 2
     assert len(trace) == 15  # B's last token in step 14
     assert sorted(res.ttft) == [1.0, 1.0]  # the preempted request keeps its first-token time
+    # B's last token came at t=5 (end of step 4), its next at t=11: vLLM's inter-token latency sees that 6 s
+    # gap, not the 10 s since B's first token
+    assert max(itl for itl, _ in res.itl) == 6.0
 
 
 def test_no_admission_in_a_step_that_preempted():
