@@ -15,10 +15,10 @@ from kvdoctor.whatif.resolution import window_resolution
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import Quantities, in_window, measure
 
-# The quantities the accuracy targets are stated on, and the others a follow-up reports.
-HEADLINE = ("ttft_p50_s", "itl_p50_s", "generation_tokens_per_s", "ttft_p95_s")
-COMPARED = (*HEADLINE, "itl_p95_s", "queue_time_p95_s", "requests_per_s", "running", "waiting")
-COVERED = (*HEADLINE, "itl_p95_s")  # the quantities whose 80 % intervals the benchmark scores
+# The quantities the accuracy targets are stated on (#21's done line), and the others a follow-up reports.
+HEADLINE = ("ttft_p50_s", "itl_p50_s", "generation_tokens_per_s", "ttft_p95_s", "itl_p95_s")
+COMPARED = (*HEADLINE, "queue_time_p95_s", "requests_per_s", "running", "waiting")
+COVERED = HEADLINE  # the quantities whose 80 % intervals the benchmark scores
 FLAT = 0.05  # a measured change under 5 % has no direction
 
 

@@ -210,7 +210,7 @@ def _prefix_caching(
     was = "caching off" if not e.enable_prefix_caching else f"{w.prefix_hit_ratio:.0%} measured"
     return (
         replace(e, enable_prefix_caching=True),
-        replace(w, prefix_hit_ratio=r),
+        replace(w, prefix_hit_ratio=r, computed=None),  # the window's tails went with its own prefix
         [
             f"prefix caching on with {r:.0%} of prompt tokens served from cache (given; now {was}), as one "
             "shared prefix in whole blocks"

@@ -57,8 +57,13 @@ def perturb(w: Workload, rng: random.Random, n: float) -> Workload:
     rate = w.rate_per_s
     if w.kind == "open" and rate > 0:
         rate = rng.gammavariate(n, rate / n)
+    computed = resample_length(w.computed, rng, n) if w.computed is not None else None
     return replace(
-        w, rate_per_s=rate, prompt=resample_length(w.prompt, rng, n), output=resample_length(w.output, rng, n)
+        w,
+        rate_per_s=rate,
+        prompt=resample_length(w.prompt, rng, n),
+        output=resample_length(w.output, rng, n),
+        computed=computed,
     )
 
 

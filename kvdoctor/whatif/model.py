@@ -118,19 +118,19 @@ class Workload:
     output: LengthDist
     prefix_hit_ratio: float = 0.0
     why: str = ""
+    # where the window hit a shared prefix: the prompt tokens a request computed beyond it (vLLM's
+    # request_prefill_kv_computed_tokens), so a prompt is that prefix plus its own tail
+    computed: LengthDist | None = None
 
     def scaled(self, factor: float) -> Workload:
         """The same traffic grown by factor (more clients, or a higher rate)."""
-        return Workload(
-            self.kind,
-            self.rate_per_s * factor,
-            max(1, round(self.population * factor)),
-            self.think_s,
-            self.prompt,
-            self.output,
-            self.prefix_hit_ratio,
-            self.why,
+        return replace(
+            self, rate_per_s=self.rate_per_s * factor, population=max(1, round(self.population * factor))
         )
+
+    def prefix_tokens(self, block_size: int) -> int:
+        """The shared prefix every prompt starts with, in whole blocks (what the cache can hit)."""
+        return round(self.prefix_hit_ratio * self.prompt.mean / block_size) * block_size
 
 
 @dataclass
@@ -211,7 +211,12 @@ def make_request(
     rng: random.Random, w: Workload, t: float, shared: int, e: Engine, client: int = -1
 ) -> Request:
     """A request of the workload arriving at t; `shared` tokens of its prompt are a cached common prefix."""
-    prompt = min(sample_length(rng, w.prompt), e.max_model_len)
+    # Where the window read a shared prefix, a prompt is that prefix and a tail drawn from the computed tokens'
+    # histogram: the prompt histogram's coarse buckets (500-1000 for an 834-token prompt) would spread the tails,
+    # the prefill chunks that share a step with the decoders, several times wider than they were.
+    prefix = w.prefix_tokens(e.block_size) if w.computed is not None else 0
+    drawn = prefix + sample_length(rng, w.computed) if w.computed is not None and prefix > 0 else 0
+    prompt = min(drawn or sample_length(rng, w.prompt), e.max_model_len)
     out = sample_length(rng, w.output)
     hit = min(shared, (prompt - 1) // e.block_size * e.block_size)
     return Request(t, prompt, out, hit, client)

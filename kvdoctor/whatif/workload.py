@@ -97,6 +97,7 @@ def infer_workload(snaps: list[Snap]) -> Workload:
     )
     queries = delta(a, b, "prefix_queries")
     hit = delta(a, b, "prefix_hits") / queries if queries > 0 else 0.0
+    computed = _computed(a, b) if hit > 0 else None
     running = [s.get("vllm:num_requests_running", 0.0) for s in snaps]
     waiting = [s.get("vllm:num_requests_waiting", 0.0) for s in snaps]
     inside = [r + w for r, w in zip(running, waiting, strict=True)]
@@ -112,7 +113,7 @@ def infer_workload(snaps: list[Snap]) -> Workload:
             f"closed loop: running + waiting held at {n} in {held:.0%} of scrapes while requests waited in "
             f"{queued:.0%} of them, so clients wait for answers; more capacity raises their rate"
         )
-        return Workload("closed", done / dt, n, 0.0, prompt, output, hit, why)
+        return Workload("closed", done / dt, n, 0.0, prompt, output, hit, why, computed)
     top = max(inside)
     at_top = sum(1 for x in inside if x >= top) / len(inside)
     near_top = sum(1 for x in inside if x >= top - 1) / len(inside)
@@ -124,7 +125,7 @@ def infer_workload(snaps: list[Snap]) -> Workload:
             f"closed loop: running + waiting never above {n} and at it in {at_top:.0%} of scrapes, so {n} "
             f"clients wait for answers (≈{think:.2g} s between an answer and the next request)"
         )
-        return Workload("closed", done / dt, n, think, prompt, output, hit, why)
+        return Workload("closed", done / dt, n, think, prompt, output, hit, why, computed)
     rate = (done + max(0.0, trend)) / dt  # a growing queue adds arrivals not yet finished
     reason = (
         f"requests waited in only {queued:.0%} of scrapes"
@@ -132,7 +133,14 @@ def infer_workload(snaps: list[Snap]) -> Workload:
         else f"running + waiting was near its median in only {held:.0%} of scrapes"
     )
     why = f"open loop at {rate:.3g} req/s: {reason}, so arrivals do not wait for answers"
-    return Workload("open", rate, 0, 0.0, prompt, output, hit, why)
+    return Workload("open", rate, 0, 0.0, prompt, output, hit, why, computed)
+
+
+def _computed(a: Snap, b: Snap) -> LengthDist | None:
+    """The prompt tokens each request computed beyond its prefix-cache hits (None where not exported)."""
+    name = "vllm:request_prefill_kv_computed_tokens"
+    buckets = delta_buckets(a, b, name)
+    return length_dist(buckets, mean_of(a, b, name)) if buckets.get(math.inf, 0.0) > 0 else None
 
 
 def bound_duration(

@@ -90,6 +90,27 @@ def test_prefix_caching_off_moves_toward_the_same_load_without_shared_prefixes(s
     assert engine["now"]["enable_prefix_caching"] and not engine["after"]["enable_prefix_caching"]
 
 
+def test_a_shared_prefix_window_predicts_its_own_tails_from_the_computed_tokens(shared_032):
+    # 4 clients behind one 1024-token system prompt: a prompt's 500-1000 / 1000-2000 buckets would spread the
+    # uncached tails (and the prefill chunks beside the decoders) over hundreds of tokens; they were a few dozen
+    snaps = recording_snaps(shared_032 / "prefix_cache_shared.jsonl.gz")
+    t0 = snaps[0].t
+    window = in_window(snaps, t0 + 10, t0 + 60)
+    p = predict([s for s in snaps if s.t <= t0 + 60], window, {}, with_intervals=False)
+    computed = p.workload.computed
+    assert computed is not None
+    a, b = window[0], window[-1]
+    tail = delta(a, b, "vllm:request_prefill_kv_computed_tokens_sum") / delta(
+        a, b, "vllm:request_prefill_kv_computed_tokens_count"
+    )
+    assert computed.mean == pytest.approx(tail, rel=0.01)
+    prefix = p.workload.prefix_tokens(p.engine.block_size)
+    assert prefix + computed.mean == pytest.approx(p.workload.prompt.mean, rel=0.05)
+    for k in ("ttft_p50_s", "ttft_p95_s", "itl_p95_s", "generation_tokens_per_s"):
+        got, want = getattr(p.unchanged, k), getattr(p.measured, k)
+        assert abs(got - want) / want < 0.25, (k, got, want)
+
+
 def test_plan_tries_speculation_off_only_where_the_server_speculates(spec_window, shared_032):
     history, window = spec_window
     tried = flags.combinations(learn(history, window), None)
