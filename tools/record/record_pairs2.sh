@@ -6,13 +6,8 @@
 #   env: ONLY="name name" records only those pairs
 set -uo pipefail
 V=$1 TINY=$2 LLAMA=$3 O=$4
-R=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$O"
-export VLLM_CPU_OMP_THREADS_BIND=0
-want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
-pair() { echo "$(date -u +%T) $4: recording"; "$R/record_pair.sh" "$@"; echo "$(date -u +%T) $4: done"; }
-F="--dtype float32"
-light() { echo "--phase concurrency=2,rate=0,duration=30,drain=3,prompt_min=50,prompt_max=100,out_min=32,out_max=64,seed=$1"; }
+# shellcheck source=pairs_common.sh
+. "$(dirname "$0")/pairs_common.sh"
 
 # In order of need (the first three were recorded in session 5; the rest when the machine is quiet again).
 # The Llama-shaped model runs ~70 ms a token single-stream here: shorter outputs, longer heavy phases.

@@ -224,13 +224,18 @@ def build(raw_dir: Path, out: Path, table: list, later: dict[str, str], session:
     print(f"{len(pairs)} pairs, {len(others)} in other_pairs.json")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli(doc: str, table: list, later: dict[str, str], session: dict[str, str]) -> int:
+    """RAW OUT from the command line, then build()."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("raw", type=Path)
     ap.add_argument("out", type=Path)
     a = ap.parse_args()
-    build(a.raw, a.out, PAIRS, LATER, SESSION)
+    build(a.raw, a.out, table, later, session)
     return 0
+
+
+def main() -> int:
+    return cli(__doc__, PAIRS, LATER, SESSION)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,11 @@ set-aside part, outside the every-third count.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from whatif2_fixtures import build
+from whatif2_fixtures import cli
 
 F = "--dtype float32"
 TINY_OPEN = "prompt 100-300, out 32-128"
@@ -56,12 +55,7 @@ SESSION = {name: "session 10, AMD EPYC without AVX-512, fp32, engine on core 0" 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("raw", type=Path)
-    ap.add_argument("out", type=Path)
-    a = ap.parse_args()
-    build(a.raw, a.out, PAIRS, LATER, SESSION)
-    return 0
+    return cli(__doc__, PAIRS, LATER, SESSION)
 
 
 if __name__ == "__main__":
