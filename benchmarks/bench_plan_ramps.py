@@ -14,7 +14,9 @@ and per SLO (TTFT p95 ≤ 3× and ITL p50 ≤ 2× the light step's, queue time p
   light step, sized for the same objective.
 Done line: kvdoctor within 20 % of the measured rate and closer than the baseline, for every SLO that broke.
 Beside it, for information (the done line does not use it): the arrivals of the last step that held and the first
-that broke, and whether kvdoctor's rate lies early, inside or late of them.
+that broke, and whether kvdoctor's rate lies early, inside or late of them; and the 80 % interval of the predicted
+rate (`current.headroom_p10`/`headroom_p90` × ×1's rate), whether the measured rate lies inside it, and the share of
+SLOs whose measured rate does (an 80 % interval should hold about 80 % of them).
 Speed: plan on a 5-minute window (the five minutes before each ramp's last arrival) answers in under 10 s.
 """
 
@@ -122,8 +124,8 @@ def _where(pred: float | None, span: tuple[float, float] | None) -> str:
     return "early" if pred < span[0] else "late" if pred > span[1] else "inside"
 
 
-def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], float]:
-    """Print one ramp's table; (done per SLO that broke, plan's seconds on the light step)."""
+def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], list[bool], float]:
+    """Print one ramp's table; (done and inside the 80 % interval per SLO that broke, plan's seconds)."""
     rec = directory / r["recording"]
     light = r["steps"][r["light_step"]]
     doc, took = run_plan(rec, tuple(light["window"]), r["slos"], r["max_num_seqs"])
@@ -139,30 +141,36 @@ def ramp_rows(directory: Path, r: dict) -> tuple[list[bool], float]:
     )
     print(
         f"  {'slo':17s} {'objective':>9s} {'nominal':>8s} {'between':>9s} {'measured':>8s} {'headroom':>8s} "
-        f"{'kvdoctor':>8s} {'err':>5s} {'WVA':>6s} {'err':>5s} {'steps':>13s} {'kvdoctor':>8s}  done"
+        f"{'kvdoctor':>8s} {'err':>5s} {'WVA':>6s} {'err':>5s} {'steps':>13s} {'kvdoctor':>8s} {'80 %':>11s} {'in':>3s}  done"
     )
-    done = []
+    done, inside = [], []
     for key, objective in r["slos"].items():
         b = r["breaking"][key]
         head = doc["current"]["headroom"].get(key)
         pred = rate_now * head if head is not None else None
+        p10, p90 = doc["current"]["headroom_p10"].get(key), doc["current"]["headroom_p90"].get(key)
+        band = (rate_now * p10, rate_now * p90) if p10 is not None and p90 is not None else None
+        spread = f"{band[0]:.3g}-{band[1]:.3g}" if band else "—"
         base = wva_baseline.breaking_rate(params, key, objective)
         between = "-".join(_f(x) for x in b["between"])
         measured = arrivals_breaking(r, key)
         span = bracket(r, key)
         steps = f"{span[0]:.3g}-{span[1]:.3g}" if span else ""
         if measured is None:
-            e_k, e_b, verdict = "", "", f"not measured: {b.get('note', '')}"
+            e_k, e_b, verdict, held = "", "", f"not measured: {b.get('note', '')}", ""
         else:
+            hit = band is not None and band[0] <= measured <= band[1]
+            inside.append(hit)
+            held = "yes" if hit else "no"
             ek, eb = _err(pred, measured), _err(base, measured)
             ok = ek <= WITHIN and ek < eb
             done.append(ok)
             e_k, e_b, verdict = f"{ek:.0%}", f"{eb:.0%}", "yes" if ok else "NO"
         print(
             f"  {key:17s} {objective:>9g} {_f(b['rate']):>8s} {between:>9s} {_f(measured):>8s} {_f(head):>8s} {_f(pred):>8s} "
-            f"{e_k:>5s} {base:>6.3g} {e_b:>5s} {steps:>13s} {_where(pred, span):>8s}  {verdict}"
+            f"{e_k:>5s} {base:>6.3g} {e_b:>5s} {steps:>13s} {_where(pred, span):>8s} {spread:>11s} {held:>3s}  {verdict}"
         )
-    return done, took
+    return done, inside, took
 
 
 def speed(directory: Path, r: dict) -> float:
@@ -184,10 +192,16 @@ def main() -> int:
     args = ap.parse_args()
     doc = json.loads((args.ramps / "ramps.json").read_text())
     done: list[bool] = []
+    inside: list[bool] = []
     for r in doc["ramps"]:
-        d, _ = ramp_rows(args.ramps, r)
+        d, i, _ = ramp_rows(args.ramps, r)
         done += d
+        inside += i
     print(f"\ndone line (within {WITHIN:.0%} and closer than the WVA baseline): {sum(done)}/{len(done)} SLOs")
+    share = sum(inside) / len(inside) if inside else float("nan")
+    print(
+        f"measured breaking rate inside plan's 80 % interval: {sum(inside)}/{len(inside)} SLOs ({share:.0%})"
+    )
     print("\nspeed (5-minute windows, target ≤ 10 s):")
     worst = max(speed(args.ramps, r) for r in doc["ramps"])
     print(f"  slowest {worst:.1f} s: {'ok' if worst <= SPEED_TARGET_S else 'MISSED'}")

@@ -144,6 +144,15 @@ def _line(c: Candidate, slos: dict[str, float]) -> str:
     )
 
 
+def _band(p: Plan, key: str) -> str:
+    """' (80 %: 1.1-1.6)' beside a headroom; '' when the step model gave no spread."""
+    lo, hi = p.headroom_p10.get(key), p.headroom_p90.get(key)
+    if lo is None or hi is None or lo == hi:
+        return ""
+    top = f"≥{MAX_LOAD:g}" if hi >= MAX_LOAD else f"{hi:.2f}"
+    return f" (80 %: {lo:.2f}-{top})"
+
+
 def render(p: Plan, elapsed_s: float) -> str:
     """Objectives, today's headroom, each candidate tried, the pick and its margins."""
     slos = ", ".join(f"{k[:-2]} ≤ {_s(v)}" for k, v in p.slos.items())
@@ -153,7 +162,7 @@ def render(p: Plan, elapsed_s: float) -> str:
         at = f"≥ ×{MAX_LOAD:g}" if m >= MAX_LOAD else f"×{m:.2f}"
         about = "≥" if m >= MAX_LOAD else "≈"
         rate = f" ({about} {m * p.requests_per_s:.3g} req/s)" if math.isfinite(p.requests_per_s) else ""
-        lines.append(f"  headroom {k[:-2]}: breaks at {at} today's traffic{rate}")
+        lines.append(f"  headroom {k[:-2]}: breaks at {at}{_band(p, k)} today's traffic{rate}")
     lines += ["", f"candidates ({len(p.candidates)}):"]
     lines += ["  " + _line(c, p.slos) for c in p.candidates]
     c = p.chosen

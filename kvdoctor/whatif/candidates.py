@@ -80,6 +80,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     # the window's traffic, what load ×1 means: headroom × it is the rate at which an SLO breaks
     requests_per_s: float = math.nan
+    # the headroom's 80 % interval under the step model's posterior (the point itself where it has none)
+    headroom_p10: dict[str, float] = field(default_factory=dict)
+    headroom_p90: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> JsonObject:
         """The `--json` shape the issue names."""
@@ -88,6 +91,8 @@ class Plan:
             "load": rounded(self.load),
             "current": {
                 "headroom": {k: rounded(v) for k, v in self.headroom.items()},
+                "headroom_p10": {k: rounded(v) for k, v in self.headroom_p10.items()},
+                "headroom_p90": {k: rounded(v) for k, v in self.headroom_p90.items()},
                 "predicted": self.current.predicted.to_json(),
                 "replicas": self.current.replicas,
                 "requests_per_s": rounded(self.requests_per_s),

@@ -9,12 +9,14 @@ of today's configuration per SLO; simulations are cached by (flags, replicas, lo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from kvdoctor.whatif import flags, knobs
 from kvdoctor.whatif.candidates import Candidate, Changes, Plan, Predicted, rounded
 from kvdoctor.whatif.learn import run_key
-from kvdoctor.whatif.model import Engine, SimResult, Workload
+from kvdoctor.whatif.members import step_draws
+from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
 from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import as_dict, detect
 from kvdoctor.whatif.slo import extra_value, holds, margin
@@ -25,6 +27,10 @@ MAX_REPLICAS = 64
 MAX_LOAD = 64.0
 MIN_LOAD = 1 / 16
 LOAD_PRECISION = 1.05  # bisection stops when the bracket is this ratio wide
+# posterior step models drawn for the headroom's 80 % interval; only the two pricing a full batch cheapest and
+# dearest are simulated, which of 9 draws are on average its 10th and 90th percentiles (order statistics 1/10, 9/10)
+BAND_DRAWS = 9
+BAND_PRECISION = 1.10  # … bisected coarser: an interval's end needs no 5 % (one run fewer per SLO and draw)
 
 
 class Planner:
@@ -42,6 +48,7 @@ class Planner:
         self.basis, self.slos = basis, slos
         self.gpu_memory_bytes, self.gpu_hour_usd, self.gpus = gpu_memory_bytes, gpu_hour_usd, gpus_per_replica
         self.simulations = 0
+        self.precision = LOAD_PRECISION
         self.skipped = 0  # combinations left out because a change in them bought nothing on its own
         self._cache: dict[tuple[Any, ...], Candidate] = {}
         self._runs: dict[tuple[Any, ...], SimResult] = {}  # this search's runs, by what a replica simulates
@@ -127,10 +134,37 @@ class Planner:
                 if hi >= MAX_LOAD:
                     return MAX_LOAD
                 lo, hi = hi, min(MAX_LOAD, hi * 2)
-        while hi / lo > LOAD_PRECISION:
+        while hi / lo > self.precision:
             mid = math.sqrt(lo * hi)
             lo, hi = (lo, mid) if breaks(mid) else (mid, hi)
         return math.sqrt(lo * hi)
+
+    def spread(self) -> tuple[Planner, Planner] | None:
+        """Planners of today's window under the posterior step models that price a full batch cheapest and dearest
+        (its p10 and p90 step cost there); None when the fit has no posterior to draw from."""
+        b = self.basis
+        draws = step_draws(b.rows, b.physical, BAND_DRAWS, b.seed, b.step)
+        if all(d == b.step for d in draws):
+            return None
+        # a full batch of decoders, each holding a mean prompt and half its output: the batch a breaking load nears
+        n = b.engine.max_num_seqs
+        context = n * (b.workload.prompt.mean + b.workload.output.mean / 2)
+        draws.sort(key=lambda d: d.duration(n, 0.0, context))
+        return self._under(draws[0]), self._under(draws[-1])
+
+    def _under(self, step: StepModel) -> Planner:
+        """This planner's window and objectives under another step model (its own runs and cache)."""
+        b = self.basis
+        now = simulate(b.engine, step, b.workload, b.replicas, b.duration_s, b.seed)
+        under = Planner(
+            replace(b, step=step, now=now),
+            self.slos,
+            gpu_memory_bytes=self.gpu_memory_bytes,
+            gpu_hour_usd=self.gpu_hour_usd,
+            gpus_per_replica=self.gpus,
+        )
+        under.precision = BAND_PRECISION
+        return under
 
     def search(self, load: float, gpu: bool = False) -> tuple[Candidate | None, list[Candidate]]:
         """The cheapest feasible candidate (None when none is) and every candidate simulated, in order."""
@@ -195,6 +229,12 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
     """Today's headroom and prediction, then the cheapest configuration holding every SLO at the load."""
     current = planner.evaluate({}, planner.basis.replicas, load)
     headroom = {k: planner.headroom(k) for k in planner.slos}
+    low, high = dict(headroom), dict(headroom)
+    drawn = planner.spread()
+    for under in drawn or ():
+        for k in planner.slos:  # the point is inside: two draws are an estimate of where p10 and p90 lie
+            h = under.headroom(k)
+            low[k], high[k] = min(low[k], h), max(high[k], h)
     best, tried = planner.search(load, gpu)
     notes = []
     if best is None:
@@ -211,6 +251,18 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
             f"{planner.skipped} combination(s) not tried: a change in them bought nothing on its own"
         )
     rate = planner.basis.workload.rate_per_s
+    simulations = planner.simulations + sum(1 + u.simulations for u in drawn or ())  # 1: each draw's ×1 run
     return Plan(
-        dict(planner.slos), load, current, headroom, best, tried, planner.simulations, best.meets, notes, rate
+        dict(planner.slos),
+        load,
+        current,
+        headroom,
+        best,
+        tried,
+        simulations,
+        best.meets,
+        notes,
+        rate,
+        headroom_p10=low,
+        headroom_p90=high,
     )

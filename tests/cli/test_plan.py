@@ -6,6 +6,7 @@ import contextlib
 import gzip
 import io
 import json
+import re
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from tests.support.prometheus import PrometheusServer, backfill, binaries
 from tests.support.whatif_json import Q_KEYS, SATURATION_KEYS
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
+RAMPS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-ramps"
 BATCHCAP = PAIRS / "batchcap_before.jsonl.gz"  # max_num_seqs 4, 24 closed-loop clients: 20 wait
 SHAPE = {
     "changes",
@@ -85,6 +87,32 @@ def test_a_batch_capped_server_gets_more_sequences_or_replicas_and_the_json_has_
     assert doc["simulations"] >= len(doc["candidates"]) - 1  # the window's own simulation is reused
 
 
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
+def test_each_headroom_has_an_80_percent_interval_around_it(plan_2s):
+    cur = plan_2s["current"]
+    assert set(cur["headroom_p10"]) == set(cur["headroom_p90"]) == set(cur["headroom"])
+    for k, point in cur["headroom"].items():
+        assert cur["headroom_p10"][k] <= point <= cur["headroom_p90"][k], k
+    # the step model's posterior is not a point: somewhere the interval has a width
+    assert any(cur["headroom_p10"][k] < cur["headroom_p90"][k] for k in cur["headroom"])
+
+
+@pytest.mark.slow  # 5 s: two windows' headroom under three step models each
+def test_a_window_of_one_batch_size_is_less_sure_of_its_headroom_than_one_of_many():
+    snaps = recording_snaps(RAMPS / "tiny_ramp_c32_fine.jsonl.gz")
+    t0, widths = snaps[0].t, []
+    # the light step runs ~1 request at a time; by the 3 req/s step the history has held 1 to ~21
+    for lo, hi in ((21.0, 69.1), (213.2, 240.3)):
+        history, window = history_before(snaps, t0 + lo, t0 + hi)
+        planner = Planner(learn(history, window, max_num_seqs=32), {"itl_p50_s": 0.036})
+        point = planner.headroom("itl_p50_s")
+        drawn = planner.spread()
+        assert drawn is not None
+        rooms = sorted([point, *(p.headroom("itl_p50_s") for p in drawn)])
+        widths.append(rooms[-1] / rooms[0])
+    assert widths[1] > 1.0 and widths[0] > 2 * widths[1]  # both have a width, the light one much more
+
+
 def test_a_generous_slo_keeps_todays_configuration(capsys):
     rc, doc = _plan(capsys, str(BATCHCAP), "--slo", "ttft_p95=60s")
     assert rc == 0 and doc["feasible"]
@@ -131,6 +159,7 @@ def test_text_lists_each_candidate_with_cost_and_the_pick(capsys):
     assert main(["plan", str(BATCHCAP), "--slo", "ttft_p95=2s", "--gpu-hour-cost", "$3"]) == 0
     out = capsys.readouterr().out
     assert "headroom ttft_p95: breaks at ×" in out
+    assert re.search(r"breaks at ×[0-9.]+ \(80 %: [0-9.]+-[0-9.]+\) today's traffic", out), out
     lines = [line for line in out.splitlines() if "/1M gen tokens" in line]
     assert len(lines) >= 3 and all("$" in line and "/h" in line for line in lines)
     assert "\nplan: " in out and "margins ttft_p95 +" in out
