@@ -209,3 +209,34 @@ def test_one_batch_size_in_the_history_splits_the_step_and_says_so():
     assert any("taken as half the mean step" in n for n in model.notes)
     assert model.c0 > 0 and model.c_decode > 0 and model.c_prefill > 0
     assert model.duration(13, 12, 0) > model.duration(6, 12, 0)
+
+
+LATER = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif3"  # recorded after the tuning
+
+
+def _later(name: str):
+    return run_pair(LATER, next(p for p in load_pairs(LATER) if p["name"] == name))
+
+
+def test_a_closed_loop_doubled_across_the_cap_is_predicted_to_queue_as_it_did():
+    r = _later("tiny_closedx2")  # 5 → 10 clients against --max-num-seqs 8
+    before, after, measured = r.prediction.unchanged, r.prediction.predicted, r.after
+    assert measured.running > 7.5 and measured.waiting > 1.5  # vLLM: pinned at the cap, the rest queued
+    assert after.running > 7.5 and after.waiting > 1.0
+    assert before.waiting < 0.5
+    measured_growth = measured.ttft_p50_s / r.prediction.measured.ttft_p50_s
+    assert 0.5 * measured_growth < after.ttft_p50_s / before.ttft_p50_s < 2 * measured_growth
+
+
+@pytest.mark.parametrize("name", ["tiny_loadhalf", "llama_loadhalf"])
+def test_an_open_loop_halved_halves_the_tokens_and_shortens_the_steps(name):
+    r = _later(name)
+    tokens = r.prediction.predicted.generation_tokens_per_s / r.prediction.unchanged.generation_tokens_per_s
+    assert 0.4 < tokens < 0.6  # an open loop below capacity serves what arrives
+    assert r.after.generation_tokens_per_s / r.prediction.measured.generation_tokens_per_s == pytest.approx(
+        tokens, rel=0.2
+    )
+    assert (
+        r.prediction.predicted.itl_p50_s < r.prediction.unchanged.itl_p50_s
+    )  # fewer decoders a step, as measured
+    assert r.after.itl_p50_s < r.prediction.measured.itl_p50_s
