@@ -3,7 +3,7 @@
 `observe` keeps each target's recent snapshots (cheap); `annotate` attaches the cached prediction to every advice
 that names a simulatable change. Every RETRY_S the prediction's window is looked at again: it is simulated again only
 when its fingerprint moved (sharing.Fingerprint.near), a short steady stretch grew to STEADY_S, or refresh_s passed
-since it was simulated (up to RETRY_S sooner per target in background mode, `sharing.spread`: effects
+since it was simulated (≤ RETRY_S, ≤ refresh_s/6 sooner per target in background mode, `sharing.spread`: effects
 simulated together expire apart), so a prediction shown is at most refresh_s (+ the queue's wait, + a cycle)
 old. In background mode a look is decided where it is asked and only a simulation is queued for the worker
 (and its child), none when a near window's is queued or running (shared at the next look): an evaluation never
@@ -65,7 +65,7 @@ class Advisor:
         self._lock = threading.Lock()
         # bounded, oldest dropped and counted, a key queued once (jobs.py); near windows share a simulation
         self._jobs: Jobs[Key] = Jobs(max_queue)
-        self._shared = SharedEffects(refresh_s, RETRY_S if background else 0.0)
+        self._shared = SharedEffects(refresh_s, min(RETRY_S, refresh_s / 6) if background else 0.0)
         self._worker: threading.Thread | None = None
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
