@@ -1,15 +1,20 @@
 """How often the advisor simulates a fleet at a limit: its refresh policy counted on a stepped clock, no CPU noise.
 
-usage: python benchmarks/bench_refresh_policy.py [--targets 300] [--minutes 12] [--interval 5] [--tree DIR]
+usage: python benchmarks/bench_refresh_policy.py [--targets 300] [--minutes 12] [--interval 5] [--sim-s 0.45]
+                                                 [--tree DIR]
 
 The fleet of `bench_fleet_vs_prometheus.py --scenarios limit`: --targets targets on 4 replay servers (compute_bound,
 kv_bound, compute_bound, kv_bound from kvdoctor/demo, looped from 40 s in as `replay-server --loop --from 40` does,
 so every target restarts when its recording does), each scraped at its own phase of the --interval. Every cycle each
-target's diagnosis carries the advice the daemon gives it (a second replica; and fp8 KV for the kv-bound ones), and a
-sync-mode Advisor annotates it with `predict` counted instead of run: what is counted is how often the policy asks
-for a simulation (each costs ~0.4-0.5 s of CPU in the daemon's child on the team's machine), which the wall-clock
-benchmark cannot separate from a busy machine. --tree DIR counts another checkout's policy (e.g. main's) the same way.
-Prints the simulations asked for in each minute, the total, and the advisor's counters (computed, shared, kept).
+target's diagnosis carries the advice the daemon gives it (a second replica; and fp8 KV for the kv-bound ones), and
+a background-mode Advisor (the daemon's) annotates it with `predict` counted instead of run. Its worker is stepped
+with the clock: after each cycle it takes queued requests until it has run interval / --sim-s simulations (a
+simulation costs ~0.4-0.5 s of CPU in the daemon's child on the team's machine), so what is counted is how often the
+policy asks for a simulation and how its queue grows, which the wall-clock benchmark cannot separate from a busy
+machine. --tree DIR counts another checkout's policy (e.g. main's) the same way. Prints the simulations run in each
+minute, the total, the advisor's counters (computed, shared, kept), the queue's peak length (follow-ups included),
+the effect requests queued (and most in one cycle) while a near window's simulation (same change, fingerprint near)
+was queued or running, and the oldest effect shown after the first 3 minutes.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import sys
 import time
 import zlib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +36,9 @@ def main() -> int:
     ap.add_argument("--targets", type=int, default=300)
     ap.add_argument("--minutes", type=float, default=12.0)
     ap.add_argument("--interval", type=float, default=5.0)
+    ap.add_argument(
+        "--sim-s", type=float, default=0.45, help="CPU seconds of one simulation (the worker's budget)"
+    )
     ap.add_argument("--tree", default=str(ROOT), help="the checkout whose kvdoctor is counted")
     args = ap.parse_args()
     sys.path.insert(0, args.tree)
@@ -46,7 +55,7 @@ def main() -> int:
         return now[0]
 
     advisor_module.predict = predict  # type: ignore[assignment]
-    advisor_module.effect_of = lambda p, change, t: Effect(change, {}, {}, "", t=p)  # type: ignore[assignment]
+    advisor_module.effect_of = lambda p, change, t: Effect(change, {}, {}, "", t=t)  # type: ignore[assignment]
     demo = Path(args.tree) / "kvdoctor" / "demo"
     recs = ("compute_bound", "kv_bound")
     servers = [Playlist([demo / f"{recs[s % 2]}.jsonl.gz"], 40.0, loop=True) for s in range(4)]
@@ -64,7 +73,13 @@ def main() -> int:
     fp8 = Advice("--kv-cache-dtype", "fp8 KV cache", "signals", {"kv_cache_dtype": "fp8"})
     names = [f"t{i:05d}" for i in range(args.targets)]
     phases = [(zlib.crc32(n.encode()) % 5000) / 5000.0 * args.interval for n in names]
-    advisor = advisor_module.Advisor()
+    advisor = advisor_module.Advisor(background=True)
+    advisor._worker = SimpleNamespace(
+        is_alive=lambda: True
+    )  # stepped below, on this thread, not a thread of its own
+    jobs, queued = advisor._jobs, Queued(advisor)
+    jobs.put = queued.put
+    peak, oldest = 0, 0.0
     cpu0 = time.process_time()
     for k in range(int(args.minutes * 60 / args.interval)):
         now[0] = t = k * args.interval
@@ -78,15 +93,69 @@ def main() -> int:
             for i, n in enumerate(names)
         ]
         advisor.annotate(diagnoses, t)
+        peak = max(peak, len(jobs))
+        if t >= 180.0:
+            shown = [t - a.effect.t for d in diagnoses for a in d.advice if a.effect is not None]
+            oldest = max(oldest, *shown, 0.0)
+        work(advisor, asked, int(args.interval / args.sim_s))
     per_minute = [sum(1 for t in asked if int(t // 60) == m) for m in range(int(args.minutes))]
     print(f"kvdoctor from {advisor_module.__file__}")
-    print(f"simulations asked for, per minute: {per_minute}")
+    print(f"simulations run, per minute: {per_minute}")
     print(
         f"{len(asked)} simulations in {args.minutes:g} minutes at {args.targets} targets "
         f"({len(asked) / args.minutes:.1f} a minute); counters {advisor.stats()}; "
         f"{time.process_time() - cpu0:.1f} s of CPU here (no simulation run)"
     )
+    print(
+        f"queue: peak {peak}; {queued.total} effect requests queued (most in one cycle "
+        f"{max(queued.by_cycle.values(), default=0)}), {queued.near} of them near one queued or running; "
+        f"{queued.followups} follow-ups queued; oldest effect shown after 3 minutes {oldest:.0f} s"
+    )
     return 0
+
+
+class Queued:
+    """The worker queue's put, counting the requests queued while one of a near window (same change) is pending."""
+
+    def __init__(self, advisor: Any) -> None:
+        self.advisor, self._put = advisor, advisor._jobs.put
+        self.total = self.near = self.followups = 0
+        self.by_cycle: dict[float, int] = {}  # effect requests queued by the cycle asking
+        self._fps: dict[Any, Any] = {}  # (fp.same, change) → [(fingerprint, key)] of the requests queued
+
+    def put(self, key: Any, t: float) -> bool:
+        """Queue key as the advisor would, counting it."""
+        ok = bool(self._put(key, t))
+        got = self.advisor._shared._fps.get(key[0])
+        self.followups += ok and key[1][0][0] == "__followup__"
+        if not ok or got is None or key[1][0][0] == "__followup__":
+            return ok
+        self.total += 1
+        self.by_cycle[t] = self.by_cycle.get(t, 0) + 1
+        fp = got[1]
+        pending = self.advisor._jobs._pending
+        group = [(f, k) for f, k in self._fps.get((fp.same, key[1]), ()) if k in pending and k != key]
+        self.near += any(f.near(fp) for f, _ in group)
+        self._fps[(fp.same, key[1])] = [*group, (fp, key)]
+        return ok
+
+
+def work(advisor: Any, asked: list[float], budget: int) -> None:
+    """The advisor's worker loop (`Advisor._run`), stepped: requests taken until budget simulations ran."""
+    start = len(asked)
+    while len(asked) - start < budget:
+        job = advisor._jobs.get(timeout=0)
+        if job is None:
+            return
+        # the target's other changes waiting, computed from one history as the worker does
+        batch = [job, *advisor._jobs.take(job[0][0], lambda k: k[0])]
+        history = advisor.snaps(job[0][0])
+        for key, t in batch:
+            try:
+                if key[0] in advisor._history:
+                    advisor._compute_safely(key, t, history)
+            finally:
+                advisor._jobs.done(key)
 
 
 if __name__ == "__main__":

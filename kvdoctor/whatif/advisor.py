@@ -3,11 +3,12 @@
 `observe` keeps each target's recent snapshots (cheap); `annotate` attaches the cached prediction to every advice
 that names a simulatable change. Every RETRY_S the prediction's window is looked at again: it is simulated again only
 when its fingerprint moved (sharing.Fingerprint.near), a short steady stretch grew to STEADY_S, or refresh_s passed
-since it was simulated, so a prediction shown is at most refresh_s (+ the worker's queue) old. In background mode
-a look is decided where it is asked and only a simulation is queued for the worker thread (and the offload's child):
-an evaluation never waits for one; in sync mode (replay, check) all is inline, on the recording's own clock. After
-an engine restart with another configuration, `followups` compare what the target now measures with what was
-predicted for that change.
+since it was simulated (≤ RETRY_S, ≤ refresh_s/6 sooner per target in background mode, `sharing.spread`: effects
+simulated together expire apart), so a prediction shown is at most refresh_s (+ the queue's wait, + a cycle)
+old. In background mode a look is decided where it is asked and only a simulation is queued for the worker
+(and its child), none when a near window's is queued or running (shared at the next look): an evaluation never
+waits for one; in sync mode (replay, check) all is inline, on the recording's own clock. After an engine
+restart with another configuration, `followups` compare what the target measures with what was predicted.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ from kvdoctor.whatif.workload import WindowError
 RETRY_S = 30.0  # a prediction's window is looked at again this soon (too little traffic: tried again)
 FOLLOWUP_EVERY_S = 30.0  # a follow-up is recomputed as the new configuration shows more
 WINDOW_S = 120.0  # at most this much of the recent steady load is what a prediction learns its workload from
-# no prediction from a steady stretch under MIN_STEADY_S, but a borderline limit's from the stretch it has held, at
-# least the pack's verdict window (VERDICT_WINDOW_S)
+# none from a steady stretch under MIN_STEADY_S; a borderline limit's from the stretch it held (≥ VERDICT_WINDOW_S)
 MIN_STEADY_S = 30.0
 VERDICT_WINDOW_S = 15.0
 STEADY_S = 60.0  # a prediction from a shorter steady stretch is redone once the stretch is this long
@@ -63,10 +63,9 @@ class Advisor:
         self._ready: dict[Key, float] = {}  # when a window found too short will have held long enough
         self._due: dict[Key, float] = {}  # when a key's effect is looked at again
         self._lock = threading.Lock()
-        # bounded, oldest dropped and counted; a key waits once (else a fleet slower to simulate than its cycles
-        # would grow the queue without end); targets with one fingerprint share a simulation
+        # bounded, oldest dropped and counted, a key queued once (jobs.py); near windows share a simulation
         self._jobs: Jobs[Key] = Jobs(max_queue)
-        self._shared = SharedEffects(refresh_s)
+        self._shared = SharedEffects(refresh_s, min(RETRY_S, refresh_s / 6) if background else 0.0)
         self._worker: threading.Thread | None = None
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
@@ -192,8 +191,9 @@ class Advisor:
             return (
                 self._effects.get(key) if key in self._jobs else self._compute_safely(key, t, simulate=False)
             )
-        except Simulate:
-            self._submit(key, t)
+        except Simulate as miss:
+            if miss.queue:  # else a near window's simulation, queued or running, answers this one
+                self._submit(key, t)
             return self._effects.get(key)
 
     def _submit(self, key: Key, t: float) -> None:
@@ -274,9 +274,9 @@ class Advisor:
             window = [s for s in history if lo <= s.t <= hi]
             fp, recall = self._shared.fingerprint(target, window, cap), self.ledger.recall(target)
             # this target's last window, or a replica's, near this one was simulated less than refresh_s ago
-            eff = self._shared.get(fp, change, t, young, self._effects.get(key))
+            eff = self._shared.get(fp, change, t, young, self._effects.get(key), target)
             if eff is None and not simulate:
-                raise Simulate
+                raise Simulate(not self._shared.waits(fp, change, young, key, self._jobs.__contains__))
             if eff is None:
                 args = (history, window, dict(change))
                 run = partial(predict, max_num_seqs=cap, with_intervals=not self.books_only, recall=recall)
@@ -292,7 +292,7 @@ class Advisor:
                 eff = prev  # the limit it judged still holds (a queue draining): it stands until a steady stretch
             self._effects[key] = eff
             if eff is not None:  # looked at again RETRY_S from now, and simulated again when refresh_s is up
-                self._due[key] = min(t + RETRY_S, eff.t + self.refresh_s)
+                self._due[key] = min(t + RETRY_S, self._shared.expires(target, eff))
             if ready is None:
                 self._ready.pop(key, None)
             else:

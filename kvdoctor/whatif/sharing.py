@@ -7,27 +7,29 @@ same configuration, traffic and step times within NEAR) while it is fresh, the t
 rolling window's noise, or a replica's other scrape phase, is not a new simulation (`Nearby`, which the headroom
 worker's searches use too). The queue holds at most `maxlen` requests; past that the oldest is dropped and counted
 (the advisor asks again the next cycle), so a fleet slower to simulate than its cycles costs neither memory nor an
-ever older queue.
+ever older queue. A miss near a simulation already queued or running waits for it (`SharedEffects.waits`) instead of
+queueing its own, and `spread` staggers when effects simulated together expire, so neither the workers' start nor a
+refresh queues a wave of replicas' misses.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections import deque
+import zlib
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from kvdoctor.errors import KvdoctorError
 from kvdoctor.verdicts import Effect
+from kvdoctor.whatif.jobs import MAX_QUEUE as MAX_QUEUE
+from kvdoctor.whatif.jobs import Jobs as Jobs
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Snap, measure, restarts
 from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
 
-K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-MAX_QUEUE = 4096  # a few requests per target (the advice's change and each relief) of a 1,000-target fleet
 # a measured number within this share of a simulated window's is the same prediction's input: wider than a
 # replica's scrape phase or a rolling window's noise, narrower than a change of traffic worth a new simulation
 NEAR = 0.05
@@ -35,61 +37,17 @@ PREFIX_NEAR = 0.05  # the prefix-cache hit share, in absolute points
 
 
 class Simulate(KvdoctorError):
-    """A look found no fresh answer for its window: the request needs the worker and the simulation child."""
+    """A look found no fresh answer for its window: the request needs the worker and the simulation child (queue=False:
+    a simulation of a near window is queued or running already, and its result will be this window's)."""
+
+    def __init__(self, queue: bool = True) -> None:
+        super().__init__("no fresh effect for this window")
+        self.queue = queue
 
 
-class Jobs(Generic[K]):
-    """A FIFO of keys for one worker thread: a key is queued once until done; when full, the oldest is dropped."""
-
-    def __init__(self, maxlen: int = MAX_QUEUE) -> None:
-        self.maxlen = maxlen
-        self._cv = threading.Condition()
-        self._queue: deque[tuple[K, float]] = deque()
-        # queued or being computed: asked again meanwhile, it is not queued twice
-        self._pending: set[K] = set()
-        self.dropped_total = 0
-
-    def put(self, key: K, t: float) -> bool:
-        """Queue key (asked at t) unless it is pending already; False when it was."""
-        with self._cv:
-            if key in self._pending:
-                return False
-            if len(self._queue) >= self.maxlen:
-                old, _ = self._queue.popleft()  # the oldest request is the one a newer cycle will ask again
-                self._pending.discard(old)
-                self.dropped_total += 1
-            self._queue.append((key, t))
-            self._pending.add(key)
-            self._cv.notify()
-            return True
-
-    def get(self, timeout: float | None = None) -> tuple[K, float] | None:
-        """The oldest request, waiting up to timeout for one (None when none came); pending until done()."""
-        with self._cv:
-            if not self._cv.wait_for(lambda: bool(self._queue), timeout):
-                return None
-            return self._queue.popleft()
-
-    def take(self, group: Hashable, of: Callable[[K], Hashable]) -> list[tuple[K, float]]:
-        """Every queued request whose key is of this group, oldest first, out of the queue (pending until done())."""
-        with self._cv:
-            out = [job for job in self._queue if of(job[0]) == group]
-            if out:
-                self._queue = deque(job for job in self._queue if of(job[0]) != group)
-            return out
-
-    def done(self, key: K) -> None:
-        """The request for key is computed: it may be queued again."""
-        with self._cv:
-            self._pending.discard(key)
-
-    def __len__(self) -> int:
-        with self._cv:
-            return len(self._queue)
-
-    def __contains__(self, key: object) -> bool:
-        with self._cv:  # queued or being computed
-            return key in self._pending
+def spread(target: str, span_s: float) -> float:
+    """How much sooner than refresh_s this target's effects expire: fixed per target, in [0, span_s)."""
+    return span_s * (zlib.crc32(target.encode()) % 1024) / 1024
 
 
 @dataclass(frozen=True)
@@ -170,13 +128,19 @@ class Nearby(Generic[V]):
         self._by: dict[Hashable, list[tuple[Fingerprint, V]]] = {}
 
     def find(
-        self, key: Hashable, fp: Fingerprint, t: float, accept: Callable[[V], bool] | None = None
+        self,
+        key: Hashable,
+        fp: Fingerprint,
+        t: float,
+        accept: Callable[[V], bool] | None = None,
+        sooner_s: float = 0.0,
     ) -> V | None:
-        """The latest result made less than refresh_s before t from a window near fp (and accepted), or None."""
+        """The latest result made less than refresh_s (- sooner_s) before t from a window near fp (and accepted), or None."""
+        max_age = self.refresh_s - sooner_s
         found = [
             v
             for f, v in self._by.get(key, ())
-            if t - self._when(v) < self.refresh_s and (accept is None or accept(v)) and f.near(fp)
+            if t - self._when(v) < max_age and (accept is None or accept(v)) and f.near(fp)
         ]
         return max(found, key=self._when, default=None)
 
@@ -201,12 +165,17 @@ class SharedEffects:
     """Predicted effects by change, reused for refresh_s by every window whose fingerprint is near the one that was
     simulated (the target's own next window, or another replica's)."""
 
-    def __init__(self, refresh_s: float) -> None:
-        self.refresh_s = refresh_s
+    def __init__(self, refresh_s: float, spread_s: float = 0.0) -> None:
+        self.refresh_s, self.spread_s = (
+            refresh_s,
+            spread_s,
+        )  # spread_s: a target's effects expire up to this sooner
         self._lock = threading.Lock()
         self._effects: Nearby[_Entry] = Nearby(refresh_s, lambda e: e.effect.t)  # by (fp.same, change)
         self._fps: dict[str, tuple[tuple[float, float], Fingerprint]] = {}  # target → its window's, once
-        self.computed_total = self.shared_total = self.kept_total = 0
+        # (fp.same, change) → the windows whose simulation was queued: (fingerprint, young, the job's key)
+        self._flight: dict[Hashable, list[tuple[Fingerprint, bool, Hashable]]] = {}
+        self.computed_total = self.shared_total = self.kept_total = self.waited_total = 0
 
     def fingerprint(self, target: str, window: list[Snap], cap: int | None = None) -> Fingerprint:
         """The window's fingerprint, computed once per target and window (its reliefs ask for the same one)."""
@@ -221,12 +190,20 @@ class SharedEffects:
         return fp
 
     def get(
-        self, fp: Fingerprint, change: Hashable, t: float, young: bool, mine: Effect | None = None
+        self,
+        fp: Fingerprint,
+        change: Hashable,
+        t: float,
+        young: bool,
+        mine: Effect | None = None,
+        target: str = "",
     ) -> Effect | None:
-        """The freshest effect simulated less than refresh_s ago from a window near fp (from a full steady stretch
-        unless this one is young too), or None. Counted as kept when it is `mine` (the asker's own), else shared."""
+        """The freshest effect simulated less than refresh_s ago (less the target's `spread`) from a window near fp
+        (from a full steady stretch unless this one is young too), or None. Counted as kept when it is `mine` (the
+        asker's own), else shared."""
+        sooner = spread(target, self.spread_s)
         with self._lock:
-            found = self._effects.find((fp.same, change), fp, t, lambda e: young or not e.young)
+            found = self._effects.find((fp.same, change), fp, t, lambda e: young or not e.young, sooner)
             if found is None:
                 return None
             eff = found.effect
@@ -241,6 +218,33 @@ class SharedEffects:
         with self._lock:
             self.computed_total += 1
             self._effects.add((fp.same, change), fp, _Entry(young, eff), prune_over=64)
+
+    def expires(self, target: str, eff: Effect) -> float:
+        """When eff is too old for this target: refresh_s after it was simulated, less the target's `spread`."""
+        return eff.t + self.refresh_s - spread(target, self.spread_s)
+
+    def waits(
+        self,
+        fp: Fingerprint,
+        change: Hashable,
+        young: bool,
+        key: Hashable,
+        pending: Callable[[Hashable], bool],
+    ) -> bool:
+        """True when a simulation of a window near fp (from a full steady stretch unless this one is young too) is
+        still `pending` (queued or running): its result, shared once it lands, answers this window. Else key's
+        simulation is noted as in flight for the windows near fp, and False: the caller queues it."""
+        with self._lock:
+            live = [job for job in self._flight.get((fp.same, change), ()) if pending(job[2])]
+            if any((young or not y) and f.near(fp) for f, y, _ in live):
+                self.waited_total += 1
+                self._flight[(fp.same, change)] = live
+                return True
+            self._flight[(fp.same, change)] = [*live, (fp, young, key)]
+            if len(self._flight) > 64:  # configurations that moved on: none of theirs still pending
+                for k in [k for k, jobs in self._flight.items() if not any(pending(j[2]) for j in jobs)]:
+                    del self._flight[k]
+            return False
 
     def forget(self, target: str) -> None:
         """Drop a removed target's cached fingerprint."""

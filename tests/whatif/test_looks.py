@@ -12,7 +12,7 @@ from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import advisor as advisor_module
 from kvdoctor.whatif import sharing
 from kvdoctor.whatif.advisor import Advisor
-from kvdoctor.whatif.sharing import Fingerprint
+from kvdoctor.whatif.sharing import NEAR, Fingerprint
 from tests.support.wait import until
 
 
@@ -122,3 +122,42 @@ def test_a_full_queue_still_drops_its_oldest_simulation_and_counts_it(monkeypatc
     assert (stats["queued"], stats["dropped"]) == (2, 3)
     fleet.release()
     assert [name for name, _ in fleet.simulated] == ["slow", "n3", "n4"]
+
+
+# --- refresh waves: replicas' misses while a near window is simulated, and effects simulated together expiring
+
+
+def test_replicas_near_a_window_queued_wait_for_its_simulation_instead_of_queueing_their_own(monkeypatch):
+    fleet = _Fleet(monkeypatch)
+    fleet.hold("slow", 0.0)  # the worker is busy: what the next cycle asks for stays queued
+    names = [f"r{i:03d}" for i in range(100)]
+    for i, name in enumerate(names):  # 100 replicas of one engine, none simulated yet, windows within NEAR
+        fleet.fps[name] = _fp(1.0 + NEAR / 2 * i / len(names))
+        fleet.look(name, 1.0)
+    fleet.fps["far"] = _fp(2.0)  # another workload: its own simulation
+    fleet.look("far", 1.0)
+    assert fleet.advisor.stats()["queued"] == 2
+    fleet.release()
+    assert [name for name, _ in fleet.simulated] == ["slow", "r000", "far"]
+    shown = [fleet.look(name, 6.0) for name in names]  # the next cycle: the first replica's effect, shared
+    assert all(e is not None and e.t == 1.0 for e in shown)
+    assert len(fleet.simulated) == 3 and fleet.advisor.stats()["queued"] == 0
+
+
+def test_effects_simulated_together_expire_over_several_cycles_and_never_past_the_refresh(monkeypatch):
+    fleet = _Fleet(monkeypatch)
+    names = [f"t{i:02d}" for i in range(40)]
+    for i, name in enumerate(names):  # 40 workloads too far apart to share, simulated in one wave
+        fleet.fps[name] = _fp(1.3**i)
+        fleet.look(name, 0.0)
+    until(fleet.idle, timeout=10.0, what="the first simulations")
+    for t in range(5, 200, 5):  # 5 s cycles, every window unmoved
+        shown = [fleet.look(name, float(t)) for name in names]
+        assert all(e is not None and t - e.t <= 180.0 for e in shown), (
+            f"an effect older than refresh_s at {t} s"
+        )
+        until(fleet.idle, timeout=10.0, what="the worker")
+    again = [t for _, t in fleet.simulated[40:]]
+    assert sorted(name for name, _ in fleet.simulated[40:]) == names  # each refreshed once, before 180 s
+    per_cycle = {t: again.count(t) for t in again}
+    assert len(per_cycle) >= 4 and max(per_cycle.values()) <= len(names) / 3, per_cycle
