@@ -55,23 +55,18 @@ class ArrivalQueue:
 
 
 def generate(
-    w: Workload, engine: Engine, until_s: float, rng: random.Random, shared: int, measured_from_s: float = 0.0
+    w: Workload, engine: Engine, until_s: float, rng: random.Random, shared: int
 ) -> list[tuple[float, int, Request]]:
-    """The initial arrivals: a Poisson process up to until_s (open loop), or each client's first request.
-
-    The open loop is the Poisson process given its count: the warm-up and the measured span (from measured_from_s)
-    each get rate × length arrivals at uniform random times."""
+    """The initial arrivals: a Poisson process up to until_s (open loop), or each client's first request."""
     arrivals: list[tuple[float, int, Request]] = []
     if w.kind == "open":
-        # the window counted its requests: a fresh Poisson count would add its own ±1/√n (±6 % over a 2-minute
-        # run at 2 req/s) to the tokens/s the simulation reads, an error the window never had
-        times: list[float] = []
-        for lo, hi in ((0.0, min(measured_from_s, until_s)), (max(0.0, measured_from_s), until_s)):
-            expected = max(0.0, w.rate_per_s * (hi - lo))
-            count = int(expected) + (rng.random() < expected - int(expected))
-            times += sorted(lo + (hi - lo) * rng.random() for _ in range(count))
-        for n, t in enumerate(times):
+        t, n = 0.0, 0
+        while w.rate_per_s > 0:
+            t += rng.expovariate(w.rate_per_s)
+            if t > until_s:
+                break
             arrivals.append((t, n, make_request(rng, w, t, shared, engine)))
+            n += 1
     else:
         for i in range(w.population):
             t0 = rng.random() * max(w.think_s, 0.01)
