@@ -135,7 +135,7 @@ class Nearby(Generic[V]):
         accept: Callable[[V], bool] | None = None,
         sooner_s: float = 0.0,
     ) -> V | None:
-        """The latest result made less than refresh_s (- sooner_s) before t from a window near fp (and accepted), or None."""
+        """The latest result younger than refresh_s - sooner_s at t from a window near fp (accepted), or None."""
         max_age = self.refresh_s - sooner_s
         found = [
             v
@@ -166,10 +166,8 @@ class SharedEffects:
     simulated (the target's own next window, or another replica's)."""
 
     def __init__(self, refresh_s: float, spread_s: float = 0.0) -> None:
-        self.refresh_s, self.spread_s = (
-            refresh_s,
-            spread_s,
-        )  # spread_s: a target's effects expire up to this sooner
+        self.refresh_s = refresh_s
+        self.spread_s = spread_s  # a target's effects expire up to this much sooner
         self._lock = threading.Lock()
         self._effects: Nearby[_Entry] = Nearby(refresh_s, lambda e: e.effect.t)  # by (fp.same, change)
         self._fps: dict[str, tuple[tuple[float, float], Fingerprint]] = {}  # target → its window's, once
