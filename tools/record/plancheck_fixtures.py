@@ -1,6 +1,6 @@
 """Turn record_plan_check.sh's raw runs into the plan-check fixtures (vllm-0.32-cpu-plancheck/).
 
-usage: tools/record/plancheck_fixtures.py RAW_DIR OUT_DIR [--every 2]
+usage: tools/record/plancheck_fixtures.py RAW_DIR OUT_DIR [--every 2] [--host TEXT --dtype D --model M --load X --runs SPEC,...]
 
 The check of issue 24's "the chosen configuration holds every SLO when recorded, and the next cheaper candidate
 breaks at least one". `kvdoctor plan` reads the light run (today's flags, cap 8, 1.0 req/s) with the objectives set
@@ -9,6 +9,9 @@ traffic; the other runs are the configurations it names, each recorded at the ra
 of a Poisson stream is Poisson at each replica). plancheck.json has, per run, its flags, replicas it stands for, the
 rate a replica gets, and what vLLM's own metrics measured over the steady part (kvdoctor's `measure`, as ramps.json).
 Each recording keeps one scrape every --every seconds (lines byte for byte) from its start to 5 s after its load.
+
+Without --runs it rebuilds vllm-0.32-cpu-plancheck/ (RUNS, HOST); a later check (record_plan_check2.sh) names its
+runs as NAME:ROLE:CAP:REPLICAS:OFFERED_REQ_PER_S, the light run first.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ramp_fixtures import SERVE, TINY, slos_of, step_entry, thin
+from ramp_fixtures import LLAMA, SERVE, TINY, slos_of, step_entry, thin
 from trim import read_lines, write_gzip
 
 from kvdoctor.whatif.sources import recording_snaps
@@ -39,8 +42,22 @@ RUNS = [
 ]
 
 
+def parse_run(spec: str) -> tuple[str, str, int, int, float]:
+    """NAME:ROLE:CAP:REPLICAS:RATE as RUNS holds it."""
+    name, role, cap, replicas, rate = spec.split(":")
+    return name, role, int(cap), int(replicas), float(rate)
+
+
 def run_entry(
-    raw: Path, out: Path, name: str, role: str, cap: int, replicas: int, rate: float, every: float
+    raw: Path,
+    out: Path,
+    name: str,
+    role: str,
+    cap: int,
+    replicas: int,
+    rate: float,
+    every: float,
+    serve: str = SERVE,
 ) -> dict:
     """Write one run's fixture files and return its plancheck.json entry."""
     client = json.loads((raw / f"{name}.client.json").read_text())
@@ -59,7 +76,7 @@ def run_entry(
         "recording": rec.name,
         "client": f"{name}.client.json",
         "max_num_seqs": cap,
-        "server_flags": f"--max-num-seqs {cap} {SERVE}",
+        "server_flags": f"--max-num-seqs {cap} {serve}",
         "replicas": replicas,
         "offered_requests_per_s": rate,
         "rate_per_replica": rate / replicas,
@@ -72,16 +89,26 @@ def main() -> None:
     ap.add_argument("raw", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--every", type=float, default=2.0, help="seconds between kept scrapes (default 2)")
+    ap.add_argument("--host", default=HOST, help="the machine, for plancheck.json")
+    ap.add_argument("--dtype", default="float32", help="the server's --dtype")
+    ap.add_argument("--model", choices=("tiny", "llama"), default="tiny", help="make_model.py's shape served")
+    ap.add_argument("--load", type=float, default=LOAD, help="the load multiple plan was asked for")
+    ap.add_argument("--runs", default="", help="NAME:ROLE:CAP:REPLICAS:RATE,... (default: RUNS)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    runs = [run_entry(a.raw, a.out, *r, a.every) for r in RUNS]
+    specs = [parse_run(r) for r in a.runs.split(",")] if a.runs else RUNS
+    serve = SERVE.replace("--dtype float32", f"--dtype {a.dtype}")
+    runs = [run_entry(a.raw, a.out, *r, a.every, serve) for r in specs]
     doc = {
-        "about": __doc__.split("\n\n", 2)[2].strip(),
-        "host": HOST,
-        "model": TINY,
+        "about": __doc__.split("\n\n", 2)[2]
+        .split("\n\nWithout --runs")[0]
+        .strip()
+        .replace("×3", f"×{a.load:g}"),
+        "host": a.host,
+        "model": TINY if a.model == "tiny" else LLAMA,
         "env": "VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0",
         "scrape_every_s": a.every,
-        "load": LOAD,
+        "load": a.load,
         "slos": slos_of(runs[0]["step"]),
         "runs": runs,
     }
