@@ -1,8 +1,9 @@
 """Plan's headroom against real ramps: the load at which each SLO broke, predicted from the light step alone.
 
-usage: python benchmarks/bench_plan_ramps.py [--ramps DIR]
+usage: python benchmarks/bench_plan_ramps.py [--ramps DIR]...
 
-Per ramp of ramps.json (tests/fixtures/recordings/vllm-0.32-cpu-ramps/, made by tools/record/ramp_fixtures.py)
+Per ramp of ramps.json (tests/fixtures/recordings/vllm-0.32-cpu-ramps/: tiny and Llama-shaped in fp32 on an AMD
+EPYC; vllm-0.32-cpu-ramps2/: Llama-shaped in bf16 on an Intel Xeon; made by tools/record/ramp_fixtures.py)
 and per SLO (TTFT p95 ≤ 3× and ITL p50 ≤ 2× the light step's, queue time p95 ≤ 1 s):
 - measured: the rate at which the SLO broke on the ramp (vLLM's histograms over each step's steady part),
   interpolated between steps (ramps.json, in the steps' nominal rates), re-read in the arrivals the server saw
@@ -41,6 +42,9 @@ from kvdoctor.whatif.sources import recording_snaps  # noqa: E402
 from kvdoctor.whatif.window import in_window  # noqa: E402
 
 RAMPS = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-ramps"
+RAMPS2 = (
+    ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-ramps2"
+)  # session 11: Llama-shaped, bf16, an Intel Xeon
 WITHIN = 0.20
 SPEED_TARGET_S = 10.0
 WINDOW_S = 300.0
@@ -188,13 +192,19 @@ def speed(directory: Path, r: dict) -> float:
 def main() -> int:
     """Every ramp, every SLO; exit 1 when a done line or the speed target is missed."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ramps", type=Path, default=RAMPS)
+    ap.add_argument(
+        "--ramps",
+        type=Path,
+        action="append",
+        help=f"a folder with ramps.json (repeatable; default {RAMPS.name} and {RAMPS2.name})",
+    )
     args = ap.parse_args()
-    doc = json.loads((args.ramps / "ramps.json").read_text())
+    folders = args.ramps or [d for d in (RAMPS, RAMPS2) if d.is_dir()]
+    ramps = [(f, r) for f in folders for r in json.loads((f / "ramps.json").read_text())["ramps"]]
     done: list[bool] = []
     inside: list[bool] = []
-    for r in doc["ramps"]:
-        d, i, _ = ramp_rows(args.ramps, r)
+    for folder, r in ramps:
+        d, i, _ = ramp_rows(folder, r)
         done += d
         inside += i
     print(f"\ndone line (within {WITHIN:.0%} and closer than the WVA baseline): {sum(done)}/{len(done)} SLOs")
@@ -203,7 +213,7 @@ def main() -> int:
         f"measured breaking rate inside plan's 80 % interval: {sum(inside)}/{len(inside)} SLOs ({share:.0%})"
     )
     print("\nspeed (5-minute windows, target ≤ 10 s):")
-    worst = max(speed(args.ramps, r) for r in doc["ramps"])
+    worst = max(speed(folder, r) for folder, r in ramps)
     print(f"  slowest {worst:.1f} s: {'ok' if worst <= SPEED_TARGET_S else 'MISSED'}")
     return 0 if all(done) and worst <= SPEED_TARGET_S else 1
 

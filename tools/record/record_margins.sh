@@ -6,7 +6,9 @@
 # usage: tools/record/record_margins.sh VENV TINY_DIR LLAMA_DIR RAW_DIR
 #   TINY_DIR:  make_model.py defaults (4 layers, hidden 512, 8 heads, 2 KV heads: head_dim 64)
 #   LLAMA_DIR: make_model.py --hidden 1024 --layers 8 --heads 8 --kv-heads 2 --inter 2816 (head_dim 128, Llama-shaped GQA)
-#   env: ONLY="name name" records only those runs
+#   env: ONLY="name name" records only those runs; DTYPE (default float32) the server's --dtype
+# Session 11's two Llama-shaped ramps (cap 8 and cap 32, at the end) were recorded on an Intel Xeon with AMX by
+#   DTYPE=bfloat16 ONLY="llama_ramp_c8_bf16 llama_ramp_c32_bf16" tools/record/record_margins.sh ...
 set -uo pipefail
 V=$1 TINY=$2 LLAMA=$3 O=$4
 R=$(cd "$(dirname "$0")" && pwd)
@@ -17,7 +19,7 @@ export VLLM_CPU_OMP_THREADS_BIND=0   # engine worker on core 0; API server and l
 run() {  # run NAME MODEL "SERVER_ENV" "SERVER FLAGS" load.py options...
   local name=$1 model=$2 senv=$3 flags=$4; shift 4
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
-  read -r -a f <<<"$flags --dtype float32"
+  read -r -a f <<<"$flags --dtype ${DTYPE:-float32}"
   env $senv "$R/serve.sh" "$V" "$model" "$port" "${f[@]}" >"$O/$name.server.log" 2>&1 &
   local server=$!
   until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 1; done
@@ -69,4 +71,14 @@ run tiny_kv_drain "$TINY" "" "--max-model-len 1024 --kv-cache-memory-bytes 16777
 run llama_kv_drain "$LLAMA" "" "--max-model-len 1024 --kv-cache-memory-bytes 67108864" --pre 10 --post 100 \
   --phase concurrency=2,duration=30,drain=3,prompt_min=50,prompt_max=100,out_min=32,out_max=64,seed=311 \
   --phase concurrency=24,duration=60,drain=3,prompt_min=300,prompt_max=600,out_min=150,out_max=250,seed=312
+# Llama-shaped in bf16 on a CPU with AMX (~22 ms a token at 1-3 running, like tiny in fp32 on the EPYC): the cap-8
+# ramp from plan's second check's light run (vllm-0.32-cpu-plancheck2: 1.0 req/s) past where that cap breaks, and a
+# cap-32 ramp from a light 0.5 req/s past where one replica of cap 32 breaks (~4 req/s by plan's reading).
+# shellcheck disable=SC2046
+run llama_ramp_c8_bf16 "$LLAMA" VLLM_CPU_KVCACHE_SPACE=1 "--max-model-len 2048 --max-num-seqs 8" --pre 10 --post 30 \
+  $(steps 140 40 20 "$S" 1 1.3 1.6 2 2.5 3)
+# shellcheck disable=SC2046
+run llama_ramp_c32_bf16 "$LLAMA" VLLM_CPU_KVCACHE_SPACE=1 "--max-model-len 2048 --max-num-seqs 32" --pre 10 --post 30 \
+  --phase rate=0.5,concurrency=44,duration=60,drain=10,$S,seed=150 \
+  $(steps 150 40 44 "$S" 1.5 2.5 3 3.5 4 4.5 5.5)
 echo "$(date -u +%T) all done"
