@@ -240,3 +240,20 @@ def test_an_open_loop_halved_halves_the_tokens_and_shortens_the_steps(name):
         r.prediction.predicted.itl_p50_s < r.prediction.unchanged.itl_p50_s
     )  # fewer decoders a step, as measured
     assert r.after.itl_p50_s < r.prediction.measured.itl_p50_s
+
+
+CHECK2 = (
+    Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-plancheck2"
+)  # another CPU, bf16, set aside
+
+
+def test_a_cap_lowered_past_capacity_on_another_cpu_is_told_overloaded_at_the_rate_vllm_served():
+    # cap 64 at 4 req/s (26 running) lowered to 16 on the Llama-shaped model in bf16 on an Intel Xeon: vLLM served
+    # 3.2 req/s at the cap and the rest queued
+    r = run_pair(CHECK2, next(p for p in load_pairs(CHECK2) if p["name"] == "llama_bf16_cap64to16"))
+    over, measured = r.prediction.overload_after, r.after
+    assert measured.running > 15 and measured.waiting > 20 and measured.requests_per_s < 3.5
+    assert over is not None and over.arrivals_per_s > over.capacity_requests_per_s
+    assert over.capacity_requests_per_s == pytest.approx(measured.requests_per_s, rel=0.15)
+    assert r.prediction.predicted.running == pytest.approx(measured.running, abs=1.5)
+    assert r.prediction.overload_now is None  # the window itself kept up
