@@ -201,20 +201,25 @@ class Advisor:
         with self._lock:
             return dict(self._failures)
 
+    def work_once(self, timeout: float | None = None) -> bool:
+        """Serve the oldest queued request, with its target's others, waiting up to timeout; False when none came."""
+        job = self._jobs.get(timeout)
+        if job is None:
+            return False
+        # the target's other changes waiting: computed now from one history, so from one learned window
+        jobs = [job, *self._jobs.take(job[0][0], lambda k: k[0])]
+        history = self.snaps(job[0][0])
+        for key, t in jobs:
+            try:
+                if key[0] in self._history:  # not a target removed while its prediction waited
+                    self._compute_safely(key, t, history)
+            finally:
+                self._jobs.done(key)
+        return True
+
     def _run(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
-                continue
-            # the target's other changes waiting: computed now from one history, so from one learned window
-            jobs = [job, *self._jobs.take(job[0][0], lambda k: k[0])]
-            history = self.snaps(job[0][0])
-            for key, t in jobs:
-                try:
-                    if key[0] in self._history:  # not a target removed while its prediction waited
-                        self._compute_safely(key, t, history)
-                finally:
-                    self._jobs.done(key)
+            self.work_once()
 
     def _compute_safely(
         self, key: Key, t: float, history: list[Snap] | None = None, simulate: bool = True
