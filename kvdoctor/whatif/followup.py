@@ -131,11 +131,12 @@ def case(history: list[Snap], restart_t: float) -> Case | None:
     after = [s for s in after if lo <= s.t <= hi]
     if len(after) < 5 or hi - lo < SETTLE_S:
         return None
-    change = inferred_change(before, after)
-    if not change:
-        return None  # the metrics do not tell what changed: nothing to hold a prediction against
     blo, bhi = default_window(before)
     window = [s for s in before if blo <= s.t <= bhi]
+    # steady load against steady load: a whole history's ramp-up held no plateau, and read as a new batch cap
+    change = inferred_change(window, after)
+    if not change:
+        return None  # the metrics do not tell what changed: nothing to hold a prediction against
     try:
         if not comparable(infer_workload(window), infer_workload(after)):
             return None  # the traffic changed too: a different load, not the change, would be measured

@@ -40,3 +40,14 @@ def test_a_restart_with_a_changed_flag_needs_the_worker_once_settled_and_not_bef
     assert followup.checked("x", early, restart, None, simulate=False) is None
     with pytest.raises(Simulate):
         followup.checked("x", history, restart, None, simulate=False)
+
+
+def test_a_batch_capped_server_restarted_with_the_same_cap_is_not_a_change():
+    # its history before the restart holds the ramp up to the cap: the cap is the steady window's plateau, not a
+    # new one that the steady load after the restart shows
+    history, restart = _history([PAIRS / "batchcap_before.jsonl.gz"] * 2)
+    assert followup.case(history, restart) is None
+    assert followup.follow_up("x", history, restart) is None
+    changed, at = _history([PAIRS / "batchcap_restart.jsonl.gz"])  # cap 4 -> 12
+    made = followup.case(changed, at)
+    assert made is not None and made.change == {"max_num_seqs": 12}
