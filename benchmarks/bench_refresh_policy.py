@@ -11,7 +11,7 @@ a background-mode Advisor (the daemon's) annotates it with `predict` counted ins
 with the clock: after each cycle it takes queued requests until it has run interval / --sim-s simulations (a
 simulation costs ~0.4-0.5 s of CPU in the daemon's child on the team's machine), so what is counted is how often the
 policy asks for a simulation and how its queue grows, which the wall-clock benchmark cannot separate from a busy
-machine. --tree DIR counts another checkout's policy (e.g. main's) the same way. Prints the simulations run in each
+machine. --tree DIR counts another checkout's policy (e.g. main's; one with `Advisor.work_once`) the same way. Prints the simulations run in each
 minute, the total, the advisor's counters (computed, shared, kept), the queue's peak length (follow-ups included),
 the effect requests queued (and most in one cycle) while a near window's simulation (same change, fingerprint near)
 was queued or running, and the oldest effect shown after the first 3 minutes.
@@ -141,21 +141,10 @@ class Queued:
 
 
 def work(advisor: Any, asked: list[float], budget: int) -> None:
-    """The advisor's worker loop (`Advisor._run`), stepped: requests taken until budget simulations ran."""
+    """The advisor's worker, stepped: what is queued served (`Advisor.work_once`) until budget simulations ran."""
     start = len(asked)
-    while len(asked) - start < budget:
-        job = advisor._jobs.get(timeout=0)
-        if job is None:
-            return
-        # the target's other changes waiting, computed from one history as the worker does
-        batch = [job, *advisor._jobs.take(job[0][0], lambda k: k[0])]
-        history = advisor.snaps(job[0][0])
-        for key, t in batch:
-            try:
-                if key[0] in advisor._history:
-                    advisor._compute_safely(key, t, history)
-            finally:
-                advisor._jobs.done(key)
+    while len(asked) - start < budget and advisor.work_once(0):
+        pass
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from functools import partial
 from kvdoctor.samples import Sample
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import followup, relief
+from kvdoctor.whatif.effectcache import RETRY_S, EffectCache, Key
 from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.followup import FollowUp
 from kvdoctor.whatif.ledger import Ledgers
@@ -31,14 +32,12 @@ from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects, Simulate, st
 from kvdoctor.whatif.window import Snap, restarts, snapshot
 from kvdoctor.whatif.workload import WindowError
 
-RETRY_S = 30.0  # a prediction's window is looked at again this soon (too little traffic: tried again)
 FOLLOWUP_EVERY_S = 30.0  # a follow-up is recomputed as the new configuration shows more
 WINDOW_S = 120.0  # at most this much of the recent steady load is what a prediction learns its workload from
 # none from a steady stretch under MIN_STEADY_S; a borderline limit's from the stretch it held (≥ VERDICT_WINDOW_S)
 MIN_STEADY_S = 30.0
 VERDICT_WINDOW_S = 15.0
 STEADY_S = 60.0  # a prediction from a shorter steady stretch is redone once the stretch is this long
-Key = tuple[str, tuple[tuple[str, float | str], ...]]
 
 
 class Advisor:
@@ -58,10 +57,7 @@ class Advisor:
         self.books_only = books_only  # report's books: relief verdicts only, no advice effects or intervals
         self.offload = offload  # where simulations run: a child process off the cycle's GIL (None: here)
         self._history: dict[str, deque[Snap]] = {}
-        self._effects: dict[Key, Effect | None] = {}
-        self._asked: dict[Key, float] = {}
-        self._ready: dict[Key, float] = {}  # when a window found too short will have held long enough
-        self._due: dict[Key, float] = {}  # when a key's effect is looked at again
+        self._effects = EffectCache()  # by (target, change), with when each is looked at again
         self._lock = threading.Lock()
         # bounded, oldest dropped and counted, a key queued once (jobs.py); near windows share a simulation
         self._jobs: Jobs[Key] = Jobs(max_queue)
@@ -100,9 +96,7 @@ class Advisor:
                 m.pop(target, None)
             self.ledger.forget(target)
             self._shared.forget(target)
-            for k in [k for k in {*self._effects, *self._asked} if k[0] == target]:
-                for d in (self._effects, self._asked, self._ready, self._due):
-                    d.pop(k, None)
+            self._effects.forget(target)
 
     def annotate(self, diagnoses: list[Diagnosis], t: float) -> list[Diagnosis]:
         """Attach predicted effects to the advice (and follow-ups as findings); never waits in background mode."""
@@ -159,10 +153,9 @@ class Advisor:
         key: Key = (target, (("__followup__", restart),))
         with self._lock:
             done = self._followups.get(target)
-            asked = self._asked.get(key, -1e18)
-            if (done is not None and t - done.t < FOLLOWUP_EVERY_S) or t - asked < FOLLOWUP_EVERY_S:
+            recent = done is not None and t - done.t < FOLLOWUP_EVERY_S
+            if recent or not self._effects.ask(key, t, FOLLOWUP_EVERY_S):  # computed, or asked, lately
                 return
-            self._asked[key] = t
         _ = self._look(key, t) if self.background else self._compute_safely(key, t)
 
     def _with_effect(self, target: str, a: Advice, t: float) -> Advice:
@@ -170,17 +163,8 @@ class Advisor:
             return a
         key: Key = (target, tuple(sorted(a.change.items())))
         with self._lock:
-            eff = self._effects.get(key)
-            # looked at every RETRY_S (its fingerprint); simulated when that moved, a short stretch grew or refresh_s ended
-            stale = key not in self._effects or (
-                eff is not None and t >= self._due.get(key, eff.t + RETRY_S) and t >= self._ready.get(key, t)
-            )
-            # retried RETRY_S later, or once a too-short steady stretch has grown long enough
-            due = self._ready.get(key, self._asked.get(key, t) + RETRY_S)
-            retry = key in self._effects and eff is None and t >= due
-            if stale or retry:
-                self._asked[key] = t
-        if stale or retry:
+            eff, look = self._effects.get(key), self._effects.look(key, t)
+        if look:
             eff = self._look(key, t) if self.background else self._compute_safely(key, t)
         return replace(a, effect=eff) if eff is not None else a
 
@@ -217,20 +201,25 @@ class Advisor:
         with self._lock:
             return dict(self._failures)
 
+    def work_once(self, timeout: float | None = None) -> bool:
+        """Serve the oldest queued request, with its target's others, waiting up to timeout; False when none came."""
+        job = self._jobs.get(timeout)
+        if job is None:
+            return False
+        # the target's other changes waiting: computed now from one history, so from one learned window
+        jobs = [job, *self._jobs.take(job[0][0], lambda k: k[0])]
+        history = self.snaps(job[0][0])
+        for key, t in jobs:
+            try:
+                if key[0] in self._history:  # not a target removed while its prediction waited
+                    self._compute_safely(key, t, history)
+            finally:
+                self._jobs.done(key)
+        return True
+
     def _run(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
-                continue
-            # the target's other changes waiting: computed now from one history, so from one learned window
-            jobs = [job, *self._jobs.take(job[0][0], lambda k: k[0])]
-            history = self.snaps(job[0][0])
-            for key, t in jobs:
-                try:
-                    if key[0] in self._history:  # not a target removed while its prediction waited
-                        self._compute_safely(key, t, history)
-                finally:
-                    self._jobs.done(key)
+            self.work_once()
 
     def _compute_safely(
         self, key: Key, t: float, history: list[Snap] | None = None, simulate: bool = True
@@ -242,7 +231,7 @@ class Advisor:
             raise
         except Exception as exc:
             with self._lock:
-                self._effects[key] = None
+                self._effects.fail(key)
                 self._failures[key[0]] = f"{type(exc).__name__}: {exc}"
             return None
         with self._lock:
@@ -285,16 +274,8 @@ class Advisor:
                 self._shared.put(fp, change, eff, young)
         except (WindowError, ValueError, ZeroDivisionError, RuntimeError):
             eff = None  # not enough traffic yet, or the simulation child is gone (interpreter shutdown): asked again
-        with self._lock:
-            prev, since = self._effects.get(key), self._limits.get(target)
-            held = ready is not None and prev is not None and since is not None and since <= prev.t
-            if eff is None and held:
-                eff = prev  # the limit it judged still holds (a queue draining): it stands until a steady stretch
-            self._effects[key] = eff
-            if eff is not None:  # looked at again RETRY_S from now, and simulated again when refresh_s is up
-                self._due[key] = min(t + RETRY_S, self._shared.expires(target, eff))
-            if ready is None:
-                self._ready.pop(key, None)
-            else:
-                self._ready[key] = ready
-        return eff
+        with (
+            self._lock
+        ):  # a limit still held keeps its effect; looked at again RETRY_S on, simulated at refresh_s
+            since = self._limits.get(target)
+            return self._effects.put(key, eff, t, ready, since, partial(self._shared.expires, target))

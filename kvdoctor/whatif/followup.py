@@ -131,11 +131,12 @@ def case(history: list[Snap], restart_t: float) -> Case | None:
     after = [s for s in after if lo <= s.t <= hi]
     if len(after) < 5 or hi - lo < SETTLE_S:
         return None
-    change = inferred_change(before, after)
-    if not change:
-        return None  # the metrics do not tell what changed: nothing to hold a prediction against
     blo, bhi = default_window(before)
     window = [s for s in before if blo <= s.t <= bhi]
+    # steady load against steady load: a whole history's ramp-up held no plateau, and read as a new batch cap
+    change = inferred_change(window, after)
+    if not change:
+        return None  # the metrics do not tell what changed: nothing to hold a prediction against
     try:
         if not comparable(infer_workload(window), infer_workload(after)):
             return None  # the traffic changed too: a different load, not the change, would be measured
@@ -173,8 +174,9 @@ def checked(
     target: str, history: list[Snap], restart_t: float, offload: Offload | None, simulate: bool = True
 ) -> FollowUp | None:
     """follow_up, in the offload's child once its case is made; raises Simulate for that instead when not to simulate."""
-    # the case's cheap checks run here (0.1 ms) where sending the history costs ~1 ms to pickle, ~1.2 ms to unpickle
-    if offload is not None and case(history, restart_t) is None:
+    # the case's cheap checks (0.1 ms) answer here what needs no simulation: nothing queued for the worker, nor sent
+    # to the child (~1 ms to pickle the history, ~1.2 ms to unpickle); inline, follow_up makes the case itself
+    if (offload is not None or not simulate) and case(history, restart_t) is None:
         return None  # not settled, or no change to check
     if not simulate:
         raise Simulate
