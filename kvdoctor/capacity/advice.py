@@ -99,9 +99,9 @@ def kv_cache_advice(
             )
         )
     if not b.cache_dtype.startswith("fp8"):
-        typical = (
-            f" ({_typical(live, b, 1)} → {_typical(live, b, 2)} typical requests at once)" if live else ""
-        )
+        # with no finished request yet there is no typical request to count: say nothing rather than "?"
+        n = live.fits(live.request_p50_tokens) if live else None
+        typical = f" ({fmt.times(n)} → {fmt.times(2 * n)} typical requests at once)" if n is not None else ""
         out.append(
             Advice(
                 "--kv-cache-dtype",
@@ -163,11 +163,6 @@ def preset_mismatch(
         f"the config's model {name} holds {expect:,.0f} B of KV per token, this engine "
         f"{live.kv_bytes_per_token:,.0f} B (cache_config_info): it serves another model; {fix}"
     )
-
-
-def _typical(live: LiveCapacity | None, b: _Base, factor: int) -> str:
-    n = live.fits(live.request_p50_tokens) if live else None
-    return "?" if n is None else fmt.times(n * factor)
 
 
 def _fp8_weights(b: _Base, est: CapacityEstimate, live: LiveCapacity | None) -> list[Advice]:

@@ -140,3 +140,17 @@ def test_a_served_model_that_is_another_preset_is_named():
     assert "model" not in _by_flag(matching) and "--quantization" in _by_flag(matching)
     own_name = kv_cache_advice(None, est, None, served_model="my-chat-model")  # --served-model-name: unknown
     assert "model" not in _by_flag(own_name)
+
+
+def test_fp8_cache_advice_counts_typical_requests_only_once_requests_have_finished():
+    # a server that has not finished a request has no typical request size: the advice says the tokens and no "?"
+    fresh = LiveCapacity(engines=1, kv_cache_tokens=4096, block_size=16, cache_dtype="auto")
+    text = _by_flag(kv_cache_advice(fresh, None, None))["--kv-cache-dtype"].text
+    assert "from 4,096 to 8,192 tokens; check accuracy" in text and "?" not in text
+    seen = LiveCapacity(
+        engines=1, kv_cache_tokens=4096, block_size=16, cache_dtype="auto", prompt_p50=400, generation_p50=112
+    )
+    assert (
+        "(8.0 → 16.0 typical requests at once)"
+        in _by_flag(kv_cache_advice(seen, None, None))["--kv-cache-dtype"].text
+    )
