@@ -54,7 +54,7 @@ class Planner:
         self.simulations = 0
         self.precision = LOAD_PRECISION
         self.draws = HEADROOM_DRAWS
-        self._reseeded: list[Planner] | None = None
+        self._reseeded: list[Planner] = []  # the next seeds' planners, made as a headroom needs them
         self.skipped = 0  # combinations left out because a change in them bought nothing on its own
         self._cache: dict[tuple[Any, ...], Candidate] = {}
         self._runs: dict[tuple[Any, ...], SimResult] = {}  # this search's runs, by what a replica simulates
@@ -124,16 +124,20 @@ class Planner:
 
     def headroom(self, key: str) -> float:
         """The load multiple at which today's configuration breaks this SLO: the median of `draws` simulation draws'
-        bisections (MAX_LOAD when beyond)."""
-        if self._reseeded is None:  # the next seeds, each with its own runs
-            step, seed = self.basis.step, self.basis.seed
-            self._reseeded = [self._under(step, seed + i, self.precision) for i in range(1, self.draws)]
-        return statistics.median(p.bisect(key) for p in [self, *self._reseeded])
+        bisections (MAX_LOAD when beyond); a draw that cannot move the median is not simulated."""
+        got: list[float] = []
+        for i in range(self.draws):
+            if i == len(self._reseeded) + 1:  # the next seed, with its own runs
+                self._reseeded.append(self._under(self.basis.step, self.basis.seed + i, self.precision))
+            got.append((self._reseeded[i - 1] if i else self).bisect(key))
+            if any(got.count(v) * 2 > self.draws for v in got):
+                break  # most draws bisected to the same bracket: that is the median
+        return statistics.median(got)
 
     @property
     def simulated(self) -> int:
         """Simulations run for this planner, its other draws' included."""
-        return self.simulations + sum(1 + p.simulations for p in self._reseeded or ())
+        return self.simulations + sum(1 + p.simulations for p in self._reseeded)
 
     def bisect(self, key: str) -> float:
         """The load multiple at which this draw breaks the SLO (MAX_LOAD when beyond)."""
