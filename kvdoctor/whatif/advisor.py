@@ -106,7 +106,7 @@ class Advisor:
                 d.advice = [self._with_effect(d.target, a, t) for a in d.advice]
                 for f in d.findings:
                     f.advice = [self._with_effect(d.target, a, t) for a in f.advice]
-            self._relieve(d, t)
+            relief.apply(d, partial(self._relief, d.target, t))
             self._follow(d.target, t)
             fu = self._followups.get(d.target)
             if fu is not None:
@@ -125,9 +125,8 @@ class Advisor:
             else:
                 self._limits.pop(d.target, None)
 
-    def _relieve(self, d: Diagnosis, t: float) -> None:
-        # what each relief of a limit buys, from the same cache and worker as the advice's effects
-        relief.apply(d, lambda change: self._with_effect(d.target, Advice("", "", "", change), t).effect)
+    def _relief(self, target: str, t: float, change: dict[str, float | str], draw: int) -> Effect | None:
+        return self._with_effect(target, relief.asked(change, draw), t).effect
 
     def _steady_needed(self, target: str, t: float) -> float:
         # 30 s lets a new limit's queue show its cost; a borderline limit is judged on the stretch it has held (at
@@ -267,10 +266,12 @@ class Advisor:
             if eff is None and not simulate:
                 raise Simulate(not self._shared.waits(fp, change, young, key, self._jobs.__contains__))
             if eff is None:
-                args = (history, window, dict(change))
-                run = partial(predict, max_num_seqs=cap, with_intervals=not self.books_only, recall=recall)
+                knobs, seed = relief.unmarked(dict(change))  # a relief's further draw: its point values only
+                points = self.books_only or seed > 0
+                run = partial(predict, max_num_seqs=cap, with_intervals=not points, recall=recall, seed=seed)
+                args = (history, window, knobs)
                 p = self.offload.run(run, *args) if self.offload is not None else run(*args)
-                eff = effect_of(p, dict(change), t)
+                eff = effect_of(p, knobs, t)
                 self._shared.put(fp, change, eff, young)
         except (WindowError, ValueError, ZeroDivisionError, RuntimeError):
             eff = None  # not enough traffic yet, or the simulation child is gone (interpreter shutdown): asked again

@@ -3,12 +3,14 @@
 Flags cost nothing; replicas cost GPU-hours. So the search is over replica counts: each flag combination (fewest
 changes first) gets the smallest replica count that holds every SLO, and a combination that cannot beat the best so
 far with one replica fewer is dominated and dropped after that one simulation. Headroom bisects the load multiple
-of today's configuration per SLO; simulations are cached by (flags, replicas, load), so the SLOs share them.
+of today's configuration per SLO; simulations are cached by (flags, replicas, load), so the SLOs share them. A
+bisection's probes near capacity tip with the draw, so the headroom is the median of three draws' (seeds').
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +33,8 @@ LOAD_PRECISION = 1.05  # bisection stops when the bracket is this ratio wide
 # dearest are simulated, which of 9 draws are on average its 10th and 90th percentiles (order statistics 1/10, 9/10)
 BAND_DRAWS = 9
 BAND_PRECISION = 1.10  # … bisected coarser: an interval's end needs no 5 % (one run fewer per SLO and draw)
+# simulation draws (seeds) a headroom is the median of: near capacity one draw's arrivals tip a bisection's probe
+HEADROOM_DRAWS = 3
 
 
 class Planner:
@@ -49,6 +53,8 @@ class Planner:
         self.gpu_memory_bytes, self.gpu_hour_usd, self.gpus = gpu_memory_bytes, gpu_hour_usd, gpus_per_replica
         self.simulations = 0
         self.precision = LOAD_PRECISION
+        self.draws = HEADROOM_DRAWS
+        self._reseeded: list[Planner] = []  # the next seeds' planners, made as a headroom needs them
         self.skipped = 0  # combinations left out because a change in them bought nothing on its own
         self._cache: dict[tuple[Any, ...], Candidate] = {}
         self._runs: dict[tuple[Any, ...], SimResult] = {}  # this search's runs, by what a replica simulates
@@ -117,7 +123,24 @@ class Planner:
         return cand
 
     def headroom(self, key: str) -> float:
-        """The load multiple at which today's configuration breaks this SLO (bisected; MAX_LOAD when beyond)."""
+        """The load multiple at which today's configuration breaks this SLO: the median of `draws` simulation draws'
+        bisections (MAX_LOAD when beyond); a draw that cannot move the median is not simulated."""
+        got: list[float] = []
+        for i in range(self.draws):
+            if i == len(self._reseeded) + 1:  # the next seed, with its own runs
+                self._reseeded.append(self._under(self.basis.step, self.basis.seed + i, self.precision))
+            got.append((self._reseeded[i - 1] if i else self).bisect(key))
+            if any(got.count(v) * 2 > self.draws for v in got):
+                break  # most draws bisected to the same bracket: that is the median
+        return statistics.median(got)
+
+    @property
+    def simulated(self) -> int:
+        """Simulations run for this planner, its other draws' included."""
+        return self.simulations + sum(1 + p.simulations for p in self._reseeded)
+
+    def bisect(self, key: str) -> float:
+        """The load multiple at which this draw breaks the SLO (MAX_LOAD when beyond)."""
         r = self.basis.replicas
 
         def breaks(m: float) -> bool:
@@ -150,20 +173,21 @@ class Planner:
         n = b.engine.max_num_seqs
         context = n * (b.workload.prompt.mean + b.workload.output.mean / 2)
         draws.sort(key=lambda d: d.duration(n, 0.0, context))
-        return self._under(draws[0]), self._under(draws[-1])
+        return self._under(draws[0], b.seed, BAND_PRECISION), self._under(draws[-1], b.seed, BAND_PRECISION)
 
-    def _under(self, step: StepModel) -> Planner:
-        """This planner's window and objectives under another step model (its own runs and cache)."""
+    def _under(self, step: StepModel, seed: int, precision: float) -> Planner:
+        """This planner's window and objectives under another step model or seed (its own runs and cache; one
+        draw's bisection)."""
         b = self.basis
-        now = simulate(b.engine, step, b.workload, b.replicas, b.duration_s, b.seed)
+        now = simulate(b.engine, step, b.workload, b.replicas, b.duration_s, seed)
         under = Planner(
-            replace(b, step=step, now=now),
+            replace(b, step=step, seed=seed, now=now),
             self.slos,
             gpu_memory_bytes=self.gpu_memory_bytes,
             gpu_hour_usd=self.gpu_hour_usd,
             gpus_per_replica=self.gpus,
         )
-        under.precision = BAND_PRECISION
+        under.precision, under.draws = precision, 1
         return under
 
     def search(self, load: float, gpu: bool = False) -> tuple[Candidate | None, list[Candidate]]:
@@ -233,7 +257,7 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
     drawn = planner.spread()
     for under in drawn or ():
         for k in planner.slos:  # the point is inside: two draws are an estimate of where p10 and p90 lie
-            h = under.headroom(k)
+            h = under.bisect(k)
             low[k], high[k] = min(low[k], h), max(high[k], h)
     best, tried = planner.search(load, gpu)
     notes = []
@@ -251,7 +275,7 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
             f"{planner.skipped} combination(s) not tried: a change in them bought nothing on its own"
         )
     rate = planner.basis.workload.rate_per_s
-    simulations = planner.simulations + sum(1 + u.simulations for u in drawn or ())  # 1: each draw's ×1 run
+    simulations = planner.simulated + sum(1 + u.simulations for u in drawn or ())  # 1: each draw's ×1 run
     return Plan(
         dict(planner.slos),
         load,

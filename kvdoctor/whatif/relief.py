@@ -9,6 +9,10 @@ When that names another limit than the rule's, the diagnosis keeps both: its ver
 helps, its evidence keeps the rule's (`limit_rule`, `co_binding`; the pack's `bottleneck` label and alert stay the
 rule's, the Prometheus-only path cannot simulate), and a `relief_check` finding says what the simulator found, with
 the advice leading with the change that helps.
+
+A window at its capacity's edge is saturated in one simulation draw (seed) and not in the next, and the check would
+name the limit that draw's arrivals chose: it is judged on DRAWS draws, the first two asked together and a third only
+where they differ, and names what most say. Draw 0 is the advice's own prediction; the others are point values only.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ FULL = 0.6  # KV usage from which the cache may be co-binding
 LABELS = {"batch_cap": "the batch cap", "kv_cache": "the KV cache", "compute": "compute"}
 REACHED = {"batch_cap": "is reached", "kv_cache": "is full", "compute": "is at its ceiling"}
 QUANTITY = {"ttft_p95_s": "TTFT p95", "itl_p50_s": "ITL p50"}
+# simulation draws (seeds) a check is judged on: a window at its capacity's edge is saturated in one draw and not in
+# the next, so the verdict is what most draws say; a second draw that agrees with the first settles it
+DRAWS = 3
+DRAW = "__draw__"  # a further draw's seed, in the change a prediction is cached and shared by
 
 
 @dataclass(frozen=True)
@@ -39,7 +47,7 @@ class Relief:
 
 def borderline(d: Diagnosis) -> bool:
     """Another limit's thresholds hold or nearly do: slow tokens beside a cap or a full cache, a queue or a fuller
-    cache beside compute. A clear limit is not second-guessed (each check costs three simulations)."""
+    cache beside compute. A clear limit is not second-guessed (each check costs three simulations a draw)."""
     ev = d.evidence
     itl, base = _num(ev.get("itl_p50_s")), _num(ev.get("itl_batch_baseline_s"))
     threshold = _num(ev.get("itl_compute_threshold_s")) or (2.5 * base if base else None)
@@ -147,18 +155,53 @@ def check(d: Diagnosis, effects: dict[str, tuple[Relief, Effect]]) -> Finding | 
     )
 
 
-def apply(d: Diagnosis, effect_of: Callable[[dict[str, float | str]], Effect | None]) -> None:
-    """Check a limited diagnosis' reliefs with `effect_of` (a cached prediction or None); name the limit that helps."""
-    got = {}
-    for r in reliefs(d):
-        eff = effect_of(r.change)
-        if eff is not None:
-            got[r.limit] = (r, eff)
-    finding = check(d, got)
+def apply(d: Diagnosis, effect_of: Callable[[dict[str, float | str], int], Effect | None]) -> None:
+    """Check a limited diagnosis' reliefs with `effect_of` (a cached prediction of a change at a simulation draw, or
+    None) over up to DRAWS draws; name the limit that most of them say helps."""
+    rs = reliefs(d)
+    said: list[
+        Finding | None
+    ] = []  # each draw's check: a finding where it names another limit than the rule's
+    missing = False
+    for draw in range(DRAWS if rs else 0):
+        if majority(said) is not None or (missing and draw >= 2):
+            break  # the first two draws are asked together (queued at once in background mode), a third if they differ
+        got = {}
+        for r in rs:
+            eff = effect_of(r.change, draw)
+            if eff is not None:
+                got[r.limit] = (r, eff)
+        missing = missing or len(got) < len(rs)
+        said.append(check(d, got))
+    top = majority(said)
+    if missing or top is None:
+        return  # a draw not predicted yet (no name from part of the answer), or no majority: the rule's name stands
+    finding = next((f for f in said if _named(f) == top), None)
     if finding is not None:
         d.findings.append(finding)
         lead_with(d, finding)
         name_the_limit(d, finding)
+
+
+def asked(change: dict[str, float | str], draw: int) -> Advice:
+    """An advice asking the change's effect at a draw (its seed), cached apart from the advice's own (draw 0)."""
+    return Advice("", "", "", {**change, DRAW: draw} if draw else change)
+
+
+def unmarked(change: dict[str, float | str]) -> tuple[dict[str, float | str], int]:
+    """A marked change's knobs and its draw."""
+    draw = change.get(DRAW, 0)
+    return {k: v for k, v in change.items() if k != DRAW}, int(draw) if isinstance(draw, int | float) else 0
+
+
+def majority(said: list[Finding | None]) -> str | None:
+    """The limit more than half of DRAWS draws name ("" for the rule's), None while no limit has that many."""
+    names = [_named(f) for f in said]
+    return next((n for n in names if names.count(n) * 2 > DRAWS), None)
+
+
+def _named(finding: Finding | None) -> str:
+    return str(finding.evidence["limit_checked"]) if finding is not None else ""
 
 
 def lead_with(d: Diagnosis, finding: Finding) -> None:

@@ -34,7 +34,7 @@ class Simulator:
         # the traffic's shared prefix is hit only where the engine caches prefixes
         ratio = self.prefix_hit_ratio if self.engine.enable_prefix_caching else 0.0
         shared = round(ratio * w.prompt.mean / block_size) * block_size
-        arrivals = generate(w, self.engine, warmup_s + duration_s, rng, shared)
+        arrivals = generate(w, self.engine, warmup_s + duration_s, rng, shared, warmup_s)
         return self.run(arrivals, duration_s, warmup_s, w, rng, shared)
 
     def run(

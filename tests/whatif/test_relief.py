@@ -135,6 +135,47 @@ def test_when_the_simulator_is_clear_the_verdict_is_the_limit_whose_relief_helps
     assert d.evidence["limit_checked"] == "compute"
 
 
+def _by_draw(draws, asked):
+    """An effect_of answering each draw's prediction from its own set of effects, noting the draws asked."""
+
+    def effect_of(change, draw):
+        asked.append(draw)
+        return next(eff for r, eff in draws[draw].values() if r.change == change)
+
+    return effect_of
+
+
+def test_a_window_at_its_capacitys_edge_is_named_by_what_most_draws_say():
+    # at the edge one draw's arrivals overrun the cap (raising it buys nothing: compute) and the next two's do not
+    _, compute = _predicted(
+        {"generation_tokens_per_s": 148.0, "itl_p50_s": 0.09, "ttft_p95_s": 7.9},
+        {},
+        {"generation_tokens_per_s": 150.0, "ttft_p95_s": 4.0, "itl_p50_s": 0.03},
+    )
+    _, cap = _predicted({"ttft_p95_s": 2.0, "generation_tokens_per_s": 290.0}, {}, {"ttft_p95_s": 4.0})
+    asked: list[int] = []
+    d = _capped()
+    relief.apply(d, _by_draw([compute, cap, cap], asked))
+    assert d.verdict == "batch_cap" and not [f for f in d.findings if f.name == "relief_check"]
+    d = _capped()
+    relief.apply(d, _by_draw([cap, compute, compute], asked))
+    check = next(f for f in d.findings if f.name == "relief_check")
+    assert d.verdict == "compute" and check.advice[0].effect is compute["compute"][1]  # a draw that said so
+    # two draws that agree settle it: the third is not simulated
+    asked.clear()
+    d = _capped()
+    relief.apply(d, _by_draw([compute, compute, cap], asked))
+    assert d.verdict == "compute" and set(asked) == {0, 1}
+
+
+def test_a_relief_check_waits_for_every_draw_it_asks():
+    # the second draw not predicted yet (queued in background mode): no name from one draw
+    _, compute = _predicted({}, {}, {"generation_tokens_per_s": 150.0, "ttft_p95_s": 4.0})
+    d = _capped()
+    relief.apply(d, lambda change, draw: _by_draw([compute], [])(change, draw) if draw == 0 else None)
+    assert d.verdict == "batch_cap" and not d.findings
+
+
 def test_a_relief_check_for_another_verdict_changes_nothing():
     d, effects = _predicted({}, {}, {"ttft_p95_s": 4.0})
     f = relief.check(d, effects)

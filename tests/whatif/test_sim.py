@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
+from kvdoctor.whatif.arrivals import generate
 from kvdoctor.whatif.model import Engine, LengthDist, Request, StepModel, Workload
 from kvdoctor.whatif.sim import Simulator
 
@@ -104,3 +109,28 @@ def test_prefix_hits_on_full_blocks_skip_their_prefill():
     # a 1024-token shared prefix is 64 full blocks: 16 of 1040 tokens are computed instead of all
     assert max(cold.ttft) > 1.0
     assert max(warm.ttft) < 0.02
+
+
+def test_an_open_loop_sends_the_window_its_rate_in_every_seed_not_a_fresh_poisson_count():
+    # the window counted its requests, so the rate it gave is met over the measured span: a fresh Poisson count
+    # would wander ±1/√240 ≈ ±6 % from seed to seed, an error in tokens/s the window never had
+    engine = Engine(max_num_seqs=8, max_num_batched_tokens=100, num_gpu_blocks=100, block_size=16)
+    fast = StepModel(c0=0.001, c_decode=0.0, c_prefill=0.0)
+    w = Workload("open", 2.0, 0, 0.0, LengthDist.fixed(10), LengthDist.fixed(5))
+    finished = [Simulator(engine, fast).run_workload(w, 120.0, 30.0, seed).finished for seed in range(8)]
+    assert all(abs(n - 240) <= 2 for n in finished), finished
+
+
+def test_a_load_multiple_keeps_the_seeds_requests_each_at_its_time_over_the_multiple():
+    # the loads a headroom bisects share their draws (common random numbers): at ×2 the same requests come first, in
+    # the same order, at their times scaled by one factor near ½, so a probe moves with the load, not with a new draw
+    engine = Engine(max_num_seqs=8, max_num_batched_tokens=100, num_gpu_blocks=100, block_size=16)
+    prompt = LengthDist(((5.0, 15.0, 0.5), (90.0, 110.0, 1.0)), 55.0)
+    w = Workload("open", 2.0, 0, 0.0, prompt, LengthDist(((4.0, 6.0, 0.5), (45.0, 55.0, 1.0)), 27.5))
+    one, two = (generate(w.scaled(m), engine, 150.0, random.Random(3), 0, 30.0) for m in (1.0, 2.0))
+    assert len(two) == pytest.approx(2 * len(one), abs=2)
+    for lo, hi in ((0.0, 30.0), (30.0, 150.0)):
+        a, b = ([x for x in side if lo <= x[0] < hi] for side in (one, two))
+        assert [r.num_prompt_tokens for _, _, r in a] == [r.num_prompt_tokens for _, _, r in b[: len(a)]]
+        ratios = [(tb - lo) / (ta - lo) for (ta, _, _), (tb, _, _) in zip(a, b, strict=False)]
+        assert max(ratios) - min(ratios) < 1e-9 and 0.35 < ratios[0] < 0.65, ratios[:3]
