@@ -16,6 +16,7 @@ from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.faults import FaultServer, refused_url
 from tests.support.clock import ManualClock
 from tests.support.daemon import watched
+from tests.support.logs import kvdoctor_said
 
 FAST = HttpOptions(connect_timeout=1.0, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
 # For targets that answer: their verdict must not depend on how fast a busy machine serves them.
@@ -171,6 +172,6 @@ def test_a_timeout_cut_to_the_interval_names_all_targets_or_says_more_exist(capl
         out = capped(specs(["a", "b", "c"]), 2.0, set())
         capped(specs(["a", "b", "c", "d"]), 2.0, set())
     assert all(s.http.total_timeout == 2.0 for s in out.values())
-    lines = [r.getMessage() for r in caplog.records]
+    lines = kvdoctor_said(caplog.records)
     assert lines[0].startswith("3 targets (a, b, c): scrape timeout 3s is longer than the 2s interval")
     assert lines[1].startswith("4 targets (a, b, c, …): scrape timeout 3s")
