@@ -64,6 +64,7 @@ class Scraper:
         self._thread = threading.Thread(target=self.loop.run_forever, name="kvdoctor-scrape", daemon=True)
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._retired: set[aiohttp.ClientSession] = set()  # pools a resize replaced, until they are closed
         self._start_lock = threading.Lock()
         self._parse_pool = ThreadPoolExecutor(1, thread_name_prefix="kvdoctor-parse")
         self._parsers: dict[str, Parser] = {}
@@ -98,9 +99,12 @@ class Scraper:
         self.max_connections = max_connections
         old, self._session = self._session, None
         if old is not None:
-            self.loop.call_soon_threadsafe(
-                lambda: self.loop.call_later(60, lambda: asyncio.ensure_future(old.close()))
-            )
+            self._retired.add(old)  # closed a minute on, or by close() if that comes first
+            self.loop.call_soon_threadsafe(self.loop.call_later, 60, self._retire, old)
+
+    def _retire(self, session: aiohttp.ClientSession) -> None:
+        self._retired.discard(session)
+        self.loop.create_task(session.close())
 
     # -- one scrape --------------------------------------------------------------------------------------
     async def _one(self, spec: TargetSpec) -> ScrapeResult:
@@ -224,8 +228,8 @@ class Scraper:
             for task in self._tasks.values():
                 task.cancel()
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-            if self._session is not None:
-                await self._session.close()
+            for session in filter(None, [self._session, *self._retired]):
+                await session.close()
 
         if self.loop.is_running():
             try:

@@ -16,6 +16,7 @@ from kvdoctor.rules.loader import default_rule_files, load_files
 from tests.faults import FaultServer, refused_url
 from tests.support.clock import ManualClock
 from tests.support.daemon import watched
+from tests.support.logs import kvdoctor_said
 
 FAST = HttpOptions(connect_timeout=1.0, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
 # For targets that answer: their verdict must not depend on how fast a busy machine serves them.
@@ -48,8 +49,11 @@ def test_faulty_targets_go_down_without_disturbing_a_good_one(kv_server):
         targets += [TargetSpec(url=f.url, name=m, http=timeouts[m]) for m, f in faults.items()]
         targets.append(TargetSpec(url=refused_url(), name="refused", http=ROOMY))
         d = watched(_daemon(targets, interval_s=30.0), "good", kv_server)
-        for _ in range(3):
-            diagnoses = {x.target: x for x in d.cycle()}
+        try:
+            for _ in range(3):
+                diagnoses = {x.target: x for x in d.cycle()}
+        finally:
+            d.shutdown()
         assert diagnoses["good"].bottleneck == "kv_cache"
         stats = d.state.snapshot().targets
         for name in [*MODES, "refused"]:
@@ -74,8 +78,11 @@ def test_nan_and_duplicate_series_do_not_break_the_scrape():
     try:
         # room to answer on a loaded machine: the test is about what NaN and duplicates do, not speed
         d = _daemon([TargetSpec(url=s.url, name=m, http=ROOMY) for m, s in servers.items()], interval_s=30.0)
-        for _ in range(2):
-            diagnoses = {x.target: x for x in d.cycle()}
+        try:
+            for _ in range(2):
+                diagnoses = {x.target: x for x in d.cycle()}
+        finally:
+            d.shutdown()
         assert all(s.up for s in d.state.snapshot().targets.values())
         assert all(x.bottleneck not in ("kv_cache", "batch_cap", "compute") for x in diagnoses.values())
     finally:
@@ -91,9 +98,12 @@ def test_restart_with_counter_reset_is_not_a_false_diagnosis(shared_032):
     try:
         d = _daemon([TargetSpec(url=server.url, name="h", http=FAST)], clock)
         seen = []
-        for _ in range(80):  # 32 s: a verdict needs a 15 s window, before and after the restart
-            seen += [x.bottleneck for x in d.cycle()]
-            clock.advance(0.4)
+        try:
+            for _ in range(80):  # 32 s: a verdict needs a 15 s window, before and after the restart
+                seen += [x.bottleneck for x in d.cycle()]
+                clock.advance(0.4)
+        finally:
+            d.shutdown()
         assert "healthy" in seen
         assert not {"kv_cache", "batch_cap", "compute"} & set(seen), seen
         rates = d.pipeline.store.select("kvdoctor:generation_tokens:rate1m")
@@ -109,15 +119,21 @@ def test_state_file_keeps_firing_state_across_a_restart(kv_server, tmp_path):
         "good",
         kv_server,
     )
-    for _ in range(2):
-        first = d.cycle()
-    since = first[0].since
-    assert first[0].bottleneck == "kv_cache" and state.exists()
-    d2 = _daemon([TargetSpec(url=kv_server.url, name="good", http=FAST)], state_file=str(state))
-    again = d2.cycle()
-    assert again[0].bottleneck == "kv_cache"
-    assert again[0].since == since  # not re-announced as a new incident
-    assert any(a.state == "firing" for a in d2.pipeline.rules.active.values())
+    try:
+        for _ in range(2):
+            first = d.cycle()
+        since = first[0].since
+        assert first[0].bottleneck == "kv_cache" and state.exists()
+        d2 = _daemon([TargetSpec(url=kv_server.url, name="good", http=FAST)], state_file=str(state))
+        try:
+            again = d2.cycle()
+        finally:
+            d2.shutdown()
+        assert again[0].bottleneck == "kv_cache"
+        assert again[0].since == since  # not re-announced as a new incident
+        assert any(a.state == "firing" for a in d2.pipeline.rules.active.values())
+    finally:
+        d.shutdown()
 
 
 def test_reload_with_a_broken_rule_file_keeps_the_last_good(kv_server, tmp_path):
@@ -130,14 +146,19 @@ def test_reload_with_a_broken_rule_file_keeps_the_last_good(kv_server, tmp_path)
 
     cfg, groups = load_everything(str(cfg_file), Overrides())
     d = watched(Daemon(cfg, groups, str(cfg_file), Overrides()), cfg.targets[0].name, kv_server)
-    assert d.cycle()[0].bottleneck == "kv_cache"
-    rules.write_text("groups:\n  - name: x\n    rules:\n      - record: bad\n        expr: sum(rate(x[5m])\n")
-    ok, message = d.reload()
-    assert not ok and f"{rules}:4" in message and "unclosed left parenthesis" in message
-    assert d.state.snapshot().reload_ok is False
-    assert d.cycle()[0].bottleneck == "kv_cache"  # the old pack still runs
-    rules.write_text((default_rule_files()[0]).read_text())
-    assert d.reload()[0] and d.state.snapshot().reload_ok is True
+    try:
+        assert d.cycle()[0].bottleneck == "kv_cache"
+        rules.write_text(
+            "groups:\n  - name: x\n    rules:\n      - record: bad\n        expr: sum(rate(x[5m])\n"
+        )
+        ok, message = d.reload()
+        assert not ok and f"{rules}:4" in message and "unclosed left parenthesis" in message
+        assert d.state.snapshot().reload_ok is False
+        assert d.cycle()[0].bottleneck == "kv_cache"  # the old pack still runs
+        rules.write_text((default_rule_files()[0]).read_text())
+        assert d.reload()[0] and d.state.snapshot().reload_ok is True
+    finally:
+        d.shutdown()
 
 
 def test_a_timeout_cut_to_the_interval_names_all_targets_or_says_more_exist(caplog):
@@ -151,6 +172,6 @@ def test_a_timeout_cut_to_the_interval_names_all_targets_or_says_more_exist(capl
         out = capped(specs(["a", "b", "c"]), 2.0, set())
         capped(specs(["a", "b", "c", "d"]), 2.0, set())
     assert all(s.http.total_timeout == 2.0 for s in out.values())
-    lines = [r.getMessage() for r in caplog.records]
+    lines = kvdoctor_said(caplog.records)
     assert lines[0].startswith("3 targets (a, b, c): scrape timeout 3s is longer than the 2s interval")
     assert lines[1].startswith("4 targets (a, b, c, …): scrape timeout 3s")

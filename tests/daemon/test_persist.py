@@ -26,6 +26,7 @@ from kvdoctor.whatif.ledger import MAX_BINS
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import Snap
 from tests.support.clock import ManualClock
+from tests.support.logs import kvdoctor_said
 from tests.support.statefiles import saved_alert
 
 RAMPS = Path(__file__).resolve().parents[1] / "fixtures/recordings/vllm-0.32-cpu-ramps"
@@ -219,7 +220,7 @@ def test_a_wrong_ledger_part_alone_is_dropped_with_one_warning(shape, tmp_path, 
     d = _daemon(tmp_path, ManualClock(_saved_ledger()[1]))
     assert d.pipeline.advisor is not None and d.pipeline.advisor.ledger.held() == {}
     assert [a.rule for a in d.pipeline.rules.active.values()] == ["VLLMKVCacheBound"]  # the rest is restored
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    warnings = kvdoctor_said(caplog.records, logging.WARNING)
     assert len(warnings) == 1, warnings
     assert (
         str(path) in warnings[0] and "step ledger is dropped" in warnings[0] and SHAPES[shape] in warnings[0]
@@ -234,7 +235,7 @@ def test_a_state_file_from_before_the_ledger_loads_as_before(tmp_path, caplog):
     d = _daemon(tmp_path, ManualClock(_saved_ledger()[1]))
     assert d.pipeline.advisor is not None and d.pipeline.advisor.ledger.held() == {}
     assert [a.rule for a in d.pipeline.rules.active.values()] == ["VLLMKVCacheBound"]
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not kvdoctor_said(caplog.records, logging.WARNING)
     d._persist(force=True)  # and what it writes next holds an empty ledger, read back without a word
     assert json.loads(path.read_text())["step_ledger"] == {"targets": []}
 
@@ -252,7 +253,7 @@ def test_bins_older_than_a_day_at_load_are_dropped_and_the_rest_kept(tmp_path, c
     assert d.pipeline.advisor is not None
     held = d.pipeline.advisor.ledger.held()["ramp"]
     assert held.bins == sum(1 for s in seen if s >= later - DAY) and held.oldest_seen >= later - DAY
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # age is no fault
+    assert not kvdoctor_said(caplog.records, logging.WARNING)  # age is no fault
 
 
 def _metrics(d: Daemon) -> dict[str, float]:

@@ -118,19 +118,23 @@ def test_prometheus_source_matches_scrape_source(fleet: tuple[dict[str, str], st
     start = time.monotonic()
     pace = threading.Event()
     agree = total = 0
-    while True:
-        tick = time.monotonic()
-        a, b = _view(scrape.cycle()), _view(prom.cycle())
-        if tick - start > 15:
-            total += 1
-            agree += a == b
-        if tick - start >= RUN_S and a == b:
-            break
-        assert tick - start < RUN_S + 10, (
-            f"still disagreeing after {RUN_S + 10:.0f}s:\nscrape {a}\nprometheus {b}"
-        )
-        # one cycle a second as the daemon would: the replayed servers and Prometheus move on in real time
-        pace.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+    try:
+        while True:
+            tick = time.monotonic()
+            a, b = _view(scrape.cycle()), _view(prom.cycle())
+            if tick - start > 15:
+                total += 1
+                agree += a == b
+            if tick - start >= RUN_S and a == b:
+                break
+            assert tick - start < RUN_S + 10, (
+                f"still disagreeing after {RUN_S + 10:.0f}s:\nscrape {a}\nprometheus {b}"
+            )
+            # one cycle a second as the daemon would: the replayed servers and Prometheus move on in real time
+            pace.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+    finally:
+        scrape.shutdown()
+        prom.shutdown()
     # the same answer at the end, and nearly always on the way (scrape instants differ by up to a second)
     assert agree >= 0.9 * total, f"agreed on {agree} of {total} cycles"
     for instance, name in instances.items():

@@ -63,9 +63,12 @@ def test_history_survives_a_restart_and_is_served(
     ).start()
     try:
         d = watched(_daemon(clocked.url, state, clock), "gpu-1", clocked)
-        for _ in range(3):
-            d.cycle()
-            clock.advance(1.0)  # the replay serves a new scrape each second; rates need two
+        try:
+            for _ in range(3):
+                d.cycle()
+                clock.advance(1.0)  # the replay serves a new scrape each second; rates need two
+        finally:
+            d.shutdown()
     finally:
         clocked.stop()
     assert _seconds(d, "kv_cache") >= 1.0

@@ -17,6 +17,7 @@ from kvdoctor.ingest.fetch import HttpOptions
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.verdicts import VERDICTS
 from tests.support.fakeprom import fake_fixture, fleet_answer  # noqa: F401  (the `fake` fixture)
+from tests.support.logs import kvdoctor_said
 
 
 def _daemon(url: str, tmp_path, **kw) -> Daemon:
@@ -73,8 +74,8 @@ def test_prometheus_down_fails_the_cycle_keeps_the_last_diagnoses_and_recovers(f
     state["down"] = True
     with caplog.at_level(logging.DEBUG, logger="kvdoctor"):
         assert d.cycle() == [] and d.cycle() == []
-    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1 and "HTTP 502" in errors[0].getMessage() and "tok-xyz" not in caplog.text
+    errors = kvdoctor_said(caplog.records, logging.ERROR)
+    assert len(errors) == 1 and "HTTP 502" in errors[0] and "tok-xyz" not in caplog.text
     status = d.source.status()
     assert status.ok is False and status.failures_total == 2
     assert [x.target for x in d.state.snapshot().diagnoses] == [x.target for x in first]

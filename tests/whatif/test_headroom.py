@@ -147,11 +147,14 @@ def test_the_daemon_exports_headroom_for_a_served_target_with_an_slo(monkeypatch
         d = Daemon(Config(targets=[spec], interval_s=1.0), load_files(default_rule_files()), clock=clock)
         found: dict = {}
         deadline = time.monotonic() + 120.0
-        while not found and time.monotonic() < deadline:  # cycles go on while the worker simulates
-            d.cycle()
-            clock.advance(1.0)
-            text = generate_latest(d.registry).decode()
-            found = {s.name: s for s in parse(text).samples if s.name == "kvdoctor_replicas_needed"}
+        try:
+            while not found and time.monotonic() < deadline:  # cycles go on while the worker simulates
+                d.cycle()
+                clock.advance(1.0)
+                text = generate_latest(d.registry).decode()
+                found = {s.name: s for s in parse(text).samples if s.name == "kvdoctor_replicas_needed"}
+        finally:
+            d.shutdown()
         assert found, "no kvdoctor_replicas_needed within the deadline"
         assert dict(found["kvdoctor_replicas_needed"].labels)["target"] == "gpu-1"
         assert found["kvdoctor_replicas_needed"].value >= 2
