@@ -159,9 +159,8 @@ def apply(d: Diagnosis, effect_of: Callable[[dict[str, float | str], int], Effec
     """Check a limited diagnosis' reliefs with `effect_of` (a cached prediction of a change at a simulation draw, or
     None) over up to DRAWS draws; name the limit that most of them say helps."""
     rs = reliefs(d)
-    said: list[
-        Finding | None
-    ] = []  # each draw's check: a finding where it names another limit than the rule's
+    # each draw's check: a finding where it names another limit than the rule's
+    said: list[Finding | None] = []
     missing = False
     for draw in range(DRAWS if rs else 0):
         if majority(said) is not None or (missing and draw >= 2):
