@@ -14,7 +14,10 @@ policy asks for a simulation and how its queue grows, which the wall-clock bench
 machine. --tree DIR counts another checkout's policy (e.g. main's; one with `Advisor.work_once`) the same way. Prints the simulations run in each
 minute, the total, the advisor's counters (computed, shared, kept), the queue's peak length (follow-ups included),
 the effect requests queued (and most in one cycle) while a near window's simulation (same change, fingerprint near)
-was queued or running, and the oldest effect shown after the first 3 minutes.
+was queued or running, and the oldest effect shown after the first 3 minutes. A background-mode HeadroomWorker (the
+daemon's, every target with a TTFT SLO) is stepped too, its search counted instead of run and its queue served
+after each cycle: it prints the searches and shared results, and the headroom requests queued per cycle after the
+first 3 minutes (the refresh waves).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ def main() -> int:
     from kvdoctor.replayserver import Playlist
     from kvdoctor.verdicts import Advice, Diagnosis, Effect
     from kvdoctor.whatif import advisor as advisor_module
+    from kvdoctor.whatif import headroom as headroom_module
 
     now = [0.0]
     asked: list[float] = []
@@ -56,6 +60,7 @@ def main() -> int:
 
     advisor_module.predict = predict  # type: ignore[assignment]
     advisor_module.effect_of = lambda p, change, t: Effect(change, {}, {}, "", t=t)  # type: ignore[assignment]
+    headroom_module.search = lambda *a, **k: ({"ttft_p95": 2.0}, 1, 1)  # type: ignore[assignment]
     demo = Path(args.tree) / "kvdoctor" / "demo"
     recs = ("compute_bound", "kv_bound")
     servers = [Playlist([demo / f"{recs[s % 2]}.jsonl.gz"], 40.0, loop=True) for s in range(4)]
@@ -78,6 +83,10 @@ def main() -> int:
         is_alive=lambda: True
     )  # stepped below, on this thread, not a thread of its own
     jobs, queued = advisor._jobs, Queued(advisor)
+    headroom = headroom_module.HeadroomWorker(advisor.snaps, background=True, max_queue=4096)
+    headroom._worker = SimpleNamespace(is_alive=lambda: True)  # served below, after each cycle
+    wants = {n: ({"ttft_p95": 1.0}, None) for n in names}
+    waves: list[int] = []  # headroom requests queued by each cycle after the first 3 minutes
     jobs.put = queued.put
     peak, oldest = 0, 0.0
     cpu0 = time.process_time()
@@ -93,6 +102,12 @@ def main() -> int:
             for i, n in enumerate(names)
         ]
         advisor.annotate(diagnoses, t)
+        headroom.annotate(diagnoses, t, wants)
+        if t >= 180.0:
+            waves.append(len(headroom._queue))
+        while headroom._queue:
+            headroom._compute(*headroom._queue.popleft())
+        headroom._queued.clear()
         peak = max(peak, len(jobs))
         if t >= 180.0:
             shown = [t - a.effect.t for d in diagnoses for a in d.advice if a.effect is not None]
@@ -110,6 +125,11 @@ def main() -> int:
         f"queue: peak {peak}; {queued.total} effect requests queued (most in one cycle "
         f"{max(queued.by_cycle.values(), default=0)}), {queued.near} of them near one queued or running; "
         f"{queued.followups} follow-ups queued; oldest effect shown after 3 minutes {oldest:.0f} s"
+    )
+    busy = [n for n in waves if n]
+    print(
+        f"headroom: {headroom.stats()}; requests queued after 3 minutes: {sum(waves)} in {len(busy)} of "
+        f"{len(waves)} cycles, most in one cycle {max(waves, default=0)}"
     )
     return 0
 

@@ -8,6 +8,8 @@ is older than STALE_AFTER refresh periods: an autoscaler reading an absent serie
 scaling on a metric it cannot read; KEDA falls back), where a stale number would keep scaling on old traffic.
 One worker thread computes; its queue is bounded and drops the oldest request (counted). Targets with the same
 model, configuration and SLOs and near traffic and step times (`sharing.Fingerprint.near`) share one computation.
+In background mode a target's result is due up to refresh_s/6 sooner (`sharing.spread`, fixed per target, as the
+advisor's effects): results computed together come due apart, so a refresh is not one wave of a fleet's requests.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from kvdoctor.whatif.learn import learned
 from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.plan import MAX_LOAD, MAX_REPLICAS, Planner
-from kvdoctor.whatif.sharing import Fingerprint, Nearby, fingerprint, steady
+from kvdoctor.whatif.sharing import Fingerprint, Nearby, fingerprint, spread, steady
 from kvdoctor.whatif.window import Snap
 from kvdoctor.whatif.workload import WindowError
 
@@ -88,6 +90,9 @@ class HeadroomWorker:
         recall: Callable[[str], Recall | None] | None = None,
     ) -> None:
         self.history, self.refresh_s, self.background = history, refresh_s, background
+        self.spread_s = (
+            refresh_s / 6 if background else 0.0
+        )  # a target's result is due up to this much sooner
         # a target's step ledger (the advisor's), for the batches its history does not show
         self.recall = recall
         self.offload = offload  # where the search runs: a child process off the cycle's GIL (None: here)
@@ -141,7 +146,11 @@ class HeadroomWorker:
             done = self._results.get(target)
             if target in self._queued or t - self._asked.get(target, -math.inf) < RETRY_S:
                 return
-            if done is not None and done.slos == slos and t - done.t < self.refresh_s:
+            if (
+                done is not None
+                and done.slos == slos
+                and t - done.t < self.refresh_s - spread(target, self.spread_s)
+            ):
                 return
             self._asked[target] = t
             if not self.background:
@@ -192,7 +201,7 @@ class HeadroomWorker:
         # not keyed by the ledger: replicas of one engine share a search, their ledgers differ by their noise only
         fp = _fingerprint(model, slos, seqs, window)
         with self._lock:  # a window near this one (a replica's, or this target's last) was searched lately
-            seen = self._searched.find(fp.same, fp, t)
+            seen = self._searched.find(fp.same, fp, t, sooner_s=spread(target, self.spread_s))
             if seen is not None:
                 self.shared_total += 1
                 return replace(seen[1], shared_from=seen[0])

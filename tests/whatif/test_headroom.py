@@ -242,3 +242,41 @@ def test_targets_at_a_limit_are_queued_before_healthy_ones():
     release.set()
     until(lambda: len(calls) == 5, timeout=10.0, step=0.01, what="every request to be taken")
     assert calls == ["busy", "kv", "compute", "ok1", "ok2"]
+
+
+def test_results_computed_together_come_due_apart_within_a_sixth_of_the_refresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    snaps, gate, calls = recording_snaps(BATCHCAP), threading.Event(), []
+    monkeypatch.setattr("kvdoctor.whatif.headroom.search", lambda *a, **k: ({"ttft_p95": 2.0}, 1, 1))
+
+    def history(target: str) -> list:
+        calls.append(target)
+        gate.wait(10.0)  # shut for the refresh: what it asks for stays queued, to be counted
+        return snaps
+
+    gate.set()
+    worker = HeadroomWorker(history, refresh_s=60.0, background=True)
+    names = [f"t{i:02d}" for i in range(40)]
+    t0 = snaps[-1].t
+    _annotate(worker, names, t0, t0)
+    until(
+        lambda: sum(worker.stats()[k] for k in ("computed", "shared")) == 40,
+        timeout=30.0,
+        step=0.01,
+        what="the first results",
+    )
+    gate.clear()
+
+    def asked_again() -> int:
+        return worker.stats()["queued"] + len(calls) - 40
+
+    try:
+        _annotate(worker, names, t0 + 49.9, t0)  # no result is due a sixth of the period early
+        assert asked_again() == 0
+        _annotate(worker, names, t0 + 55.0, t0)  # some are due, not all: the refresh is not one wave
+        assert 0 < until(asked_again, timeout=10.0, step=0.01) < 40
+        _annotate(worker, names, t0 + 60.0, t0)  # and every one by the end of its period
+        until(lambda: asked_again() == 40, timeout=10.0, step=0.01, what="every target asked again")
+    finally:
+        gate.set()
