@@ -1,4 +1,4 @@
-"""Shared fixtures: where the real vLLM recordings live."""
+"""Shared fixtures: where the real vLLM recordings live; daemons that are always shut down."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from kvdoctor.whatif import advisor
 from tests.support import replays
+from tests.support.daemon import Daemons
 from tests.support.predictions import SharedPredict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +63,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def shared_predictions(monkeypatch: pytest.MonkeyPatch) -> None:
     """The advisor computes each distinct prediction once per run (tests/support/predictions.py); opt-in."""
     monkeypatch.setattr(advisor, "predict", SharedPredict())
+
+
+@pytest.fixture
+def daemons() -> Iterator[Daemons]:
+    """Builds daemons (`daemons(cfg, groups, ...)` takes Daemon's arguments), each shut down when the test ends."""
+    with Daemons() as built:
+        yield built
 
 
 def pytest_configure(config: pytest.Config) -> None:
