@@ -1,7 +1,8 @@
-"""Shared fixtures: where the real vLLM recordings live; daemons that are always shut down."""
+"""Shared fixtures: where the real vLLM recordings live, daemons shut down, the collector as each test found it."""
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import tempfile
@@ -20,6 +21,7 @@ from tests.support.predictions import SharedPredict
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "recordings"
 FIXTURES = ROOT / "tests" / "fixtures"
+GC_THRESHOLD = gc.get_threshold()  # the interpreter's, as a daemon's heap.thaw() puts it back
 
 
 def recording_dirs() -> list[Path]:
@@ -70,6 +72,21 @@ def daemons() -> Iterator[Daemons]:
     """Builds daemons (`daemons(cfg, groups, ...)` takes Daemon's arguments), each shut down when the test ends."""
     with Daemons() as built:
         yield built
+
+
+@pytest.fixture(autouse=True)
+def _gc_thawed() -> Iterator[None]:
+    """Fails a test that leaves the collector frozen (a daemon not shut down), and thaws it for the tests after."""
+    yield
+    left = gc.get_freeze_count(), gc.get_threshold()
+    if left != (0, GC_THRESHOLD):
+        gc.unfreeze()
+        gc.set_threshold(*GC_THRESHOLD)
+        pytest.fail(
+            f"the test left the collector frozen ({left[0]} objects, threshold {left[1]}): a daemon it built "
+            "was not shut down; build it with the `daemons` fixture (tests/support/daemon.py)",
+            pytrace=False,
+        )
 
 
 def pytest_configure(config: pytest.Config) -> None:
