@@ -74,17 +74,18 @@ def daemons() -> Iterator[Daemons]:
         yield built
 
 
-@pytest.fixture(autouse=True)
-def _gc_thawed() -> Iterator[None]:
-    """Fails a test that leaves the collector frozen (a daemon not shut down), and thaws it for the tests after."""
+@pytest.fixture(scope="module", autouse=True)
+def _gc_thawed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a module that leaves the collector frozen (a daemon not shut down), and thaws it for the modules after."""
+    # per module, not per test: a module-scoped fixture may keep a started daemon (frozen heap) across its tests
     yield
     left = gc.get_freeze_count(), gc.get_threshold()
     if left != (0, GC_THRESHOLD):
         gc.unfreeze()
         gc.set_threshold(*GC_THRESHOLD)
         pytest.fail(
-            f"the test left the collector frozen ({left[0]} objects, threshold {left[1]}): a daemon it built "
-            "was not shut down; build it with the `daemons` fixture (tests/support/daemon.py)",
+            f"{request.node.nodeid} left the collector frozen ({left[0]} objects, threshold {left[1]}): a daemon "
+            "one of its tests built was not shut down; build it with the `daemons` fixture (tests/support/daemon.py)",
             pytrace=False,
         )
 
