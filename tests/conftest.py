@@ -1,11 +1,13 @@
-"""Shared fixtures: where the real vLLM recordings live."""
+"""Shared fixtures: where the real vLLM recordings live, daemons shut down, the collector as each test found it."""
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +15,13 @@ import pytest
 
 from kvdoctor.whatif import advisor
 from tests.support import replays
+from tests.support.daemon import Daemons
 from tests.support.predictions import SharedPredict
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "recordings"
 FIXTURES = ROOT / "tests" / "fixtures"
+GC_THRESHOLD = gc.get_threshold()  # the interpreter's, as a daemon's heap.thaw() puts it back
 
 
 def recording_dirs() -> list[Path]:
@@ -61,6 +65,29 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def shared_predictions(monkeypatch: pytest.MonkeyPatch) -> None:
     """The advisor computes each distinct prediction once per run (tests/support/predictions.py); opt-in."""
     monkeypatch.setattr(advisor, "predict", SharedPredict())
+
+
+@pytest.fixture
+def daemons() -> Iterator[Daemons]:
+    """Builds daemons (`daemons(cfg, groups, ...)` takes Daemon's arguments), each shut down when the test ends."""
+    with Daemons() as built:
+        yield built
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _gc_thawed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a module that leaves the collector frozen (a daemon not shut down), and thaws it for the modules after."""
+    # per module, not per test: a module-scoped fixture may keep a started daemon (frozen heap) across its tests
+    yield
+    left = gc.get_freeze_count(), gc.get_threshold()
+    if left != (0, GC_THRESHOLD):
+        gc.unfreeze()
+        gc.set_threshold(*GC_THRESHOLD)
+        pytest.fail(
+            f"{request.node.nodeid} left the collector frozen ({left[0]} objects, threshold {left[1]}): a daemon "
+            "one of its tests built was not shut down; build it with the `daemons` fixture (tests/support/daemon.py)",
+            pytrace=False,
+        )
 
 
 def pytest_configure(config: pytest.Config) -> None:

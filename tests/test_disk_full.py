@@ -28,6 +28,7 @@ from tests.notify_support.alertmanager import running_alertmanager
 from tests.notify_support.diagnoses import kv_incident
 from tests.notify_support.fake_slack import FakeSlack
 from tests.support.clock import ManualClock
+from tests.support.daemon import Daemons
 
 TOKEN = "xoxb-" + "1234567890-1234567890123-abcdefghijklmnopqrstuvwx"
 
@@ -155,8 +156,8 @@ def test_notifications_go_on_while_the_disk_is_full_and_catch_up_when_it_is_free
     assert len(slack.delivered("/chat.update")) == 1  # the resolution
 
 
-def _daemon(state: Path, clock: ManualClock) -> Daemon:
-    d = Daemon(
+def _daemon(daemons: Daemons, state: Path, clock: ManualClock) -> Daemon:
+    d = daemons(
         Config(targets=[], state_file=str(state / "state.json"), interval_s=5.0),
         load_files(default_rule_files()),
         clock=clock,
@@ -171,12 +172,12 @@ def _ready(d: Daemon) -> tuple[int, str]:
 
 
 def test_start_up_on_a_full_state_directory_names_it_and_runs_without_persistence(
-    tmpfs: Path, caplog: pytest.LogCaptureFixture
+    tmpfs: Path, daemons: Daemons, caplog: pytest.LogCaptureFixture
 ) -> None:
     filler = fill(tmpfs)
     caplog.set_level(logging.WARNING)
     clock = ManualClock(1_796_000_000.0)
-    d = _daemon(tmpfs, clock)
+    d = _daemon(daemons, tmpfs, clock)
     (warning,) = [r.getMessage() for r in caplog.records if "not writable" in r.getMessage()]
     assert str(tmpfs) in warning and "No space left on device" in warning and "without persistence" in warning
     for _ in range(3):
@@ -203,12 +204,12 @@ def test_start_up_on_a_full_state_directory_names_it_and_runs_without_persistenc
 
 
 def test_a_read_only_state_directory_is_named_and_kvdoctor_runs_on(
-    tmpfs: Path, caplog: pytest.LogCaptureFixture
+    tmpfs: Path, daemons: Daemons, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)]).returncode == 0
     caplog.set_level(logging.WARNING)
     clock = ManualClock(1_796_000_000.0)
-    d = _daemon(tmpfs, clock)
+    d = _daemon(daemons, tmpfs, clock)
     assert any(
         str(tmpfs) in r.getMessage() and "Read-only file system" in r.getMessage() for r in caplog.records
     )

@@ -29,7 +29,7 @@ from kvdoctor.web import WebServer
 from tests.faults import FaultServer
 from tests.notify_support.alertmanager import running_alertmanager
 from tests.support.chromium import CHROMIUM, Cards, chromium
-from tests.support.daemon import watched
+from tests.support.daemon import Daemons, watched
 from tests.support.wait import until
 
 FAST = HttpOptions(connect_timeout=0.5, read_timeout=1.0, total_timeout=1.5, max_bytes=4 * 1024 * 1024)
@@ -137,7 +137,9 @@ def test_an_inf_target_beside_healthy_ones_stops_nothing(
     assert "cycle failed" not in caplog.text and "OverflowError" not in caplog.text
 
 
-def test_a_state_file_holding_infinity_loads_without_poisoning_the_report(tmp_path: Path) -> None:
+def test_a_state_file_holding_infinity_loads_without_poisoning_the_report(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     # what main wrote before the fix: json.dump lets Infinity through into the report history and the alerts
     hour = {
         "start": 1_800_000_000 // 3600 * 3600,
@@ -190,7 +192,7 @@ def test_a_state_file_holding_infinity_loads_without_poisoning_the_report(tmp_pa
     state.write_text(json.dumps(doc))
     assert "Infinity" in state.read_text()
     cfg = Config(targets=[TargetSpec(url="http://127.0.0.1:9/metrics", name="gpu-1")], state_file=str(state))
-    d = Daemon(cfg, load_files(default_rule_files()))
+    d = daemons(cfg, load_files(default_rule_files()))
     status, body, _ = report_response(d.history, {"format": ["json"]})
     assert status == 200, body
     entry = strict_json(body.decode())["targets"][0]  # type: ignore[index]

@@ -20,7 +20,7 @@ from kvdoctor.cli import main
 from kvdoctor.config import Config, TargetSpec
 from kvdoctor.config.schema import Overrides
 from kvdoctor.daemon.reload import load_off_thread
-from kvdoctor.daemon.runner import Daemon, load_everything
+from kvdoctor.daemon.runner import load_everything
 from kvdoctor.errors import ValidationError
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.promql.check import ExprError, check_expr
@@ -29,6 +29,7 @@ from kvdoctor.rules.loader import RuleGroup, RuleLoadError, default_rule_files, 
 from kvdoctor.status.exposition import make_registry
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web import WebServer
+from tests.support.daemon import Daemons
 
 SUM_400 = " + ".join(f"vllm:num_requests_running{{n='{i}'}}" for i in range(400))
 SUM_3000_TYPO = "sum(" + " + ".join(f"m{i}" for i in range(3000)) + " x)"  # `x`: no operator before it
@@ -117,13 +118,13 @@ def test_a_rule_whose_evaluation_raises_fails_alone(shared_032: Path) -> None:
     assert 'kvdoctor_rule_evaluation_failures_total{rule="deep:sum400"} 3.0' in metrics
 
 
-def test_a_deep_reload_is_refused_with_file_line_and_recorded(tmp_path: Path) -> None:
+def test_a_deep_reload_is_refused_with_file_line_and_recorded(daemons: Daemons, tmp_path: Path) -> None:
     rules = tmp_path / "rules.yml"
     rules.write_text(default_rule_files()[0].read_text())
     cfg_file = tmp_path / "kvdoctor.yml"
     cfg_file.write_text(f"targets: ['http://127.0.0.1:9/metrics']\nrules: ['{rules}']\n")
     cfg, groups = load_everything(str(cfg_file), Overrides())
-    d = Daemon(cfg, groups, str(cfg_file), Overrides())
+    d = daemons(cfg, groups, str(cfg_file), Overrides())
     rule_file(rules, NESTED_1200)
     web = WebServer(
         d.state, d.registry, listen="127.0.0.1:0", reload=d.reload

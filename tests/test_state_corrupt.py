@@ -14,7 +14,6 @@ import pytest
 
 from kvdoctor.config import Config
 from kvdoctor.daemon import persist
-from kvdoctor.daemon.runner import Daemon
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.report.history import History
 from kvdoctor.rules.loader import default_rule_files, load_files
@@ -52,12 +51,12 @@ def _pipeline() -> Pipeline:
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_every_wrong_shape_is_a_fresh_start_with_the_file_moved_aside(shape, tmp_path, caplog):
+def test_every_wrong_shape_is_a_fresh_start_with_the_file_moved_aside(shape, daemons, tmp_path, caplog):
     doc, why = SHAPES[shape]
     path = tmp_path / "state.json"
     path.write_text(json.dumps(doc))
     caplog.set_level(logging.WARNING)
-    daemon = Daemon(Config(targets=[], state_file=str(path)), load_files(default_rule_files()))
+    daemon = daemons(Config(targets=[], state_file=str(path)), load_files(default_rule_files()))
     assert daemon.pipeline.rules.active == {} and daemon.history.keys == {}
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings

@@ -26,6 +26,7 @@ from kvdoctor.whatif.ledger import MAX_BINS
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import Snap
 from tests.support.clock import ManualClock
+from tests.support.daemon import Daemons
 from tests.support.logs import kvdoctor_said
 from tests.support.statefiles import saved_alert
 
@@ -62,18 +63,20 @@ def _light() -> tuple[list[Snap], list[Snap]]:
     return light, [s for s in light if s.t >= hi - 120]
 
 
-def _daemon(tmp_path: Path, clock: ManualClock, targets: tuple[str, ...] = ("ramp",)) -> Daemon:
+def _daemon(
+    daemons: Daemons, tmp_path: Path, clock: ManualClock, targets: tuple[str, ...] = ("ramp",)
+) -> Daemon:
     specs = [TargetSpec(url=f"http://127.0.0.1:9/{t}/metrics", name=t) for t in targets]
     cfg = Config(targets=specs, state_file=str(tmp_path / "state.json"))
-    return Daemon(cfg, load_files(default_rule_files()), clock=clock)
+    return daemons(cfg, load_files(default_rule_files()), clock=clock)
 
 
 @functools.cache
 def _saved_ledger() -> tuple[str, float]:
     """The ledger part a daemon fed the ramp writes (JSON text, so each test mutates its own copy), and its now."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, Daemons() as daemons:
         clock = ManualClock(_ramp()[1])
-        d = _daemon(Path(tmp), clock)
+        d = _daemon(daemons, Path(tmp), clock)
         _feed(d)
         d._persist(force=True)
         doc = json.loads((Path(tmp) / "state.json").read_text())
@@ -84,16 +87,16 @@ def _ledger_doc() -> dict:
     return json.loads(_saved_ledger()[0])
 
 
-def test_a_restarted_daemon_predicts_with_the_ledger_it_had(tmp_path):
+def test_a_restarted_daemon_predicts_with_the_ledger_it_had(daemons, tmp_path):
     clock = ManualClock(_ramp()[1])
-    before = _daemon(tmp_path, clock)
+    before = _daemon(daemons, tmp_path, clock)
     _feed(before)
     assert before.pipeline.advisor is not None
     had = before.pipeline.advisor.ledger.recall("ramp")
     assert had is not None and max(x[1] for x, _, _ in had.rows) >= 25  # the busy hour's batches
     before.shutdown()  # a deploy: the last state written at shutdown
     clock.advance(60.0)
-    after = _daemon(tmp_path, clock)
+    after = _daemon(daemons, tmp_path, clock)
     assert after.pipeline.advisor is not None
     assert after.pipeline.advisor.ledger.recall("ramp") == had  # every bin, to the bit
     light, window = _light()
@@ -104,14 +107,14 @@ def test_a_restarted_daemon_predicts_with_the_ledger_it_had(tmp_path):
     hours = re.search(r"from the last (\d+\.\d) h of this target's history", said[0]) if said else None
     assert hours is not None and 6.0 <= float(hours.group(1)) <= 7.0, said
     assert basis.recalled_batch >= 25  # the batches it recalls count as seen, as they did before the restart
-    fresh = _daemon(tmp_path / "elsewhere", clock)  # no state file: what the restart used to give
+    fresh = _daemon(daemons, tmp_path / "elsewhere", clock)  # no state file: what the restart used to give
     assert fresh.pipeline.advisor is not None and fresh.pipeline.advisor.ledger.recall("ramp") is None
     assert not any(n.startswith("step ledger") for n in learn(light, window).notes)
 
 
-def test_the_ledger_part_is_written_anew_every_five_minutes_and_at_shutdown(tmp_path):
+def test_the_ledger_part_is_written_anew_every_five_minutes_and_at_shutdown(daemons, tmp_path):
     clock = ManualClock(_ramp()[1])
-    d = _daemon(tmp_path, clock)
+    d = _daemon(daemons, tmp_path, clock)
 
     def saved() -> list[str]:
         d._persist()
@@ -212,12 +215,12 @@ SHAPES = {
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_wrong_ledger_part_alone_is_dropped_with_one_warning(shape, tmp_path, caplog):
+def test_a_wrong_ledger_part_alone_is_dropped_with_one_warning(shape, daemons, tmp_path, caplog):
     path = tmp_path / "state.json"
     doc = {"version": 1, "alerts": [ALERT], "classifier": {"since": []}, "step_ledger": _mutated(shape)}
     path.write_text(json.dumps(doc))  # NaN and Infinity as Python's json writes them
     caplog.set_level(logging.WARNING)
-    d = _daemon(tmp_path, ManualClock(_saved_ledger()[1]))
+    d = _daemon(daemons, tmp_path, ManualClock(_saved_ledger()[1]))
     assert d.pipeline.advisor is not None and d.pipeline.advisor.ledger.held() == {}
     assert [a.rule for a in d.pipeline.rules.active.values()] == ["VLLMKVCacheBound"]  # the rest is restored
     warnings = kvdoctor_said(caplog.records, logging.WARNING)
@@ -228,11 +231,11 @@ def test_a_wrong_ledger_part_alone_is_dropped_with_one_warning(shape, tmp_path, 
     assert path.exists() and not list(tmp_path.glob("*.corrupt-*"))  # not a corrupt file: nothing moved aside
 
 
-def test_a_state_file_from_before_the_ledger_loads_as_before(tmp_path, caplog):
+def test_a_state_file_from_before_the_ledger_loads_as_before(daemons, tmp_path, caplog):
     path = tmp_path / "state.json"
     path.write_text(json.dumps({"version": 1, "alerts": [ALERT], "classifier": {"since": []}}))
     caplog.set_level(logging.WARNING)
-    d = _daemon(tmp_path, ManualClock(_saved_ledger()[1]))
+    d = _daemon(daemons, tmp_path, ManualClock(_saved_ledger()[1]))
     assert d.pipeline.advisor is not None and d.pipeline.advisor.ledger.held() == {}
     assert [a.rule for a in d.pipeline.rules.active.values()] == ["VLLMKVCacheBound"]
     assert not kvdoctor_said(caplog.records, logging.WARNING)
@@ -240,7 +243,7 @@ def test_a_state_file_from_before_the_ledger_loads_as_before(tmp_path, caplog):
     assert json.loads(path.read_text())["step_ledger"] == {"targets": []}
 
 
-def test_bins_older_than_a_day_at_load_are_dropped_and_the_rest_kept(tmp_path, caplog):
+def test_bins_older_than_a_day_at_load_are_dropped_and_the_rest_kept(daemons, tmp_path, caplog):
     ledger, now = _ledger_doc(), _saved_ledger()[1]
     seen = sorted(b[-1] for b in ledger["targets"][0]["bins"])
     # the busy steps ran 6-7 h before the light one: restarted ~18 h later, the earlier of them are over a day old
@@ -249,7 +252,7 @@ def test_bins_older_than_a_day_at_load_are_dropped_and_the_rest_kept(tmp_path, c
     assert seen[0] < later - DAY < seen[-1]
     (tmp_path / "state.json").write_text(json.dumps({"version": 1, "step_ledger": ledger}))
     caplog.set_level(logging.WARNING)
-    d = _daemon(tmp_path, ManualClock(later))
+    d = _daemon(daemons, tmp_path, ManualClock(later))
     assert d.pipeline.advisor is not None
     held = d.pipeline.advisor.ledger.held()["ramp"]
     assert held.bins == sum(1 for s in seen if s >= later - DAY) and held.oldest_seen >= later - DAY
@@ -264,7 +267,7 @@ def _metrics(d: Daemon) -> dict[str, float]:
     }
 
 
-def test_the_ledger_gauges_show_what_it_holds_and_go_with_the_target(tmp_path):
+def test_the_ledger_gauges_show_what_it_holds_and_go_with_the_target(daemons, tmp_path):
     ledger, now = _ledger_doc(), _saved_ledger()[1]
     gone = _renamed(ledger["targets"][0], "gone")  # saved before "gone" left the config
     ledger["targets"].append(gone)
@@ -273,7 +276,7 @@ def test_the_ledger_gauges_show_what_it_holds_and_go_with_the_target(tmp_path):
     cfg = tmp_path / "kvdoctor.yml"
     _write_config(cfg, state, ["ramp", "other"])
     clock = ManualClock(now)
-    d = Daemon(*load_everything(str(cfg), Overrides()), str(cfg), Overrides(), clock=clock)
+    d = daemons(*load_everything(str(cfg), Overrides()), str(cfg), Overrides(), clock=clock)
     d.tick()
     bins = ledger["targets"][0]["bins"]
     assert _metrics(d) == {

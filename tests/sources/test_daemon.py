@@ -16,26 +16,27 @@ from kvdoctor.daemon.runner import Daemon
 from kvdoctor.ingest.fetch import HttpOptions
 from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.verdicts import VERDICTS
+from tests.support.daemon import Daemons
 from tests.support.fakeprom import fake_fixture, fleet_answer  # noqa: F401  (the `fake` fixture)
 from tests.support.logs import kvdoctor_said
 
 
-def _daemon(url: str, tmp_path, **kw) -> Daemon:
+def _daemon(daemons: Daemons, url: str, tmp_path, **kw) -> Daemon:
     cfg = Config(
         source="prometheus",
         prometheus=PrometheusSource(url, HttpOptions(bearer_token="tok-xyz")),
         state_file=str(tmp_path / "state.json"),
         **kw,
     )
-    return Daemon(cfg, load_files(default_rule_files()))
+    return daemons(cfg, load_files(default_rule_files()))
 
 
-def test_daemon_publishes_diagnoses_targets_and_source_metrics(fake, tmp_path):
+def test_daemon_publishes_diagnoses_targets_and_source_metrics(fake, daemons, tmp_path):
     srv = fake(fleet_answer(3))
     spec = TargetSpec(
         url="http://10.0.0.0:8000/metrics", max_num_seqs=64, slo_itl_p95_s=0.1, labels={"team": "a"}
     )
-    d = _daemon(srv.url, tmp_path, targets=[spec])
+    d = _daemon(daemons, srv.url, tmp_path, targets=[spec])
     assert spec.name == "10.0.0.0:8000"
     diagnoses = {x.target: x.bottleneck for x in d.cycle()}
     assert diagnoses == {"10.0.0.0:8000": "kv_cache", "10.0.0.1:8000": "unknown", "10.0.0.2:8000": "healthy"}
@@ -60,7 +61,9 @@ def test_daemon_publishes_diagnoses_targets_and_source_metrics(fake, tmp_path):
     assert (tmp_path / "state.json").exists() and "VLLMKVCacheBound" in (tmp_path / "state.json").read_text()
 
 
-def test_prometheus_down_fails_the_cycle_keeps_the_last_diagnoses_and_recovers(fake, tmp_path, caplog):
+def test_prometheus_down_fails_the_cycle_keeps_the_last_diagnoses_and_recovers(
+    fake, daemons, tmp_path, caplog
+):
     state = {"down": False}
 
     def answer(q, h):
@@ -69,7 +72,7 @@ def test_prometheus_down_fails_the_cycle_keeps_the_last_diagnoses_and_recovers(f
         return fleet_answer(3)(q, h)
 
     srv = fake(answer)
-    d = _daemon(srv.url, tmp_path)
+    d = _daemon(daemons, srv.url, tmp_path)
     first = d.cycle()
     state["down"] = True
     with caplog.at_level(logging.DEBUG, logger="kvdoctor"):
@@ -85,12 +88,12 @@ def test_prometheus_down_fails_the_cycle_keeps_the_last_diagnoses_and_recovers(f
     assert d.cycle() and d.source.status().ok is True
 
 
-def test_alert_state_survives_a_restart(fake, tmp_path):
+def test_alert_state_survives_a_restart(fake, daemons, tmp_path):
     srv = fake(fleet_answer(3))
-    d = _daemon(srv.url, tmp_path)
+    d = _daemon(daemons, srv.url, tmp_path)
     d.cycle()
     since = {a.rule: a.active_at for a in d.pipeline.rules.active.values()}
-    again = _daemon(srv.url, tmp_path)
+    again = _daemon(daemons, srv.url, tmp_path)
     assert {a.rule: a.active_at for a in again.pipeline.rules.active.values()} == since
 
 

@@ -1,7 +1,9 @@
-"""`kvdoctor serve` as a process for fault tests: its config file, its HTTP surface, its RSS and its cadence."""
+"""The daemon in tests: built in-process and always shut down (`Daemons`), or `kvdoctor serve` as a process for
+fault tests (`Serve`: its config file, its HTTP surface, its RSS and its cadence)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -10,13 +12,45 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import requests
 
+from kvdoctor.daemon.runner import Daemon
 from tests.support.wait import until
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+class Daemons:
+    """Builds a test's daemons and shuts each one down when the test ends, however it ends (the `daemons` fixture).
+
+    A daemon's first cycle freezes the whole process's collector (gc.freeze, a raised threshold) until its
+    shutdown() thaws it: one never shut down leaves every later test of its xdist worker with garbage collected at
+    other moments than it would be (an earlier test's unclosed aiohttp session logged in the middle of another).
+    """
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+
+    def __call__(self, *args: Any, **kw: Any) -> Daemon:
+        """Daemon(*args, **kw), shut down on exit.
+
+        A test may shut down a daemon it never started itself first (a restart): the second shutdown only writes
+        its state file again.
+        """
+        d = Daemon(*args, **kw)
+        self._stack.callback(d.shutdown)
+        return d
+
+    def __enter__(self) -> Daemons:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        return self._stack.__exit__(kind, exc, tb)
 
 
 def free_port() -> int:
