@@ -57,6 +57,8 @@ PAIRS2 = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-whatif2"  # recorded in
 PAIRS3 = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-whatif3"  # session 10's load changes, all set aside
 # session 11: plan's second check's runs, cap changes at one rate, Llama-shaped in bf16 on an Intel Xeon; set aside
 PAIRS4 = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-plancheck2"
+# session 12: plan's third check's runs, the same model and CPU on another day; set aside
+PAIRS5 = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-plancheck3"
 COVERAGE_GOAL = (0.70, 0.90)
 # recordings with 5 minutes of traffic for the whatif timing, the first present is used
 LONG = (
@@ -267,7 +269,7 @@ def main() -> int:
         "--pairs",
         type=Path,
         action="append",
-        help=f"pair folder(s) (default {PAIRS.name}, and {PAIRS2.name}, {PAIRS3.name}, {PAIRS4.name} when present)",
+        help=f"pair folder(s) (default {PAIRS.name}, and {PAIRS2.name}, {PAIRS3.name}, {PAIRS4.name}, {PAIRS5.name} when present)",
     )
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--tuned-only", action="store_true", help="run the tuned part only (while tuning)")
@@ -275,7 +277,9 @@ def main() -> int:
     args = ap.parse_args()
     took = max(speed(), whatif_speed(args.long))
     ok = accuracy(
-        args.pairs or [d for d in (PAIRS, PAIRS2, PAIRS3, PAIRS4) if d.is_dir()], args.seeds, args.tuned_only
+        args.pairs or [d for d in (PAIRS, PAIRS2, PAIRS3, PAIRS4, PAIRS5) if d.is_dir()],
+        args.seeds,
+        args.tuned_only,
     )
     singles()
     return 0 if ok and took <= SPEED_TARGET_S else 1

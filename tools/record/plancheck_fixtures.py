@@ -11,13 +11,15 @@ rate a replica gets, and what vLLM's own metrics measured over the steady part (
 Each recording keeps one scrape every --every seconds (lines byte for byte) from its start to 5 s after its load.
 
 Without --runs it rebuilds vllm-0.32-cpu-plancheck/ (RUNS, HOST); a later check (record_plan_check2.sh) names its
-runs as NAME:ROLE:CAP:REPLICAS:OFFERED_REQ_PER_S, the light run first.
+runs as NAME:ROLE:CAP:REPLICAS:OFFERED_REQ_PER_S, the light run first. Each --pair NAME:BEFORE:AFTER (two runs
+with the same seed and rate whose caps differ) adds a what-if pair to pairs.json, set aside (recorded after tuning).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -84,6 +86,28 @@ def run_entry(
     }
 
 
+def pair_entry(name: str, before: dict, after: dict, seed: str, what: str) -> dict:
+    """One what-if pair of pairs.json: two runs of the same arrivals whose --max-num-seqs differ."""
+    rate = before["rate_per_replica"]
+    assert math.isclose(rate, after["rate_per_replica"]), (before["name"], after["name"])
+    return {
+        "name": name,
+        "before": before["recording"],
+        "after": after["recording"],
+        "change": {"max_num_seqs": after["max_num_seqs"]},
+        "before_flags": f"VLLM_CPU_KVCACHE_SPACE=1 {before['server_flags']}",
+        "after_flags": f"VLLM_CPU_KVCACHE_SPACE=1 {after['server_flags']}",
+        "load": f"{what}; open loop Poisson {rate:g} req/s (seed {seed}): cap {before['max_num_seqs']} → "
+        f"{after['max_num_seqs']}; prompts 100-300, out 64-192, 150 s, at most 200 in flight; the same arrivals on "
+        "both sides",
+        "set_aside": "recorded for a check of plan's pick, after every coefficient and interval constant was tuned",
+        "heavy_before": before["step"]["window_unix"],
+        "heavy_after": after["step"]["window_unix"],
+        "notes": f"two runs of a plan check (README here), each its own server; before: "
+        f"{json.dumps(before['step']['vllm'])}; after: {json.dumps(after['step']['vllm'])}",
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("raw", type=Path)
@@ -94,6 +118,8 @@ def main() -> None:
     ap.add_argument("--model", choices=("tiny", "llama"), default="tiny", help="make_model.py's shape served")
     ap.add_argument("--load", type=float, default=LOAD, help="the load multiple plan was asked for")
     ap.add_argument("--runs", default="", help="NAME:ROLE:CAP:REPLICAS:RATE,... (default: RUNS)")
+    ap.add_argument("--pair", action="append", default=[], help="NAME:BEFORE:AFTER (run names), repeatable")
+    ap.add_argument("--seeds", default="", help="RUN=SEED,... the load seeds, for the pairs' descriptions")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     specs = [parse_run(r) for r in a.runs.split(",")] if a.runs else RUNS
@@ -113,6 +139,15 @@ def main() -> None:
         "runs": runs,
     }
     (a.out / "plancheck.json").write_text(json.dumps(doc, indent=1) + "\n")
+    if a.pair:
+        by_name = {r["name"]: r for r in runs}
+        seeds = dict(kv.split("=") for kv in a.seeds.split(",")) if a.seeds else {}
+        what = f"{doc['model'].split(',')[0]} in {a.dtype}; {a.host.split(',')[0]}"
+        pairs = [
+            pair_entry(n, by_name[b], by_name[af], seeds.get(b, "?"), what)
+            for n, b, af in (p.split(":") for p in a.pair)
+        ]
+        (a.out / "pairs.json").write_text(json.dumps(pairs, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":
