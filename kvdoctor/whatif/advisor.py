@@ -149,7 +149,7 @@ class Advisor:
                 self._restarts.pop(target, None)
                 self._followups.pop(target, None)
             return
-        key: Key = (target, (("__followup__", restart),))
+        key = Key(target, (("__followup__", restart),))
         with self._lock:
             done = self._followups.get(target)
             recent = done is not None and t - done.t < FOLLOWUP_EVERY_S
@@ -160,7 +160,7 @@ class Advisor:
     def _with_effect(self, target: str, a: Advice, t: float) -> Advice:
         if not a.change:
             return a
-        key: Key = (target, tuple(sorted(a.change.items())))
+        key = Key(target, tuple(sorted(a.change.items())))
         with self._lock:
             eff, look = self._effects.get(key), self._effects.look(key, t)
         if look:
@@ -206,11 +206,11 @@ class Advisor:
         if job is None:
             return False
         # the target's other changes waiting: computed now from one history, so from one learned window
-        jobs = [job, *self._jobs.take(job[0][0], lambda k: k[0])]
-        history = self.snaps(job[0][0])
+        jobs = [job, *self._jobs.take(job[0].target, lambda k: k.target)]
+        history = self.snaps(job[0].target)
         for key, t in jobs:
             try:
-                if key[0] in self._history:  # not a target removed while its prediction waited
+                if key.target in self._history:  # not a target removed while its prediction waited
                     self._compute_safely(key, t, history)
             finally:
                 self._jobs.done(key)
@@ -231,10 +231,10 @@ class Advisor:
         except Exception as exc:
             with self._lock:
                 self._effects.fail(key)
-                self._failures[key[0]] = f"{type(exc).__name__}: {exc}"
+                self._failures[key.target] = f"{type(exc).__name__}: {exc}"
             return None
         with self._lock:
-            self._failures.pop(key[0], None)
+            self._failures.pop(key.target, None)
         return eff
 
     def _compute(
