@@ -17,10 +17,17 @@ RETRY_S = 30.0  # a prediction's window is looked at again this soon (too little
 
 
 class Key(NamedTuple):
-    """What an effect is predicted for: a target and a change (its knobs, sorted)."""
+    """What an effect is predicted for: a target, a change (its knobs, sorted) and the simulation draw (seed)."""
 
     target: str
     change: tuple[tuple[str, float | str], ...]
+    # draw 0 is the advice's own prediction (shared with the relief check); a further draw, cached apart, is
+    # asked only by the relief check (whatif/relief.py) and is never shown
+    draw: int = 0
+
+    def shared_by(self) -> tuple[tuple[tuple[str, float | str], ...], int]:
+        """The change at its draw: what near windows' simulations are shared by."""
+        return self.change, self.draw
 
 
 class EffectCache:
