@@ -141,7 +141,8 @@ class Queued:
         self.advisor, self._put = advisor, advisor._jobs.put
         self.total = self.near = self.followups = 0
         self.by_cycle: dict[float, int] = {}  # effect requests queued by the cycle asking
-        self._fps: dict[Any, Any] = {}  # (fp.same, change) → [(fingerprint, key)] of the requests queued
+        # (fp.same, change, draw) → [(fingerprint, key)] of the requests queued
+        self._fps: dict[Any, Any] = {}
 
     def put(self, key: Any, t: float) -> bool:
         """Queue key as the advisor would, counting it."""
@@ -152,11 +153,11 @@ class Queued:
             return ok
         self.total += 1
         self.by_cycle[t] = self.by_cycle.get(t, 0) + 1
-        fp = got[1]
+        fp, asked = got[1], key[1:]  # the change (at its draw, where the key has one: a relief's draws apart)
         pending = self.advisor._jobs._pending
-        group = [(f, k) for f, k in self._fps.get((fp.same, key[1]), ()) if k in pending and k != key]
+        group = [(f, k) for f, k in self._fps.get((fp.same, asked), ()) if k in pending and k != key]
         self.near += any(f.near(fp) for f, _ in group)
-        self._fps[(fp.same, key[1])] = [*group, (fp, key)]
+        self._fps[(fp.same, asked)] = [*group, (fp, key)]
         return ok
 
 

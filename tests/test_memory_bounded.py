@@ -19,6 +19,7 @@ from kvdoctor.rules.loader import default_rule_files, load_files
 from kvdoctor.samples import Sample
 from kvdoctor.store import Store
 from kvdoctor.whatif.advisor import Advisor
+from kvdoctor.whatif.effectcache import Key
 from tests.support.clock import ManualClock
 from tests.support.wait import until
 
@@ -118,9 +119,9 @@ def test_a_prediction_asked_for_again_while_it_waits_is_queued_once():
         done.append(key)
 
     adv._compute = compute  # type: ignore[method-assign]
-    key = ("t", (("max_num_seqs", 16.0),))
+    key = Key("t", (("max_num_seqs", 16.0),))
     for cycle in range(50):  # a fleet slower to simulate than its cycles: asked every cycle
-        adv._submit(key, float(cycle))  # type: ignore[arg-type]
+        adv._submit(key, float(cycle))
     assert adv.stats()["queued"] <= 1
     gate.set()
     until(lambda: done, timeout=10.0, what="the prediction to be computed")
@@ -137,11 +138,11 @@ def test_a_full_prediction_queue_drops_the_oldest_and_counts_it():
         done.append(key)
 
     adv._compute = compute  # type: ignore[method-assign]
-    keys = [("t", (("max_num_seqs", float(n)),)) for n in range(10)]
-    adv._submit(keys[0], 0.0)  # type: ignore[arg-type]
+    keys = [Key("t", (("max_num_seqs", float(n)),)) for n in range(10)]
+    adv._submit(keys[0], 0.0)
     until(lambda: adv.stats()["queued"] == 0, timeout=10.0, what="the worker to take the first request")
     for k in keys[1:]:  # nine more while it computes: three fit, six are dropped oldest first
-        adv._submit(k, 1.0)  # type: ignore[arg-type]
+        adv._submit(k, 1.0)
     assert adv.stats()["dropped"] == 6 and adv.stats()["queued"] == 3
     gate.set()
     until(lambda: len(done) == 4, timeout=10.0, what="the queue to drain")

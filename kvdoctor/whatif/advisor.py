@@ -1,14 +1,16 @@
 """Predicted effects for the advice, off the evaluation path: per-target history, a cache, a worker thread.
 
 `observe` keeps each target's recent snapshots (cheap); `annotate` attaches the cached prediction to every advice
-that names a simulatable change. Every RETRY_S the prediction's window is looked at again: it is simulated again only
-when its fingerprint moved (sharing.Fingerprint.near), a short steady stretch grew to STEADY_S, or refresh_s passed
-since it was simulated (≤ RETRY_S, ≤ refresh_s/6 sooner per target in background mode, `sharing.spread`: effects
-simulated together expire apart), so a prediction shown is at most refresh_s (+ the queue's wait, + a cycle)
-old. In background mode a look is decided where it is asked and only a simulation is queued for the worker
-(and its child), none when a near window's is queued or running (shared at the next look): an evaluation never
-waits for one; in sync mode (replay, check) all is inline, on the recording's own clock. After an engine
-restart with another configuration, `followups` compare what the target measures with what was predicted.
+that names a simulatable change, and answers the relief check (`relief.apply`) at its draws: a key's `draw` is the
+simulation's seed, draw 0 the advice's own prediction, a further one cached apart and never shown. Every RETRY_S the
+prediction's window is looked at again: it is simulated again only when its fingerprint moved
+(sharing.Fingerprint.near), a short steady stretch grew to STEADY_S, or refresh_s passed since it was simulated
+(≤ RETRY_S, ≤ refresh_s/6 sooner per target in background mode, `sharing.spread`: effects simulated together expire
+apart), so a prediction shown is at most refresh_s (+ the queue's wait, + a cycle) old. In background mode a look is
+decided where it is asked and only a simulation is queued for the worker (and its child), none when a near window's
+is queued or running (shared at the next look): an evaluation never waits for one; in sync mode (replay, check) all
+is inline, on the recording's own clock. After an engine restart with another configuration, `followups` compare
+what the target measures with what was predicted.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ class Advisor:
                 self._limits.pop(d.target, None)
 
     def _relief(self, target: str, t: float, change: dict[str, float | str], draw: int) -> Effect | None:
-        return self._with_effect(target, relief.asked(change, draw), t).effect
+        return self._effect(Key(target, tuple(sorted(change.items())), draw), t)
 
     def _steady_needed(self, target: str, t: float) -> float:
         # 30 s lets a new limit's queue show its cost; a borderline limit is judged on the stretch it has held (at
@@ -149,7 +151,7 @@ class Advisor:
                 self._restarts.pop(target, None)
                 self._followups.pop(target, None)
             return
-        key: Key = (target, (("__followup__", restart),))
+        key = Key(target, (("__followup__", restart),))
         with self._lock:
             done = self._followups.get(target)
             recent = done is not None and t - done.t < FOLLOWUP_EVERY_S
@@ -160,12 +162,15 @@ class Advisor:
     def _with_effect(self, target: str, a: Advice, t: float) -> Advice:
         if not a.change:
             return a
-        key: Key = (target, tuple(sorted(a.change.items())))
+        eff = self._effect(Key(target, tuple(sorted(a.change.items()))), t)
+        return replace(a, effect=eff) if eff is not None else a
+
+    def _effect(self, key: Key, t: float) -> Effect | None:
         with self._lock:
             eff, look = self._effects.get(key), self._effects.look(key, t)
         if look:
             eff = self._look(key, t) if self.background else self._compute_safely(key, t)
-        return replace(a, effect=eff) if eff is not None else a
+        return eff
 
     def _look(self, key: Key, t: float) -> Effect | None:
         # decided on the asking thread (~0.14 ms a target-cycle): kept, shared, too short a window, no follow-up case
@@ -206,11 +211,11 @@ class Advisor:
         if job is None:
             return False
         # the target's other changes waiting: computed now from one history, so from one learned window
-        jobs = [job, *self._jobs.take(job[0][0], lambda k: k[0])]
-        history = self.snaps(job[0][0])
+        jobs = [job, *self._jobs.take(job[0].target, lambda k: k.target)]
+        history = self.snaps(job[0].target)
         for key, t in jobs:
             try:
-                if key[0] in self._history:  # not a target removed while its prediction waited
+                if key.target in self._history:  # not a target removed while its prediction waited
                     self._compute_safely(key, t, history)
             finally:
                 self._jobs.done(key)
@@ -231,16 +236,16 @@ class Advisor:
         except Exception as exc:
             with self._lock:
                 self._effects.fail(key)
-                self._failures[key[0]] = f"{type(exc).__name__}: {exc}"
+                self._failures[key.target] = f"{type(exc).__name__}: {exc}"
             return None
         with self._lock:
-            self._failures.pop(key[0], None)
+            self._failures.pop(key.target, None)
         return eff
 
     def _compute(
         self, key: Key, t: float, history: list[Snap] | None = None, simulate: bool = True
     ) -> Effect | None:
-        target, change = key
+        target, change, draw = key
         with self._lock:
             history = list(self._history.get(target, ())) if history is None else history
             cap = self._caps.get(target)
@@ -262,17 +267,18 @@ class Advisor:
             window = [s for s in history if lo <= s.t <= hi]
             fp, recall = self._shared.fingerprint(target, window, cap), self.ledger.recall(target)
             # this target's last window, or a replica's, near this one was simulated less than refresh_s ago
-            eff = self._shared.get(fp, change, t, young, self._effects.get(key), target)
+            asked = key.shared_by()  # a relief's further draw is shared apart from draw 0, as cached apart
+            eff = self._shared.get(fp, asked, t, young, self._effects.get(key), target)
             if eff is None and not simulate:
-                raise Simulate(not self._shared.waits(fp, change, young, key, self._jobs.__contains__))
+                raise Simulate(not self._shared.waits(fp, asked, young, key, self._jobs.__contains__))
             if eff is None:
-                knobs, seed = relief.unmarked(dict(change))  # a relief's further draw: its point values only
-                points = self.books_only or seed > 0
-                run = partial(predict, max_num_seqs=cap, with_intervals=not points, recall=recall, seed=seed)
+                knobs = dict(change)
+                points = self.books_only or draw > 0  # a relief's further draw: its point values only
+                run = partial(predict, max_num_seqs=cap, with_intervals=not points, recall=recall, seed=draw)
                 args = (history, window, knobs)
                 p = self.offload.run(run, *args) if self.offload is not None else run(*args)
                 eff = effect_of(p, knobs, t)
-                self._shared.put(fp, change, eff, young)
+                self._shared.put(fp, asked, eff, young)
         except (WindowError, ValueError, ZeroDivisionError, RuntimeError):
             eff = None  # not enough traffic yet, or the simulation child is gone (interpreter shutdown): asked again
         with (

@@ -9,11 +9,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from kvdoctor.verdicts import Effect
 
 RETRY_S = 30.0  # a prediction's window is looked at again this soon (too little traffic: tried again)
-Key = tuple[str, tuple[tuple[str, float | str], ...]]
+
+
+class Key(NamedTuple):
+    """What an effect is predicted for: a target, a change (its knobs, sorted) and the simulation draw (seed)."""
+
+    target: str
+    change: tuple[tuple[str, float | str], ...]
+    # draw 0 is the advice's own prediction (shared with the relief check); a further draw, cached apart, is
+    # asked only by the relief check (whatif/relief.py) and is never shown
+    draw: int = 0
+
+    def shared_by(self) -> tuple[tuple[tuple[str, float | str], ...], int]:
+        """The change at its draw: what near windows' simulations are shared by."""
+        return self.change, self.draw
 
 
 class EffectCache:
@@ -81,7 +95,7 @@ class EffectCache:
 
     def forget(self, target: str) -> None:
         """Drop every key of a removed target."""
-        for k in [k for k in {*self._effects, *self._asked} if k[0] == target]:
+        for k in [k for k in {*self._effects, *self._asked} if k.target == target]:
             for d in (self._effects, self._asked, self._ready, self._due):
                 d.pop(k, None)
 

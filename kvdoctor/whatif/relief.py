@@ -33,7 +33,6 @@ QUANTITY = {"ttft_p95_s": "TTFT p95", "itl_p50_s": "ITL p50"}
 # simulation draws (seeds) a check is judged on: a window at its capacity's edge is saturated in one draw and not in
 # the next, so the verdict is what most draws say; a second draw that agrees with the first settles it
 DRAWS = 3
-DRAW = "__draw__"  # a further draw's seed, in the change a prediction is cached and shared by
 
 
 @dataclass(frozen=True)
@@ -180,17 +179,6 @@ def apply(d: Diagnosis, effect_of: Callable[[dict[str, float | str], int], Effec
         d.findings.append(finding)
         lead_with(d, finding)
         name_the_limit(d, finding)
-
-
-def asked(change: dict[str, float | str], draw: int) -> Advice:
-    """An advice asking the change's effect at a draw (its seed), cached apart from the advice's own (draw 0)."""
-    return Advice("", "", "", {**change, DRAW: draw} if draw else change)
-
-
-def unmarked(change: dict[str, float | str]) -> tuple[dict[str, float | str], int]:
-    """A marked change's knobs and its draw."""
-    draw = change.get(DRAW, 0)
-    return {k: v for k, v in change.items() if k != DRAW}, int(draw) if isinstance(draw, int | float) else 0
 
 
 def majority(said: list[Finding | None]) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kvdoctor.verdicts import Effect
 from kvdoctor.whatif.effectcache import RETRY_S, EffectCache, Key
 
-KEY: Key = ("a", (("replicas", 2),))
+KEY = Key("a", (("replicas", 2),))
 
 
 def _effect(t: float) -> Effect:
@@ -72,7 +72,7 @@ def test_ask_notes_a_key_at_most_once_every_period():
 
 
 def test_forget_drops_every_key_of_the_target_and_no_other():
-    cache, other = EffectCache(), ("b", (("replicas", 2),))
+    cache, other = EffectCache(), Key("b", (("replicas", 2),))
     for key in (KEY, other):
         cache.look(key, 0.0)
         cache.put(key, _effect(0.0), 0.0, None, None, _never)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,8 +13,11 @@ from kvdoctor.signals import CEILING_SHARE
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import gains, relief
 from kvdoctor.whatif.advisor import Advisor
+from kvdoctor.whatif.effectcache import Key
+from kvdoctor.whatif.knobs import KNOBS
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
+COBIND = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-cobinding/llama_cobind_c32.jsonl.gz"
 
 
 def test_a_clear_cap_is_not_second_guessed():
@@ -31,6 +35,55 @@ def test_a_clear_cap_is_not_second_guessed():
     assert simulated == {"max_num_seqs"}, simulated
     assert not any(f.name == "relief_check" for d in capped for f in d.findings)
     assert capped[-1].advice[0].flag == "--max-num-seqs"
+
+
+class _From(Advisor):
+    """The real advisor (sync), keeping every scrape but asked only from `at`: one window's relief check."""
+
+    def __init__(self, at: float) -> None:
+        super().__init__()
+        self.at = at
+
+    def annotate(self, diagnoses: list[Diagnosis], t: float) -> list[Diagnosis]:
+        return super().annotate(diagnoses, t) if t >= self.at else diagnoses
+
+
+def _keys_of(v: object) -> set[str]:
+    """Every key of every dict in a JSON document."""
+    if isinstance(v, dict):
+        return {*v, *(k for x in v.values() for k in _keys_of(x))}
+    return {k for x in v for k in _keys_of(x)} if isinstance(v, list) else set()
+
+
+def test_a_relief_checks_further_draws_are_cached_apart_and_never_shown():
+    # llama_cobind's cap-32 window (labels.json: the rule's batch_cap, relieved by compute), asked at its end
+    advisor = _From(1796169509.6)
+    pipeline = Pipeline(load_files(default_rule_files()), advisor=advisor)
+    d = next(d for c in replay(pipeline, [COBIND], 5.0) if c.t >= advisor.at for d in c.diagnoses)
+    check = next(f for f in d.findings if f.name == "relief_check")  # its draws named compute
+    keys = list(advisor._effects)
+    changes = {k.change for k in keys}
+    assert len(changes) == 3 and {k.draw for k in keys} == {0, 1}  # two draws agreed: no third
+    for change in changes:
+        first, further = (advisor._effects.get(Key(d.target, change, n)) for n in (0, 1))
+        assert first is not None and further is not None and first is not further
+        assert first.after_p10 and not further.after_p10  # a further draw's point values only
+        # either may be the effect a check shows (the first draw naming what most say): knobs only
+        assert first.change == further.change == dict(change)
+    # one simulation per change and draw: draw 0 of the cap x2 is the rule's advice's own effect, not simulated again
+    assert advisor.stats()["computed"] == len(keys) == 6
+    cap = next(a for a in d.advice if a.change == {"max_num_seqs": 64})
+    assert cap.effect is advisor._effects.get(Key(d.target, (("max_num_seqs", 64),)))
+    # what a user sees (the API's JSON, the advice, the evidence) names knobs, never a draw
+    shown = d.to_dict()
+    assert not {k for k in _keys_of(shown) if "draw" in k.lower()}
+    assert "__draw__" not in json.dumps(shown)
+    simulated = [a for a in [*d.advice, *check.advice] if a.change]
+    assert len(simulated) == 3  # the replica (leading), the cap x2, and the check's own replica
+    for a in simulated:
+        assert a.change is not None and set(a.change) <= set(KNOBS), a.change
+        assert a.effect is not None and a.effect.change == a.change
+    assert set(d.evidence) >= {"limit_rule", "limit_checked"} and d.verdict == "compute"
 
 
 def _effect(change, now, after, then="compute", **load):
