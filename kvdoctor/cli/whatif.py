@@ -166,7 +166,8 @@ def _load(args: argparse.Namespace) -> tuple[list[Snap], Any, str]:
 def _replay_class(path: Path, lo: float, hi: float) -> str | None:
     """The class kvdoctor gave during the window, replaying the recording through the real pipeline."""
     cfg = load_config_or_exit(None)
-    pipeline = build_pipeline(cfg, None, recordings=[str(path)]) if cfg else None
+    # books only: the relief check that decides a verdict is simulated, the advice's effects (never shown here) not
+    pipeline = build_pipeline(cfg, None, recordings=[str(path)], books_only=True) if cfg else None
     if pipeline is None:
         return None
     seen: Counter[str] = Counter()

@@ -11,6 +11,7 @@ import pytest
 
 from kvdoctor.cli import common, main
 from kvdoctor.replayserver import Playlist, ReplayServer
+from kvdoctor.whatif import advisor
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.window import restarts
 from tests.support.clock import SteppedClock
@@ -113,6 +114,19 @@ def test_the_default_window_is_the_configuration_running_at_the_end(command, cap
     assert main([command[0], str(rec), *command[1:]]) in (0, 1)
     start = re.search(r"window (\d+)-\d+ s", capsys.readouterr().out)
     assert start and int(start.group(1)) >= restarted, start
+
+
+def test_the_measured_class_costs_no_simulation_of_advice_the_whatif_does_not_show(
+    shared_032, capsys, monkeypatch
+):
+    """The measured class comes from a replay; the effects of that replay's advice are never printed, so only
+    the whatif's own prediction is simulated with intervals."""
+    asked: list[dict] = []
+    real = advisor.predict
+    monkeypatch.setattr(advisor, "predict", lambda *a, **kw: asked.append(kw) or real(*a, **kw))
+    assert main(["whatif", str(shared_032 / "kv_bound.jsonl.gz"), "--set", "max_num_seqs=12"]) == 0
+    assert re.search(r"^Class\s+kv_cache\s+kv_cache\s+kv_cache$", capsys.readouterr().out, re.M)
+    assert not [kw for kw in asked if kw.get("with_intervals", True)]
 
 
 def test_missing_recording_exits_two(tmp_path, capsys):
