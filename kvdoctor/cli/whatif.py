@@ -134,6 +134,12 @@ def source_window(args: argparse.Namespace, snaps: list[Snap]) -> tuple[float, f
         return parse_window(args.window, snaps)
     if args.source and not args.prometheus_url and not _is_recording(args):
         return snaps[0].t, snaps[-1].t  # a live server: all it sampled
+    if not any(
+        s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0) for s in snaps
+    ):
+        raise WindowError(
+            f"no request ran or waited in any of its {len(snaps)} scrapes: an idle server has no load to learn from"
+        )
     return default_window(snaps)
 
 

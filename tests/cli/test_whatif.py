@@ -129,6 +129,15 @@ def test_the_measured_class_costs_no_simulation_of_advice_the_whatif_does_not_sh
     assert not [kw for kw in asked if kw.get("with_intervals", True)]
 
 
+@pytest.mark.parametrize("command", [["whatif", "--set", "load=x2"], ["plan", "--slo", "ttft_p95=2s"]])
+def test_an_idle_recording_is_refused_as_idle_not_as_a_window_the_user_never_gave(command, capsys):
+    rec = RESTART / "idle.jsonl.gz"
+    assert main([command[0], str(rec), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvdoctor {command[0]}: no request ran or waited") and "idle" in err, err
+    assert "window" not in err
+
+
 def test_missing_recording_exits_two(tmp_path, capsys):
     assert main(["whatif", str(tmp_path / "nope.jsonl.gz"), "--set", "load=2"]) == 2
     assert "no such recording" in capsys.readouterr().err
