@@ -134,6 +134,12 @@ def source_window(args: argparse.Namespace, snaps: list[Snap]) -> tuple[float, f
         return parse_window(args.window, snaps)
     if args.source and not args.prometheus_url and not _is_recording(args):
         return snaps[0].t, snaps[-1].t  # a live server: all it sampled
+    if not any(
+        s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0) for s in snaps
+    ):
+        raise WindowError(
+            f"no request ran or waited in any of its {len(snaps)} scrapes: an idle server has no load to learn from"
+        )
     return default_window(snaps)
 
 
@@ -166,7 +172,8 @@ def _load(args: argparse.Namespace) -> tuple[list[Snap], Any, str]:
 def _replay_class(path: Path, lo: float, hi: float) -> str | None:
     """The class kvdoctor gave during the window, replaying the recording through the real pipeline."""
     cfg = load_config_or_exit(None)
-    pipeline = build_pipeline(cfg, None, recordings=[str(path)]) if cfg else None
+    # books only: the relief check that decides a verdict is simulated, the advice's effects (never shown here) not
+    pipeline = build_pipeline(cfg, None, recordings=[str(path)], books_only=True) if cfg else None
     if pipeline is None:
         return None
     seen: Counter[str] = Counter()

@@ -61,7 +61,8 @@ def parse_window(text: str, snaps: list[Snap]) -> tuple[float, float]:
 
 
 def default_window(snaps: list[Snap]) -> tuple[float, float]:
-    """The last steady stretch of load: idle tail and drain cut, back to where running + waiting changed level."""
+    """The last steady stretch of load: idle tail and drain cut, back to where running + waiting changed level or
+    the engine last restarted."""
     level = [s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0) for s in snaps]
     i = len(level) - 1
     while i > 0 and level[i] <= 0:
@@ -71,8 +72,10 @@ def default_window(snaps: list[Snap]) -> tuple[float, float]:
     smooth = [statistics.fmean(level[max(0, k - 4) : k + 1]) for k in range(len(level))]
     anchor = statistics.median(level[max(0, i - 5) : i + 1])
     tol = max(0.3 * anchor, 2.0 + 2.0 * anchor**0.5)  # a light open loop's level is noise around a few
+    # a stretch that held its level across a restart is two configurations: the one that runs at its end
+    first = max((c for c in restarts(snaps) if c <= i), default=0)
     j = i
-    while j > 0 and abs(smooth[j - 1] - anchor) <= tol and snaps[i].t - snaps[j - 1].t < MAX_WINDOW_S:
+    while j > first and abs(smooth[j - 1] - anchor) <= tol and snaps[i].t - snaps[j - 1].t < MAX_WINDOW_S:
         j -= 1
     lo = min(snaps[j].t + RAMP_S, snaps[i].t)
     return lo, snaps[i].t

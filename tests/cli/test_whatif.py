@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -10,6 +11,9 @@ import pytest
 
 from kvdoctor.cli import common, main
 from kvdoctor.replayserver import Playlist, ReplayServer
+from kvdoctor.whatif import advisor
+from kvdoctor.whatif.sources import recording_snaps
+from kvdoctor.whatif.window import restarts
 from tests.support.clock import SteppedClock
 from tests.support.openmetrics import recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
@@ -17,6 +21,7 @@ from tests.support.whatif_json import Q_KEYS, SATURATION_KEYS
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BEFORE = PAIRS / "batchcap_before.jsonl.gz"
+RESTART = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.8.5-cpu"  # a steady load through a restart
 
 
 def test_json_has_the_documented_shape_and_the_change_shows(capsys):
@@ -98,6 +103,39 @@ def test_a_window_across_a_restart_is_refused(capsys):
         == 2
     )
     assert "spans an engine restart" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["whatif", "--set", "load=x1.5"], ["plan", "--slo", "ttft_p95=20s"]])
+def test_the_default_window_is_the_configuration_running_at_the_end(command, capsys):
+    """A steady load that held across a restart: the window is learnt after it, not refused as spanning it."""
+    rec = RESTART / "restart.jsonl.gz"
+    snaps = recording_snaps(rec)
+    restarted = snaps[restarts(snaps)[-1]].t - snaps[0].t
+    assert main([command[0], str(rec), *command[1:]]) in (0, 1)
+    start = re.search(r"window (\d+)-\d+ s", capsys.readouterr().out)
+    assert start and int(start.group(1)) >= restarted, start
+
+
+def test_the_measured_class_costs_no_simulation_of_advice_the_whatif_does_not_show(
+    shared_032, capsys, monkeypatch
+):
+    """The measured class comes from a replay; the effects of that replay's advice are never printed, so only
+    the whatif's own prediction is simulated with intervals."""
+    asked: list[dict] = []
+    real = advisor.predict
+    monkeypatch.setattr(advisor, "predict", lambda *a, **kw: asked.append(kw) or real(*a, **kw))
+    assert main(["whatif", str(shared_032 / "kv_bound.jsonl.gz"), "--set", "max_num_seqs=12"]) == 0
+    assert re.search(r"^Class\s+kv_cache\s+kv_cache\s+kv_cache$", capsys.readouterr().out, re.M)
+    assert not [kw for kw in asked if kw.get("with_intervals", True)]
+
+
+@pytest.mark.parametrize("command", [["whatif", "--set", "load=x2"], ["plan", "--slo", "ttft_p95=2s"]])
+def test_an_idle_recording_is_refused_as_idle_not_as_a_window_the_user_never_gave(command, capsys):
+    rec = RESTART / "idle.jsonl.gz"
+    assert main([command[0], str(rec), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvdoctor {command[0]}: no request ran or waited") and "idle" in err, err
+    assert "window" not in err
 
 
 def test_missing_recording_exits_two(tmp_path, capsys):
