@@ -153,6 +153,16 @@ def _band(p: Plan, key: str) -> str:
     return f" (80 %: {lo:.2f}-{top})"
 
 
+def _canary(m: Candidate, chosen: int) -> str:
+    change = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in m.changes.items()) or "today's flags"
+    margins = ", ".join(f"{k[:-2]} {_pct(v)}" for k, v in m.margins.items())
+    return (
+        f"worth a canary: {m.replicas} replica(s) with {change} breaks by the point prediction but holds every SLO "
+        f"at the cheap end of the step model's 80 % band (margins {margins} there); only a recording of it can "
+        f"tell, and it would save {chosen - m.replicas} replica(s)"
+    )
+
+
 def render(p: Plan, elapsed_s: float) -> str:
     """Objectives, today's headroom, each candidate tried, the pick and its margins."""
     slos = ", ".join(f"{k[:-2]} ≤ {_s(v)}" for k, v in p.slos.items())
@@ -170,6 +180,8 @@ def render(p: Plan, elapsed_s: float) -> str:
     margins = ", ".join(f"{k[:-2]} {_pct(m)}" for k, m in c.margins.items())
     head = "plan" if p.feasible else "INFEASIBLE: no candidate holds every SLO; the closest"
     lines += ["", f"{head}: {c.replicas} replica(s) with {change}; margins {margins}"]
+    if p.might_hold:
+        lines.append(_canary(p.might_hold, c.replicas))
     lines += [f"note: {n}" for n in p.notes]
     lines.append(f"{p.simulations} simulations in {elapsed_s:.1f} s")
     return "\n".join(lines)

@@ -83,6 +83,8 @@ class Plan:
     # the headroom's 80 % interval under the step model's posterior (the point itself where it has none)
     headroom_p10: dict[str, float] = field(default_factory=dict)
     headroom_p90: dict[str, float] = field(default_factory=dict)
+    # the nearest cheaper candidate as the step model's cheap end predicts it, where it holds there (canary.py)
+    might_hold: Candidate | None = None
 
     def to_dict(self) -> JsonObject:
         """The `--json` shape the issue names."""
@@ -101,6 +103,7 @@ class Plan:
             "candidates": [c.to_dict() for c in self.candidates],
             "simulations": self.simulations,
             "feasible": self.feasible,
+            "might_hold": self.might_hold.to_dict() if self.might_hold else None,
             "notes": list(self.notes),
         }
 

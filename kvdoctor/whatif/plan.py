@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvdoctor.whatif import flags, knobs
+from kvdoctor.whatif.canary import might_hold
 from kvdoctor.whatif.candidates import Candidate, Changes, Plan, Predicted, rounded
 from kvdoctor.whatif.learn import run_key
 from kvdoctor.whatif.members import step_draws
@@ -260,6 +261,7 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
             h = under.bisect(k)
             low[k], high[k] = min(low[k], h), max(high[k], h)
     best, tried = planner.search(load, gpu)
+    canary = might_hold(best, tried, drawn[0], load) if best is not None and drawn else None
     notes = []
     if best is None:
         closest = max(c.worst() for c in tried)
@@ -289,4 +291,5 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
         rate,
         headroom_p10=low,
         headroom_p90=high,
+        might_hold=canary,
     )

@@ -214,3 +214,43 @@ def test_a_prometheus_target_is_planned_from_what_prometheus_holds(tmp_path, cap
     assert rc == 0 and doc["feasible"]
     assert doc["current"]["predicted"]["ttft_p95_s"] > 2.0
     assert doc["chosen"]["changes"].get("max_num_seqs", 4) > 4 or doc["chosen"]["replicas"] > 1
+
+
+CHECK3 = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-plancheck3"
+CHECK3_SLOS = ("--slo", "ttft_p95=0.68s", "--slo", "itl_p50=36ms", "--slo", "queue_time_p95=1s")
+
+
+def _check3(capsys: pytest.CaptureFixture[str], load: str, *more: str) -> tuple[int, str]:
+    light = str(CHECK3 / "plancheck3_light_c8.jsonl.gz")
+    rc = main(
+        ["plan", light, "--window", "20:68.1", *CHECK3_SLOS, "--max-num-seqs", "8", "--load", load, *more]
+    )
+    return rc, capsys.readouterr().out
+
+
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
+def test_one_replica_fewer_inside_the_step_models_band_is_named_worth_a_canary_in_text(capsys):
+    # ×4 of plan's third check: 2 × cap 16 picked; 1 × cap 64 breaks ITL p50 by 4 % at the point (and held when
+    # recorded, tests/test_plan_recorded.py)
+    rc, out = _check3(capsys, "x4")
+    assert rc == 0 and "\nplan: 2 replica(s) with --max-num-seqs 16;" in out
+    line = next(x for x in out.splitlines() if x.startswith("worth a canary: "))
+    assert "1 replica(s) with --max-num-seqs 64 breaks by the point prediction" in line
+    assert "it would save 1 replica(s)" in line and "margins ttft_p95 +" in line
+
+
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
+def test_a_cheaper_candidate_past_its_capacity_is_not_worth_a_canary(capsys):
+    # ×6: every one-replica candidate is overloaded at the point, and still breaks at the step model's cheap end
+    rc, out = _check3(capsys, "x6", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["chosen"]["replicas"] == 2
+    ones = [c for c in doc["candidates"] if c["replicas"] == 1]
+    assert ones and all(c["predicted"]["overloaded"] for c in ones)
+    assert doc["might_hold"] is None
+
+
+@pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
+def test_nothing_is_worth_a_canary_when_the_pick_is_already_one_replica(capsys):
+    rc, doc = _plan(capsys, str(BATCHCAP), "--slo", "ttft_p95=60s")
+    assert rc == 0 and doc["chosen"]["replicas"] == 1 and doc["might_hold"] is None
