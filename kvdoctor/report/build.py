@@ -59,12 +59,6 @@ def build_report(
     ]
     segs = [s for kh in keys.values() for s in kh.segments]
     start, end = min(s.start for s in segs), max(s.end for s in segs)
-    if not any(s.requests or s.generation_tokens for s in summaries):
-        raise ReportError(
-            f"no traffic between {_iso(start)} and {_iso(end)} on {', '.join(sorted({k[0] for k in keys}))}: "
-            "no request finished and no token was generated, so there is nothing to put per token "
-            "(widen the range, or check that these are the serving targets)"
-        )
     models = sorted({k[1] for k in keys})
     caps = {m: capacity([s for k, s in zip(keys, summaries, strict=True) if k[1] == m]) for m in models}
     entries = []

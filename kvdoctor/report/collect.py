@@ -105,12 +105,16 @@ class Grid:
     def history(self) -> History:
         """Every step, in time order, with the increases counted in it."""
         h = History(self.source)
+        began: dict[str, int] = {}  # target -> the step of its first diagnosis
         for i in sorted(self.steps):
             for key, whole in self.steps[i].items():
-                first = key not in h.keys
-                step = self._clip(key[0], whole, first)
+                # the time before a target's first diagnosis is its first step's, once: a model name that shows
+                # later (metrics missing at start-up) is the same replica, whose time was already counted
+                step = self._clip(key[0], whole, began.get(key[0], i) == i)
                 if step is None:
                     continue  # a recording's target is charged only the span it was recorded over
+                began.setdefault(key[0], i)
+                first = h.resolve(*key) not in h.keys  # its counters' increases before this step are its own
                 inc = dict(self.counted.get((i, key), {}))
                 for what, v in (self.counted.get((i - 1, key), {}) if first else {}).items():
                     inc[what] = inc.get(what, 0.0) + v

@@ -98,10 +98,11 @@ class History:
     def __init__(self, source: str = "") -> None:
         self.source = source
         self.keys: dict[Key, KeyHistory] = {}
+        self._named: dict[str, list[str]] = {}  # target -> its model names, in the order they showed
 
     def add(self, target: str, model: str, s: Step) -> None:
         """Account one step; a step crossing an hour boundary is split by time."""
-        kh = self.keys.setdefault((target, model), KeyHistory())
+        kh = self.keys.setdefault(self._key(target, model), KeyHistory())
         t, end = s.t, s.t + s.dt
         while t < end - 1e-9:
             hour = int(t // 3600) * 3600
@@ -109,6 +110,24 @@ class History:
             self._hour(kh, hour, s, part, part / s.dt)
             t += part
         self._segment(kh, s)
+
+    def resolve(self, target: str, model: str) -> Key:
+        """The key a step of (target, model) is accounted under: a step without a model name (metrics missing at
+        start-up, the target down) under the one model the target serves, when it serves exactly one."""
+        if model:
+            return target, model
+        named = self._named.get(target, ())
+        return (target, named[0]) if len(named) == 1 else (target, "")
+
+    def _key(self, target: str, model: str) -> Key:
+        # the same replica before and after its model name showed: never a second one billed beside it
+        key = self.resolve(target, model)
+        if model and key not in self.keys:
+            named = self._named.setdefault(target, [])
+            if not named and (target, "") in self.keys:
+                self.keys[key] = self.keys.pop((target, ""))
+            named.append(model)
+        return key
 
     def _hour(self, kh: KeyHistory, start: int, s: Step, dt: float, share: float) -> None:
         h = kh.hours.get(start)
@@ -217,7 +236,10 @@ class History:
                     for s in item["segments"]
                     if math.isfinite(float(s[0])) and math.isfinite(float(s[1]))
                 ]
-                self.keys[(str(item["target"]), str(item["model_name"]))] = KeyHistory(hours, segments)
+                target, model = str(item["target"]), str(item["model_name"])
+                if model and (target, model) not in self.keys:
+                    self._named.setdefault(target, []).append(model)
+                self.keys[(target, model)] = KeyHistory(hours, segments)
             except (KeyError, TypeError, ValueError, IndexError):
                 continue
 

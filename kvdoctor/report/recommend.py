@@ -105,7 +105,12 @@ def _scaling(doc: Report, prices: Prices) -> Recommendation | None:
             )
         text += "."
     caps = "; ".join(
-        f"{m}: {cap.generation_tokens_per_s_per_replica} tokens/s ({cap.basis})"
+        f"{m or 'no model name'}: "
+        + (
+            f"{cap.generation_tokens_per_s_per_replica} tokens/s ({cap.basis})"
+            if cap.generation_tokens_per_s_per_replica is not None
+            else cap.basis
+        )
         for m, cap in doc.capacity.items()
     )
     evidence = (

@@ -124,3 +124,31 @@ def test_with_an_slo_the_report_adds_what_the_plans_configuration_would_have_cos
 def test_slo_on_a_prometheus_report_is_refused(capsys):
     assert main(["report", "--prometheus-url", "http://127.0.0.1:9", "--slo", "ttft_p95=2s"]) == 2
     assert "--slo" in capsys.readouterr().err
+
+
+OLD = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.8.5-cpu"
+
+
+@pytest.mark.parametrize("name", ["batch_cap", "restart", "idle"])
+def test_a_server_that_showed_its_model_name_late_is_one_replica_billed_once(name):
+    # vLLM 0.8.5 exports only its cache config until the engine is up, so its first scrapes carry no model name:
+    # that time is the same replica's, not a second one beside it
+    rec = OLD / f"{name}.jsonl.gz"
+    frames = load_frames(str(rec))
+    assert "model_name" not in frames[0].text and any("model_name" in f.text for f in frames)
+    doc = _json(str(rec), "--gpu-hour-cost", "2", "--step", "5s")
+    (entry,) = doc["targets"]
+    assert entry["model_name"] == "tiny" and doc["fleet"]["replicas"] == 1
+    assert entry["hours"]["total"] == pytest.approx(_span_h(frames), abs=5.5 / 3600)
+    assert doc["fleet"]["gpu_hours"] == entry["gpu_hours"] == entry["hours"]["total"]
+
+
+def test_an_idle_server_gets_its_idle_hours_and_their_cost_not_an_error():
+    rec = OLD / "idle.jsonl.gz"
+    doc = _json(str(rec), "--gpu-hour-cost", "2")
+    fleet = doc["fleet"]
+    assert fleet["requests"] == 0 and fleet["generation_tokens"] == 0
+    assert fleet["hours"]["idle"] > 0.5 * fleet["hours"]["total"] and fleet["cost_usd"] > 0
+    assert fleet["cost_per_1m_generation_tokens_usd"] is None  # nothing served: no price per token
+    md = _report(str(rec), "--gpu-hour-cost", "2", fmt="md")
+    assert "100 % of the hours had no traffic" in md and "None" not in md
