@@ -50,7 +50,7 @@ def select(history: History, targets: list[str] | None) -> dict[Key, KeyHistory]
 def build_report(
     history: History, prices: Prices, targets: list[str] | None = None, *, now: float | None = None
 ) -> Report:
-    """Everything the report says; raises ReportError on an empty range or no traffic."""
+    """Everything the report says; raises ReportError on an empty range or an unknown target."""
     keys = select(history, targets)
     summaries = [summarize(kh.hours) for kh in keys.values()]
     span = [
