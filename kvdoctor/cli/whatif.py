@@ -140,7 +140,7 @@ def source_window(args: argparse.Namespace, snaps: list[Snap]) -> tuple[float, f
         raise WindowError(
             f"no request ran or waited in any of its {len(snaps)} scrapes: an idle server has no load to learn from"
         )
-    return default_window(snaps)
+    return default_window(snaps, busy_period=True)
 
 
 def load_source(args: argparse.Namespace) -> tuple[list[Snap], str]:

@@ -41,7 +41,7 @@ def planned_target(
 ) -> PlannedTarget:
     """One target's plan and the replica-hours it needs hour by hour; raises WindowError when it cannot learn."""
     snaps = sorted((s for p in paths for s in recording_snaps(p)), key=lambda s: s.t)
-    lo, hi = default_window(snaps)
+    lo, hi = default_window(snaps, busy_period=True)
     history, window = history_before(snaps, lo, hi)
     planner = Planner(
         learn(history, window),

@@ -15,6 +15,10 @@ from kvdoctor.whatif.workload import WindowError
 
 MAX_WINDOW_S = 300.0
 RAMP_S = 5.0  # scrapes skipped after the load level changes, while the queue fills
+# a level held for less than this is a burst of a bursty load, not a level: a recording's default window is then
+# its whole busy period
+MIN_LEVEL_S = 30.0
+IDLE_GAP_S = 10.0  # … which starts after the last idle stretch this long
 
 
 def recording_snaps(path: str | Path) -> list[Snap]:
@@ -60,9 +64,10 @@ def parse_window(text: str, snaps: list[Snap]) -> tuple[float, float]:
     return lo, hi
 
 
-def default_window(snaps: list[Snap]) -> tuple[float, float]:
+def default_window(snaps: list[Snap], busy_period: bool = False) -> tuple[float, float]:
     """The last steady stretch of load: idle tail and drain cut, back to where running + waiting changed level or
-    the engine last restarted."""
+    the engine last restarted; with busy_period, a level held under MIN_LEVEL_S (a bursty load) gives way to the
+    whole busy period it ends (what a user asking of a recording learns from, where the daemon waits)."""
     level = [s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0) for s in snaps]
     i = len(level) - 1
     while i > 0 and level[i] <= 0:
@@ -77,8 +82,23 @@ def default_window(snaps: list[Snap]) -> tuple[float, float]:
     j = i
     while j > first and abs(smooth[j - 1] - anchor) <= tol and snaps[i].t - snaps[j - 1].t < MAX_WINDOW_S:
         j -= 1
+    if busy_period and snaps[i].t - snaps[j].t < MIN_LEVEL_S + RAMP_S:
+        j = _busy_since(snaps, level, i, first)
     lo = min(snaps[j].t + RAMP_S, snaps[i].t)
     return lo, snaps[i].t
+
+
+def _busy_since(snaps: list[Snap], level: list[float], i: int, first: int) -> int:
+    """Where the busy period ending at i began: after the last idle stretch of IDLE_GAP_S, a restart, or
+    MAX_WINDOW_S back."""
+    j = start = i
+    while j > first and snaps[i].t - snaps[j - 1].t < MAX_WINDOW_S:
+        j -= 1
+        if level[j] > 0:
+            start = j
+        elif snaps[start].t - snaps[j].t >= IDLE_GAP_S:
+            break
+    return start
 
 
 def history_before(snaps: list[Snap], lo: float, hi: float) -> tuple[list[Snap], list[Snap]]:

@@ -12,7 +12,7 @@ import pytest
 from kvdoctor.cli import common, main
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.whatif import advisor
-from kvdoctor.whatif.sources import recording_snaps
+from kvdoctor.whatif.sources import MIN_LEVEL_S, default_window, recording_snaps
 from kvdoctor.whatif.window import restarts
 from tests.support.clock import SteppedClock
 from tests.support.openmetrics import recordings_to_openmetrics
@@ -22,6 +22,12 @@ from tests.support.whatif_json import Q_KEYS, SATURATION_KEYS
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
 BEFORE = PAIRS / "batchcap_before.jsonl.gz"
 RESTART = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.8.5-cpu"  # a steady load through a restart
+RECORDINGS = Path(__file__).parents[1] / "fixtures/recordings"
+# loads whose level never holds 30 s at their end: bursts of 15-57 in flight; an open loop wandering 1-9
+BURSTY = [
+    RECORDINGS / "vllm-0.32-cpu-field/busy.jsonl.gz",
+    RECORDINGS / "vllm-0.32-cpu-whatif2/llama_loadx2_before.jsonl.gz",
+]
 
 
 def test_json_has_the_documented_shape_and_the_change_shows(capsys):
@@ -207,3 +213,16 @@ def test_prometheus_target(tmp_path, capsys):
         assert doc["predicted"]["ttft_p50_s"] < doc["predicted_unchanged"]["ttft_p50_s"]
         assert main(["whatif", "--prometheus-url", prom.url, "--target", "nobody:1", "--set", "load=2"]) == 2
         assert "no vllm:* series for instance 'nobody:1'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rec", BURSTY, ids=lambda p: p.name)
+def test_a_bursty_recording_is_learned_over_its_busy_period_not_refused(rec, capsys):
+    snaps = recording_snaps(rec)
+    lo, hi = default_window(snaps)  # the daemon's steady stretch: too short to learn from, so it waits
+    assert hi - lo < MIN_LEVEL_S
+    assert main(["whatif", str(rec), "--set", "load=x1.5"]) == 0
+    out = capsys.readouterr().out
+    found = re.search(r"window (\d+)-(\d+) s", out)
+    assert found, out
+    start, end = map(float, found.groups())
+    assert end - start >= MIN_LEVEL_S and "predicted" in out.lower()
