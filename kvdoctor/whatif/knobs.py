@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from kvdoctor.errors import InputError
@@ -138,13 +139,20 @@ def _dtype(e: Engine, dtype: str, info: dict[str, str]) -> tuple[Engine, str]:
 
 
 def _memory(e: Engine, util: float, info: dict[str, str], gpu_bytes: float | None) -> tuple[Engine, str]:
-    try:
-        kv_bytes = float(info.get("kv_cache_memory_bytes", ""))
-        current = float(info.get("gpu_memory_utilization", ""))
-    except ValueError:
+    tokens = f"ask kv_cache_tokens=N instead (the cache holds {e.num_gpu_blocks * e.block_size} tokens now)"
+    cpu = _number(info.get("cpu_kvcache_space_bytes"))
+    if cpu is not None:
         raise KnobError(
-            "--set gpu_memory_utilization: cache_config_info lacks kv_cache_memory_bytes or gpu_memory_utilization"
-        ) from None
+            f"--set gpu_memory_utilization: a CPU server's KV cache is sized by VLLM_CPU_KVCACHE_SPACE "
+            f"({cpu / 2**30:.3g} GiB here), not by --gpu-memory-utilization; {tokens}"
+        )
+    kv_bytes = _number(info.get("kv_cache_memory_bytes"))
+    current = _number(info.get("gpu_memory_utilization"))
+    if kv_bytes is None or current is None:
+        raise KnobError(
+            "--set gpu_memory_utilization: this vLLM exports no kv_cache_memory_bytes or gpu_memory_utilization in "
+            f"cache_config_info, so what a share of the GPU buys in tokens is unknown; {tokens}"
+        )
     if not gpu_bytes:
         raise KnobError("--set gpu_memory_utilization: needs --gpu NAME (the GPU's memory) to size the cache")
     new_bytes = kv_bytes + (util - current) * gpu_bytes
@@ -155,6 +163,15 @@ def _memory(e: Engine, util: float, info: dict[str, str], gpu_bytes: float | Non
         f"gpu_memory_utilization {current:g} → {util:g}: KV cache {kv_bytes / 2**30:.1f} → "
         f"{new_bytes / 2**30:.1f} GiB, {e.num_gpu_blocks} → {blocks} blocks"
     )
+
+
+def _number(label: str | None) -> float | None:
+    """An info label's number; None for a missing one or vLLM's "None"."""
+    try:
+        v = float(label or "")
+    except ValueError:
+        return None
+    return v if math.isfinite(v) and v > 0 else None
 
 
 def _speculation(e: Engine, k: int) -> tuple[Engine, str]:
