@@ -229,7 +229,9 @@ def test_a_bursty_recording_is_learned_over_its_busy_period_not_refused(rec, cap
 
 
 def test_gpu_memory_utilization_on_a_cpu_server_says_what_sizes_its_cache_and_what_to_ask(capsys):
-    rec = RECORDINGS / "vllm-0.10.2-cpu/batch_cap.jsonl.gz"  # cache_config_info: cpu_kvcache_space_bytes 1 GiB
+    rec = (
+        RECORDINGS / "vllm-0.10.2-cpu/batch_cap.jsonl.gz"
+    )  # cache_config_info: cpu_kvcache_space_bytes 1 GiB
     assert main(["whatif", str(rec), "--set", "gpu_memory_utilization=0.95", "--gpu", "H100"]) == 2
     err = capsys.readouterr().err
     assert "sized by VLLM_CPU_KVCACHE_SPACE (1 GiB here)" in err and "not by --gpu-memory-utilization" in err
