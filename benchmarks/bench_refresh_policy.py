@@ -134,6 +134,14 @@ def main() -> int:
     return 0
 
 
+def _is_followup(key: Any) -> bool:
+    """A restart's check rather than an effect: a typed Key's followup_of, or (--tree of an older checkout) its
+    '__followup__' pseudo-knob."""
+    if getattr(key, "followup_of", None) is not None:
+        return True
+    return bool(key[1]) and key[1][0][0] == "__followup__"
+
+
 class Queued:
     """The worker queue's put, counting the requests queued while one of a near window (same change) is pending."""
 
@@ -148,8 +156,9 @@ class Queued:
         """Queue key as the advisor would, counting it."""
         ok = bool(self._put(key, t))
         got = self.advisor._shared._fps.get(key[0])
-        self.followups += ok and key[1][0][0] == "__followup__"
-        if not ok or got is None or key[1][0][0] == "__followup__":
+        follow = _is_followup(key)
+        self.followups += ok and follow
+        if not ok or got is None or follow:
             return ok
         self.total += 1
         self.by_cycle[t] = self.by_cycle.get(t, 0) + 1

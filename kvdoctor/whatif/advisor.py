@@ -151,7 +151,7 @@ class Advisor:
                 self._restarts.pop(target, None)
                 self._followups.pop(target, None)
             return
-        key = Key(target, (("__followup__", restart),))
+        key = Key(target, (), followup_of=restart)
         with self._lock:
             done = self._followups.get(target)
             recent = done is not None and t - done.t < FOLLOWUP_EVERY_S
@@ -245,12 +245,12 @@ class Advisor:
     def _compute(
         self, key: Key, t: float, history: list[Snap] | None = None, simulate: bool = True
     ) -> Effect | None:
-        target, change, draw = key
+        target, change, draw = key.target, key.change, key.draw
         with self._lock:
             history = list(self._history.get(target, ())) if history is None else history
             cap = self._caps.get(target)
-        if change and change[0][0] == "__followup__":  # a prediction too: in the child, off the cycle's GIL
-            fu = followup.checked(target, history, float(change[0][1]), self.offload, simulate)
+        if key.followup_of is not None:  # a prediction too: in the child, off the cycle's GIL
+            fu = followup.checked(target, history, key.followup_of, self.offload, simulate)
             if fu is not None:
                 with self._lock:
                     self._followups[target] = fu

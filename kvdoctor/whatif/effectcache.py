@@ -17,13 +17,16 @@ RETRY_S = 30.0  # a prediction's window is looked at again this soon (too little
 
 
 class Key(NamedTuple):
-    """What an effect is predicted for: a target, a change (its knobs, sorted) and the simulation draw (seed)."""
+    """What an effect is predicted for: a target, a change (its knobs, sorted) and the simulation draw (seed); or
+    a target's check after a restart."""
 
     target: str
     change: tuple[tuple[str, float | str], ...]
     # draw 0 is the advice's own prediction (shared with the relief check); a further draw, cached apart, is
     # asked only by the relief check (whatif/relief.py) and is never shown
     draw: int = 0
+    # set: not an effect but the check after a restart that began then (followup.py), computed in the same worker
+    followup_of: float | None = None
 
     def shared_by(self) -> tuple[tuple[tuple[str, float | str], ...], int]:
         """The change at its draw: what near windows' simulations are shared by."""
