@@ -8,20 +8,20 @@ percentile), the saving is inside the prediction's uncertainty, and only a recor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from kvdoctor.whatif.candidates import Candidate
+from kvdoctor.whatif.candidates import Candidate, Changes
 
-if TYPE_CHECKING:
-    from kvdoctor.whatif.plan import Planner
+# a candidate's flags, replicas and load → what the cheap-end step model predicts for it (Planner.evaluate)
+Evaluate = Callable[[Changes, int, float], Candidate]
 
 
-def might_hold(chosen: Candidate, tried: list[Candidate], cheap: Planner, load: float) -> Candidate | None:
+def might_hold(chosen: Candidate, tried: list[Candidate], cheap: Evaluate, load: float) -> Candidate | None:
     """The nearest candidate with fewer replicas than the pick, as the cheap-end step model predicts it, when it
     holds every SLO there; None when nothing is cheaper or it breaks even there."""
     cheaper = [c for c in tried if c.replicas < chosen.replicas]
     if not cheaper:
         return None
     nearest = max(cheaper, key=Candidate.worst)
-    there = cheap.evaluate(nearest.changes, nearest.replicas, load)
+    there = cheap(nearest.changes, nearest.replicas, load)
     return there if there.meets else None

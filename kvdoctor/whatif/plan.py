@@ -261,7 +261,7 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
             h = under.bisect(k)
             low[k], high[k] = min(low[k], h), max(high[k], h)
     best, tried = planner.search(load, gpu)
-    canary = might_hold(best, tried, drawn[0], load) if best is not None and drawn else None
+    canary = might_hold(best, tried, drawn[0].evaluate, load) if best is not None and drawn else None
     notes = []
     if best is None:
         closest = max(c.worst() for c in tried)
