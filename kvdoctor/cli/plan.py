@@ -153,13 +153,16 @@ def _band(p: Plan, key: str) -> str:
     return f" (80 %: {lo:.2f}-{top})"
 
 
-def _canary(m: Candidate, chosen: int) -> str:
+def _canary(m: Candidate, chosen: Candidate) -> str:
     change = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in m.changes.items()) or "today's flags"
     margins = ", ".join(f"{k[:-2]} {_pct(v)}" for k, v in m.margins.items())
+    saved = f"{chosen.replicas - m.replicas} replica(s)"
+    if chosen.cost_per_hour_usd is not None and m.cost_per_hour_usd is not None:
+        saved += f" ({_usd(chosen.cost_per_hour_usd - m.cost_per_hour_usd)}/h)"
     return (
         f"worth a canary: {m.replicas} replica(s) with {change} breaks by the point prediction but holds every SLO "
         f"at the cheap end of the step model's 80 % band (margins {margins} there); only a recording of it can "
-        f"tell, and it would save {chosen - m.replicas} replica(s)"
+        f"tell, and it would save {saved}"
     )
 
 
@@ -181,7 +184,7 @@ def render(p: Plan, elapsed_s: float) -> str:
     head = "plan" if p.feasible else "INFEASIBLE: no candidate holds every SLO; the closest"
     lines += ["", f"{head}: {c.replicas} replica(s) with {change}; margins {margins}"]
     if p.might_hold:
-        lines.append(_canary(p.might_hold, c.replicas))
+        lines.append(_canary(p.might_hold, c))
     lines += [f"note: {n}" for n in p.notes]
     lines.append(f"{p.simulations} simulations in {elapsed_s:.1f} s")
     return "\n".join(lines)

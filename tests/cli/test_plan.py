@@ -232,11 +232,11 @@ def _check3(capsys: pytest.CaptureFixture[str], load: str, *more: str) -> tuple[
 def test_one_replica_fewer_inside_the_step_models_band_is_named_worth_a_canary_in_text(capsys):
     # ×4 of plan's third check: 2 × cap 16 picked; 1 × cap 64 breaks ITL p50 by 4 % at the point (and held when
     # recorded, tests/test_plan_recorded.py)
-    rc, out = _check3(capsys, "x4")
+    rc, out = _check3(capsys, "x4", "--gpu-hour-cost", "2.5")
     assert rc == 0 and "\nplan: 2 replica(s) with --max-num-seqs 16;" in out
     line = next(x for x in out.splitlines() if x.startswith("worth a canary: "))
     assert "1 replica(s) with --max-num-seqs 64 breaks by the point prediction" in line
-    assert "it would save 1 replica(s)" in line and "margins ttft_p95 +" in line
+    assert "it would save 1 replica(s) ($2.50/h)" in line and "margins ttft_p95 +" in line
 
 
 @pytest.mark.slow  # over 10 s on this 2-core machine (scripts/test.sh runs it)
