@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import repeats  # noqa: E402
 from whatif_table import header, pair_rows, pct  # noqa: E402
 
 from kvdoctor.whatif.compare import COVERED, HEADLINE, errors, load_pairs, run_pair  # noqa: E402
@@ -207,6 +208,7 @@ def accuracy(directories: list[Path], seeds: int, tuned_only: bool = False) -> b
             + "".join(f"{k} {pct(_median(v))}  " for k, v in resolution[p].items())
             + "(median after the change; an error below it is as close as vLLM's buckets can tell)"
         )
+    repeats.report(HEADLINE)  # … and as close as this machine repeats itself
     lo, hi = COVERAGE_GOAL
     print(
         f"\n80 % intervals (p10-p90) on {', '.join(COVERED)}: share of measured values inside, goal "
