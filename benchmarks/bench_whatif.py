@@ -32,6 +32,8 @@ Also the unchanged error on the labelled single recordings of ../shared/recordin
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import statistics
 import sys
@@ -44,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 import repeats  # noqa: E402
 from whatif_table import header, pair_rows, pct  # noqa: E402
 
+from kvdoctor.cli import main as kvdoctor  # noqa: E402
 from kvdoctor.whatif.compare import COVERED, HEADLINE, errors, load_pairs, run_pair  # noqa: E402
 from kvdoctor.whatif.members import MEMBERS  # noqa: E402
 from kvdoctor.whatif.model import Engine, LengthDist, Workload  # noqa: E402
@@ -116,7 +119,16 @@ def whatif_speed(long: Path | None) -> float:
         f"whatif: {found[0].name}, a {span:.0f} s window ({pred.workload.kind} loop), max_num_seqs=64 predicted "
         f"with intervals in {took:.2f} s of CPU — target ≤ {SPEED_TARGET_S:g} s: {'ok' if took <= SPEED_TARGET_S else 'MISSED'}"
     )
-    return took
+    # what a user waits for: the command, with the measured class's replay of the recording (startup aside)
+    argv = ["whatif", str(found[0]), "--window", f"{window[0].t - snaps[0].t:.1f}:{hi - snaps[0].t:.1f}"]
+    t = time.process_time()
+    with contextlib.redirect_stdout(io.StringIO()):
+        kvdoctor([*argv, "--set", "max_num_seqs=64"])
+    whole = time.process_time() - t
+    print(
+        f"  the whole command, its measured class replayed: {whole:.2f} s of CPU: {'ok' if whole <= SPEED_TARGET_S else 'MISSED'}"
+    )
+    return max(took, whole)
 
 
 def split(pairs: list[dict[str, object]]) -> list[tuple[str, dict[str, object]]]:

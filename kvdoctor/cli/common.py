@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Mapping
@@ -104,12 +105,14 @@ def build_pipeline(
     recordings: list[str] | None = None,
     names: Mapping[str, str] | None = None,
     books_only: bool = False,
+    judged_from: float = -math.inf,
 ) -> Pipeline | None:
     """A pipeline with the config's targets declared, or None after printing every rule error (`books_only`: the
-    advisor simulates only what a verdict needs, the relief check, as the report's books read no advice)."""
+    advisor simulates only what a verdict needs, the relief check, as the report's books read no advice;
+    `judged_from`: and only from then)."""
     groups = load_rules(cfg, rules)
     # replay and check predict the advice's effects inline, on the recording's clock
-    advisor = Advisor(books_only=books_only)
+    advisor = Advisor(books_only=books_only, judged_from=judged_from)
     return None if groups is None else pipeline_for(cfg, groups, recordings, advisor=advisor, names=names)
 
 

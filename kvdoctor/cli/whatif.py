@@ -173,12 +173,15 @@ def _replay_class(path: Path, lo: float, hi: float) -> str | None:
     """The class kvdoctor gave during the window, replaying the recording through the real pipeline."""
     cfg = load_config_or_exit(None)
     # books only: the relief check that decides a verdict is simulated, the advice's effects (never shown here) not
-    pipeline = build_pipeline(cfg, None, recordings=[str(path)], books_only=True) if cfg else None
+    # … and from the window's start: a verdict before it is never read (the rules still see the whole history)
+    pipeline = build_pipeline(cfg, None, [str(path)], books_only=True, judged_from=lo) if cfg else None
     if pipeline is None:
         return None
     seen: Counter[str] = Counter()
     for cycle in replay(pipeline, [str(path)], interval_s=5.0):
-        if lo <= cycle.t <= hi:
+        if cycle.t > hi:
+            break
+        if lo <= cycle.t:
             seen.update(d.bottleneck for d in cycle.diagnoses if d.bottleneck != "unknown")
     return seen.most_common(1)[0][0] if seen else None
 

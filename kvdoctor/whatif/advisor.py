@@ -15,6 +15,7 @@ what the target measures with what was predicted.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -54,9 +55,12 @@ class Advisor:
         max_queue: int = MAX_QUEUE,
         offload: Offload | None = None,
         books_only: bool = False,
+        judged_from: float = -math.inf,
     ) -> None:
         self.refresh_s, self.history_s, self.background = refresh_s, history_s, background
         self.books_only = books_only  # report's books: relief verdicts only, no advice effects or intervals
+        # whatif's measured class: the verdicts of a window are checked from its start; before it only the history
+        self.judged_from = judged_from
         self.offload = offload  # where simulations run: a child process off the cycle's GIL (None: here)
         self._history: dict[str, deque[Snap]] = {}
         self._effects = EffectCache()  # by (target, change), with when each is looked at again
@@ -108,7 +112,8 @@ class Advisor:
                 d.advice = [self._with_effect(d.target, a, t) for a in d.advice]
                 for f in d.findings:
                     f.advice = [self._with_effect(d.target, a, t) for a in f.advice]
-            relief.apply(d, partial(self._relief, d.target, t))
+            if t >= self.judged_from:
+                relief.apply(d, partial(self._relief, d.target, t))
             self._follow(d.target, t)
             fu = self._followups.get(d.target)
             if fu is not None:
