@@ -153,15 +153,22 @@ def _band(p: Plan, key: str) -> str:
     return f" (80 %: {lo:.2f}-{top})"
 
 
+def _flags(c: Candidate) -> str:
+    """The candidate's flag changes as `vllm serve` takes them."""
+    return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in c.changes.items()) or "today's flags"
+
+
+def _margins(c: Candidate) -> str:
+    return ", ".join(f"{k[:-2]} {_pct(m)}" for k, m in c.margins.items())
+
+
 def _canary(m: Candidate, chosen: Candidate) -> str:
-    change = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in m.changes.items()) or "today's flags"
-    margins = ", ".join(f"{k[:-2]} {_pct(v)}" for k, v in m.margins.items())
     saved = f"{chosen.replicas - m.replicas} replica(s)"
     if chosen.cost_per_hour_usd is not None and m.cost_per_hour_usd is not None:
         saved += f" ({_usd(chosen.cost_per_hour_usd - m.cost_per_hour_usd)}/h)"
     return (
-        f"worth a canary: {m.replicas} replica(s) with {change} breaks by the point prediction but holds every SLO "
-        f"at the cheap end of the step model's 80 % band (margins {margins} there); only a recording of it can "
+        f"worth a canary: {m.replicas} replica(s) with {_flags(m)} breaks by the point prediction but holds every "
+        f"SLO at the cheap end of the step model's 80 % band (margins {_margins(m)} there); only a recording of it can "
         f"tell, and it would save {saved}"
     )
 
@@ -179,10 +186,8 @@ def render(p: Plan, elapsed_s: float) -> str:
     lines += ["", f"candidates ({len(p.candidates)}):"]
     lines += ["  " + _line(c, p.slos) for c in p.candidates]
     c = p.chosen
-    change = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in c.changes.items()) or "today's flags"
-    margins = ", ".join(f"{k[:-2]} {_pct(m)}" for k, m in c.margins.items())
     head = "plan" if p.feasible else "INFEASIBLE: no candidate holds every SLO; the closest"
-    lines += ["", f"{head}: {c.replicas} replica(s) with {change}; margins {margins}"]
+    lines += ["", f"{head}: {c.replicas} replica(s) with {_flags(c)}; margins {_margins(c)}"]
     if p.might_hold:
         lines.append(_canary(p.might_hold, c))
     lines += [f"note: {n}" for n in p.notes]
