@@ -8,6 +8,7 @@ from dataclasses import replace
 from kvdoctor.errors import InputError
 from kvdoctor.whatif import spec
 from kvdoctor.whatif.model import Engine, Workload
+from kvdoctor.whatif.slo import number
 
 INT_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "max_model_len", "replicas")
 KNOBS = (
@@ -166,12 +167,9 @@ def _memory(e: Engine, util: float, info: dict[str, str], gpu_bytes: float | Non
 
 
 def _number(label: str | None) -> float | None:
-    """An info label's number; None for a missing one or vLLM's "None"."""
-    try:
-        v = float(label or "")
-    except ValueError:
-        return None
-    return v if math.isfinite(v) and v > 0 else None
+    """An info label's size or share; None for a missing one, vLLM's "None", or one that is no positive number."""
+    v = number(label)
+    return v if v is not None and math.isfinite(v) and v > 0 else None
 
 
 def _speculation(e: Engine, k: int) -> tuple[Engine, str]:
