@@ -110,11 +110,17 @@ def plan(check: Check) -> dict:
     return json.loads(out.getvalue())
 
 
+def planned_rate(check: Check, candidate: dict) -> float:
+    """The rate each of a candidate's replicas gets at the planned load (the light run's measured rate × load,
+    split evenly)."""
+    return plan(check)["current"]["requests_per_s"] * check.doc["load"] / candidate["replicas"]
+
+
 def recorded(check: Check, candidate: dict) -> dict:
     """The run recorded for a candidate: its cap, and the rate each of its replicas gets at the planned load."""
     cap = candidate["changes"].get("max_num_seqs", check.light["max_num_seqs"])
     assert set(candidate["changes"]) <= {"max_num_seqs"}, f"not recorded: {candidate['changes']}"
-    per_replica = plan(check)["current"]["requests_per_s"] * check.doc["load"] / candidate["replicas"]
+    per_replica = planned_rate(check, candidate)
     for run in check.doc["runs"]:
         if run["role"] != "light" and run["max_num_seqs"] == cap and run["replicas"] == candidate["replicas"]:
             # the recorded rate is the planned one (the light run's measured rate × load, split evenly), and so is
@@ -203,7 +209,7 @@ def test_plans_verdict_on_every_recorded_candidate_is_what_the_recording_shows(c
         checked[name] = (c["meets_slos"], not broken(check, run))
         # a replica that held on less traffic than planned would say nothing about the plan
         if checked[name][1]:
-            planned = plan(check)["current"]["requests_per_s"] * check.doc["load"] / c["replicas"]
+            planned = planned_rate(check, c)
             assert run["step"]["client"]["arrivals_per_s"] >= 0.95 * planned, (name, planned)
     # the pick, today's flags at its replicas, one replica of caps 16, 32 and 64
     assert len(checked) >= 5, checked
