@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from kvdoctor.ingest.recording import Frame, load_frames
+from kvdoctor.ingest.recording import Frame, ParsedFrame, load_frames
 from kvdoctor.pipeline import Cycle, Pipeline
 from kvdoctor.query import recording_instance
 
@@ -20,17 +20,20 @@ def replay(
     scrape_every_s: float = 0.0,
     on_cycle: Callable[[Cycle], None] | None = None,
     names: Mapping[str, str] | None = None,
+    parsed: Mapping[str, list[ParsedFrame]] | None = None,
 ) -> Iterator[Cycle]:
     """Feed frames in time order and evaluate every interval_s; scrape_every_s > 0 drops frames to that cadence.
 
-    `names` gives recordings (by path as given) their target's name, before their sidecars and file names."""
-    frames: list[tuple[float, str, Frame]] = []
+    `names` gives recordings (by path as given) their target's name, before their sidecars and file names;
+    `parsed`, their frames parsed already (by path as given), which are not read again."""
+    frames: list[tuple[float, str, Frame | ParsedFrame]] = []
     for path in recordings:
         name = recording_instance(path, names)
         if name not in pipeline.targets:
             pipeline.add_target(name)
         last = -1e18
-        for f in load_frames(path):
+        given = (parsed or {}).get(str(path))
+        for f in load_frames(path) if given is None else given:
             if scrape_every_s and f.t - last < scrape_every_s - 1e-6:
                 continue
             last = f.t
@@ -44,7 +47,7 @@ def replay(
     while t <= end + 1e-9:
         while i < len(frames) and frames[i][0] <= t:
             _, name, f = frames[i]
-            pipeline.observe(name, f.t, f.text, f.error)
+            pipeline.observe(name, f.t, f.scrape if isinstance(f, ParsedFrame) else f.text, f.error)
             i += 1
         cycle = pipeline.evaluate(t)
         if on_cycle:

@@ -18,7 +18,7 @@ from kvdoctor.config.durations import duration_seconds
 from kvdoctor.errors import InputError
 from kvdoctor.ingest.fetch import HttpOptions, ScrapeError, fetch
 from kvdoctor.ingest.parse import ParseError, parse
-from kvdoctor.ingest.recording import RecordingError
+from kvdoctor.ingest.recording import ParsedFrame, RecordingError, parse_frames
 from kvdoctor.replay import replay
 from kvdoctor.sources.client import PromClient
 from kvdoctor.whatif.knobs import KNOBS, KnobError, parse_knob
@@ -166,10 +166,11 @@ def _load(args: argparse.Namespace) -> tuple[list[Snap], Any, str]:
     path = Path(args.source)
     if not path.is_file():
         raise RecordingError(f"{path}: no such recording")
-    return recording_snaps(path), (lambda lo, hi: _replay_class(path, lo, hi)), str(path)
+    frames = parse_frames(path)  # once, for the snapshots and the measured class's replay
+    return recording_snaps(path, frames), (lambda lo, hi: _replay_class(path, frames, lo, hi)), str(path)
 
 
-def _replay_class(path: Path, lo: float, hi: float) -> str | None:
+def _replay_class(path: Path, frames: list[ParsedFrame], lo: float, hi: float) -> str | None:
     """The class kvdoctor gave during the window, replaying the recording through the real pipeline."""
     cfg = load_config_or_exit(None)
     # books only: the relief check that decides a verdict is simulated, the advice's effects (never shown here) not
@@ -178,7 +179,7 @@ def _replay_class(path: Path, lo: float, hi: float) -> str | None:
     if pipeline is None:
         return None
     seen: Counter[str] = Counter()
-    for cycle in replay(pipeline, [str(path)], interval_s=5.0):
+    for cycle in replay(pipeline, [str(path)], interval_s=5.0, parsed={str(path): frames}):
         if cycle.t > hi:
             break
         if lo <= cycle.t:

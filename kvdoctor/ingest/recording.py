@@ -9,7 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from kvdoctor.acyclic import acyclic
 from kvdoctor.errors import InputError
+from kvdoctor.ingest.parse import ParseError, Parser
+from kvdoctor.samples import Scrape
 
 
 class Frame(NamedTuple):
@@ -24,6 +27,14 @@ class Frame(NamedTuple):
 # than a day, or a time past year 5000 (milliseconds written as seconds), is a broken clock, not a pause.
 MAX_GAP_S = 86_400.0
 MAX_T = 1e11
+
+
+class ParsedFrame(NamedTuple):
+    """One recorded scrape with its exposition parsed: what a command that reads a recording twice parses once."""
+
+    t: float
+    scrape: Scrape | None
+    error: str | None = None
 
 
 class RecordingError(InputError):
@@ -77,3 +88,19 @@ def _check_clock(p: Path, lineno: int, t: float, prev: float, prev_line: int) ->
 def load_frames(path: str | Path) -> list[Frame]:
     """All frames of a recording in time order; RecordingError (file:line) if its clock steps back or jumps."""
     return list(read_recording(path))
+
+
+def parse_frames(path: str | Path) -> list[ParsedFrame]:
+    """All frames of a recording, each exposition parsed once; RecordingError names the file and the frame."""
+    parser = Parser()
+    out = []
+    with acyclic():  # hundreds of thousands of samples, no cycle among them
+        for i, f in enumerate(read_recording(path)):
+            if f.text is None:
+                out.append(ParsedFrame(f.t, None, f.error))
+                continue
+            try:
+                out.append(ParsedFrame(f.t, parser.parse(f.text)))
+            except ParseError as exc:
+                raise RecordingError(f"{path}: frame {i + 1}: {exc}") from None
+    return out

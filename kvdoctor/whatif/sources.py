@@ -7,8 +7,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from kvdoctor.ingest.parse import ParseError, Parser
-from kvdoctor.ingest.recording import RecordingError, load_frames
+from kvdoctor.ingest.recording import ParsedFrame, RecordingError, parse_frames
 from kvdoctor.samples import Sample
 from kvdoctor.whatif.window import Snap, restarts, snapshot
 from kvdoctor.whatif.workload import WindowError
@@ -21,17 +20,20 @@ MIN_LEVEL_S = 30.0
 IDLE_GAP_S = 10.0  # … which starts after the last idle stretch this long
 
 
-def recording_snaps(path: str | Path) -> list[Snap]:
-    """Every successful scrape of a recording as a Snap; raises RecordingError naming the file."""
-    parser = Parser()
-    out = []
-    for i, f in enumerate(load_frames(path)):
-        if f.text is None:
+def recording_snaps(path: str | Path, frames: list[ParsedFrame] | None = None) -> list[Snap]:
+    """Every successful scrape of a recording (its frames, when parsed already) as a Snap; raises
+    RecordingError naming the file."""
+    frames = parse_frames(path) if frames is None else frames
+    out: list[Snap] = []
+    for f in frames:
+        if f.scrape is None:
             continue
-        try:
-            out.append(snapshot(f.t, parser.parse(f.text).samples))
-        except ParseError as exc:
-            raise RecordingError(f"{path}: frame {i + 1}: {exc}") from None
+        snap = snapshot(f.t, f.scrape.samples)
+        if (
+            out and snap.info == out[-1].info
+        ):  # its 38 labels rarely change: one dict, compared by identity after
+            snap.info = out[-1].info
+        out.append(snap)
     if not out:
         raise RecordingError(f"{path}: no successful scrape in the recording")
     return out
