@@ -36,14 +36,16 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every subcommand's, or only the one argv names (its imports alone)."""
     parser = argparse.ArgumentParser(
         prog="kvdoctor", description="Tells vLLM operators which limit they hit and what to change."
     )
     parser.add_argument("--version", action="version", version=f"kvdoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in SUBCOMMANDS.values():
+    # the daemon's, Slack's and HTTP's libraries cost a recording-only command a quarter of its start-up
+    named = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    for module in (SUBCOMMANDS[named],) if named else SUBCOMMANDS.values():
         importlib.import_module(module).add_parser(sub)
     return parser
 
@@ -57,7 +59,8 @@ def report_error(command: str, exc: InputError | TransportError) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run kvdoctor; returns the exit code (README "Exit codes": 0 ok, 1 found, 2 input, 3 transport)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)

@@ -7,13 +7,14 @@ import functools
 import re
 import ssl
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
-
-import aiohttp
 
 from kvdoctor.errors import TransportError
 from kvdoctor.ingest.parse import is_openmetrics
+
+if TYPE_CHECKING:  # imported where a scrape is made: a command that only reads recordings never loads it
+    import aiohttp
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 _OK_TYPES = ("text/plain", "application/openmetrics-text", "")
@@ -67,6 +68,8 @@ def _ssl(verify: bool | str, cert: tuple[str, str] | None) -> ssl.SSLContext | b
 
 def new_session(max_connections: int = 100) -> aiohttp.ClientSession:
     """A client session whose connection pool holds at most max_connections; call inside a running loop."""
+    import aiohttp
+
     connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, ttl_dns_cache=60)
     return aiohttp.ClientSession(connector=connector, auto_decompress=True, trust_env=False)
 
@@ -78,6 +81,8 @@ async def fetch_async(session: aiohttp.ClientSession, url: str, opts: HttpOption
 
 async def fetch_page_async(session: aiohttp.ClientSession, url: str, opts: HttpOptions) -> Page:
     """GET url within opts' limits: the body as text and whether it is OpenMetrics; ScrapeError on any failure."""
+    import aiohttp
+
     shown = _without_userinfo(url)  # errors reach logs, the API and the page: never user:password
     headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip", **dict(opts.headers)}
     if opts.bearer_token:

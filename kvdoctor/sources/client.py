@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
-
-import requests
 
 from kvdoctor.errors import TransportError
 from kvdoctor.ingest.fetch import HttpOptions
+
+if TYPE_CHECKING:  # imported by the client that queries: a command that only reads recordings never loads it
+    import requests
 
 # (labels including __name__ when the series has one, value) per element of an instant vector
 InstantVector = list[tuple[dict[str, str], float]]
@@ -48,6 +49,8 @@ class PromClient:
             basic = (parts.username, parts.password or "")
         self._auth = basic
         self.base = safe_url(url).rstrip("/")
+        import requests
+
         self.session = session or requests.Session()
         self.session.headers.update(dict(self.http.headers))
         if self.http.bearer_token:
@@ -115,6 +118,8 @@ class PromClient:
         return self.query_range_samples(f"{selector}[{max(1, round(lookback_s))}s]", t)
 
     def _post(self, path: str, form: dict[str, str], expr: str) -> dict[str, Any]:
+        import requests
+
         what = f"{self.base}: query {_short(expr, 80)!r}"
         h = self.http
         try:

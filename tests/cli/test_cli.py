@@ -198,3 +198,26 @@ def test_serve_names_a_missing_web_config_instead_of_a_traceback(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert f"kvdoctor serve: {missing}: No such file or directory" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_command_on_a_recording_never_loads_the_http_and_slack_clients(kv_bound):
+    # a third of whatif's start-up was aiohttp, requests and slack_sdk, none of which reading a file needs
+    code = (
+        "import sys\n"
+        "from kvdoctor.cli import main\n"
+        f"code = main(['whatif', {str(kv_bound)!r}, '--set', 'max_num_seqs=16'])\n"
+        "print(code, sorted(m for m in ('aiohttp', 'requests', 'slack_sdk') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "0 []"
+
+
+def test_the_help_still_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("whatif", "plan", "serve", "report", "notify", "replay-server"))
+    with pytest.raises(SystemExit):
+        main(["whatif", "--help"])
+    assert "--set NAME=VALUE" in capsys.readouterr().out
