@@ -7,9 +7,9 @@ time comes only from the `StepModel`.
 
 from __future__ import annotations
 
-import gc
 import random
 
+from kvdoctor.acyclic import acyclic
 from kvdoctor.whatif.arrivals import ArrivalQueue, generate
 from kvdoctor.whatif.kvcache import KVCacheManager
 from kvdoctor.whatif.model import Engine, Request, SimResult, StepModel, Workload
@@ -74,9 +74,7 @@ def run_until(scheduler: Scheduler, end_s: float) -> None:
     # A run allocates a few small containers per step while holding every pending arrival: the cyclic
     # collector would walk that heap again and again for nothing (a request and its cached segment are the
     # only cycle, broken when the request is readmitted), a tenth of a run's time. Refcounting frees the rest.
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with acyclic():
         while scheduler.now < end_s:
             scheduler.add_arrived()
             if scheduler.idle:
@@ -85,6 +83,3 @@ def run_until(scheduler: Scheduler, end_s: float) -> None:
                 scheduler.idle_until(min(scheduler.arrivals.next_time(), end_s))
                 continue
             scheduler.step()
-    finally:
-        if paused:
-            gc.enable()
