@@ -211,7 +211,7 @@ def restarts(snaps: list[Snap]) -> list[int]:
     for i in range(1, len(snaps)):
         a, b = snaps[i - 1], snaps[i]
         if b.get("vllm:generation_tokens_total", 0.0) < a.get("vllm:generation_tokens_total", 0.0) or (
-            a.info and b.info and _config(a.info) != _config(b.info)
+            a.info and b.info and a.info is not b.info and _config(a.info) != _config(b.info)
         ):
             out.append(i)
     return out
