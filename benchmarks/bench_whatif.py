@@ -32,10 +32,10 @@ Also the unchanged error on the labelled single recordings of ../shared/recordin
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,7 +46,6 @@ sys.path.insert(0, str(ROOT))
 import repeats  # noqa: E402
 from whatif_table import header, pair_rows, pct  # noqa: E402
 
-from kvdoctor.cli import main as kvdoctor  # noqa: E402
 from kvdoctor.whatif.compare import COVERED, HEADLINE, errors, load_pairs, run_pair  # noqa: E402
 from kvdoctor.whatif.members import MEMBERS  # noqa: E402
 from kvdoctor.whatif.model import Engine, LengthDist, Workload  # noqa: E402
@@ -119,14 +118,21 @@ def whatif_speed(long: Path | None) -> float:
         f"whatif: {found[0].name}, a {span:.0f} s window ({pred.workload.kind} loop), max_num_seqs=64 predicted "
         f"with intervals in {took:.2f} s of CPU — target ≤ {SPEED_TARGET_S:g} s: {'ok' if took <= SPEED_TARGET_S else 'MISSED'}"
     )
-    # what a user waits for: the command, with the measured class's replay of the recording (startup aside)
+    # what a user waits for: the command as a process, start-up and imports included, with the measured class's
+    # replay of the recording
     argv = ["whatif", str(found[0]), "--window", f"{window[0].t - snaps[0].t:.1f}:{hi - snaps[0].t:.1f}"]
-    t = time.process_time()
-    with contextlib.redirect_stdout(io.StringIO()):
-        kvdoctor([*argv, "--set", "max_num_seqs=64"])
-    whole = time.process_time() - t
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(
+        [sys.executable, "-m", "kvdoctor", *argv, "--set", "max_num_seqs=64"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print(
-        f"  the whole command, its measured class replayed: {whole:.2f} s of CPU: {'ok' if whole <= SPEED_TARGET_S else 'MISSED'}"
+        f"  the whole command, a process of its own with its measured class replayed: {whole:.2f} s of CPU: "
+        f"{'ok' if whole <= SPEED_TARGET_S else 'MISSED'}"
     )
     return max(took, whole)
 
