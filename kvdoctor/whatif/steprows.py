@@ -59,7 +59,10 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         # the ITL mean weighs each step by its decoding requests: when the batch swings (open-loop arrivals) it
         # answers for the decoder-weighted batch Σr²/Σr over the busy steps, read from the running gauge; idle
         # scrapes run no step, so they do not count (with them a light load's batch of 1 would read as 3)
-        busy = [r for s in window if (r := s.get("vllm:num_requests_running", 0.0)) > 0]
+        # counters and gauges are summed over a data-parallel server's engines, which step side by side: per engine,
+        # the running count is its share and a step's period is the interval over its share of the steps
+        engines = max(1, b.engines)
+        busy = [r / engines for s in window if (r := s.get("vllm:num_requests_running", 0.0)) > 0]
         # the others running beside a prefilling request: a lone request's prefill step decodes nobody
         beside = min(decoding, max(0.0, sum(busy) / len(busy) - 1.0)) if busy else decoding
         if busy:
@@ -74,7 +77,7 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         else:
             rows.append(([1.0, decoding, prefill, ctx, pairs], y, n_itl))
         if len(busy) == len(window):
-            rows.append(([1.0, decoding, prefill, ctx, pairs], (b.t - a.t) / steps, steps))
+            rows.append(([1.0, decoding, prefill, ctx, pairs], (b.t - a.t) * engines / steps, steps))
         n_pre = delta(a, b, "vllm:request_prefill_time_seconds_count")
         computed = mean_of(a, b, "vllm:request_prefill_kv_computed_tokens")
         if not math.isfinite(computed):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,22 @@ def test_the_intervals_step_models_agree_inside_the_seen_batch_and_spread_beyond
     # drawn about the point fit, not somewhere else
     mid = sorted(m.duration(2, 0.0, 800.0, 0.0) for m in draws)[100]
     assert mid == pytest.approx(point.duration(2, 0.0, 800.0, 0.0), rel=0.05)
+
+
+def test_two_engines_side_by_side_read_as_the_steps_of_one():
+    # a data-parallel server sums its engines' counters and gauges: twice the steps in the same seconds are two
+    # engines stepping at once, not steps half as long (a DP=2 server was fitted twice as fast as it ran)
+    snaps = recording_snaps(RAMPS / "tiny_ramp_c32.jsonl.gz")[:120]
+    doubled = [
+        replace(
+            s,
+            flat={k: 2 * v for k, v in s.flat.items()},
+            buckets={k: {le: 2 * c for le, c in b.items()} for k, b in s.buckets.items()},
+            engines=2,
+        )
+        for s in snaps
+    ]
+    one, two = history_rows(snaps, 2048), history_rows(doubled, 2048)
+    assert len(one) == len(two) > 10
+    for (x1, y1, _), (x2, y2, _) in zip(one, two, strict=True):
+        assert x2 == pytest.approx(x1) and y2 == pytest.approx(y1)
