@@ -10,7 +10,8 @@ speculation where the recording has it, replicas) and `plan` with SLOs at twice 
 TTFT p95 and ITL p50, each with and without --json. It runs kvdoctor's CLI in this one process (no internet, no
 parallelism) and prints one line per (recording, command): ok / error (exit 2 and its message) / TRACEBACK, CPU
 and wall seconds, and flags: NaN, inf or negative values in JSON, absurd predictions (tokens/s above what the load
-offers, headroom < 0), a whatif over 2 s of CPU per 5 minutes of window, a plan over 10 s, and a verdict that
+offers, headroom < 0), a window whose own (unchanged) prediction misses what it measured by a wide factor and
+outside its interval, a whatif over 2 s of CPU per 5 minutes of window, a plan over 10 s, and a verdict that
 differs between --json and text. A summary table of counts per command ends the run.
 
 By default the --json run of a whatif or plan reuses the prediction of its text run (same argv, same seed), so
@@ -196,6 +197,11 @@ def sweep_one(rec: Path, i: int, args: argparse.Namespace, memo: Memo, aside: bo
         learn_cache._cache.clear()
         probe = run_cli(["whatif", str(rec), "--set", "load=x1", "--json"], memo, args.timeout)
         base = checks.load_json(probe) or {} if probe["code"] == 0 else {}
+        if base and not aside:  # the window's own prediction against what it measured, once a recording
+            probe.update(rec=str(rec), kind="whatif", label="whatif window [json]", form="probe", aside=aside)
+            probe["flags"] = checks.unchanged_misses(base)
+            done.append(probe)
+            print(checks.line(probe), flush=True)
     if "whatif" in args.commands:
         runs = whatifs(rec, base)
         if not args.full:  # a rotating third of the knobs, so each kind lands on a third of the recordings
