@@ -197,6 +197,8 @@ def infer_engine(
     if not max_len:
         max_len = blocks * block
         notes.append(f"max_model_len not exported; taken as the cache size, {max_len} tokens")
+    if v0_engine(snaps):
+        notes.insert(0, V0_NOTE)
     engines = max(1, snaps[-1].engines)
     if max_num_seqs is None:
         max_num_seqs = plateau(snaps, engines)
@@ -223,6 +225,19 @@ def infer_engine(
         engine = spec.measured(engine, speculation)
         notes.append(spec.describe(speculation))
     return engine, notes
+
+
+V0_NOTE = (
+    "vLLM's V0 engine, by its metrics (no prefix-cache counters, which every V1 engine exports): this simulates "
+    "V1's scheduler, and V0 runs prefills in steps of their own and preempts otherwise, so expect even the "
+    "unchanged prediction to be far off"
+)
+
+
+def v0_engine(snaps: list[Snap]) -> bool:
+    """Whether the server runs vLLM's V0 engine (before 0.10 on CPU): V1 registers its prefix-cache counters at
+    start, caching on or off, and V0 never has them."""
+    return all(math.isnan(s.get("prefix_queries")) for s in snaps)
 
 
 def plateau(snaps: list[Snap], engines: int = 1) -> int | None:

@@ -1,5 +1,5 @@
-"""The batch cap read from a plateau of running under a queue, as the rule pack reads it, on recordings whose
---max-num-seqs the recording's notes give."""
+"""What the what-if reads of the engine from its metrics alone, on recordings whose flags their notes give: the batch
+cap from a plateau of running under a queue (as the rule pack reads it), and whether it is vLLM's V0 engine."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from kvdoctor.whatif.sources import default_window, recording_snaps
 from kvdoctor.whatif.window import in_window
-from kvdoctor.whatif.workload import DEFAULT_MAX_NUM_SEQS, infer_engine
+from kvdoctor.whatif.workload import DEFAULT_MAX_NUM_SEQS, V0_NOTE, infer_engine
 
 FIX = Path(__file__).parents[1] / "fixtures/recordings"
 
@@ -47,3 +47,17 @@ def test_no_plateau_where_the_cap_never_held_a_queue_back(name: str) -> None:
     got, notes = _engine(name)
     assert got == DEFAULT_MAX_NUM_SEQS
     assert any("no batch-cap plateau seen" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("name", "v0"),
+    [
+        ("vllm-0.8.5-cpu/kv_bound.jsonl.gz", True),  # labels.json: "V0 engine"
+        ("vllm-0.8.5-cpu/healthy.jsonl.gz", True),
+        ("vllm-0.10.2-cpu/kv_bound.jsonl.gz", False),  # V1, the first CPU release we have with it
+        ("vllm-0.32-cpu-whatif2/tiny_prefix_after.jsonl.gz", False),  # V1, --no-enable-prefix-caching
+    ],
+)
+def test_a_v0_engine_is_told_as_one_the_simulation_does_not_model(name: str, v0: bool) -> None:
+    _, notes = _engine(name)
+    assert (notes[0] == V0_NOTE) is v0 and (V0_NOTE in notes) is v0
