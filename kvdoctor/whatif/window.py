@@ -80,6 +80,11 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
             per = f'{key}{{position="{dict(labels).get("position", "")}"}}'
             flat[per] = flat.get(per, 0.0) + value
             flat[key] = flat.get(key, 0.0) + value
+        elif (
+            what is _REASON
+        ):  # the queue by why it waits: only those waiting for capacity meet a cap or cache
+            per = f'{key}{{reason="{dict(labels).get("reason", "")}"}}'
+            flat[per] = flat.get(per, 0.0) + value
         elif what is _INFO:
             info = dict(labels)
             engines.add(info.get("engine", "0"))
@@ -90,7 +95,18 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
 
 # What a sample name adds to a Snap, decided once per name rather than once per sample (a target prints the same
 # few hundred names every scrape): how it is folded in, and under which key. The loop compares kinds by identity.
-_SKIP, _SUM, _BUCKET, _MAX, _POSITION, _INFO = "skip", "sum", "bucket", "max", "position", "info"
+_SKIP, _SUM, _BUCKET, _MAX, _POSITION, _INFO, _REASON = (
+    "skip",
+    "sum",
+    "bucket",
+    "max",
+    "position",
+    "info",
+    "reason",
+)
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+DEFERRED = f'{WAITING_BY_REASON}{{reason="deferred"}}'
+
 _KINDS: dict[str, tuple[str, str]] = {}
 _KV = frozenset(ALIASES["kv"])
 _HISTOGRAMS = frozenset(HISTOGRAMS)
@@ -106,6 +122,8 @@ def _kind(name: str) -> tuple[str, str]:
         kind = (_SKIP, "")
     elif name == PER_POSITION:
         kind = (_POSITION, name)
+    elif name == WAITING_BY_REASON:
+        kind = (_REASON, name)
     elif name in _KV:
         kind = (_MAX, name)
     else:
@@ -113,6 +131,12 @@ def _kind(name: str) -> tuple[str, str]:
     if len(_KINDS) < 10_000:  # a fleet prints a few hundred names; a hostile target's are not all kept
         _KINDS[name] = kind
     return kind
+
+
+def waiting_for_capacity(snap: Snap) -> float:
+    """Requests waiting for a seat or blocks: all that wait, less those vLLM (0.20 on) defers for a transient
+    constraint (a LoRA adapter's slot, a KV transfer), which no batch cap or cache size holds back."""
+    return max(0.0, snap.get("vllm:num_requests_waiting", 0.0) - snap.flat.get(DEFERRED, 0.0))
 
 
 def hist_name(snap: Snap, key: str) -> str:

@@ -8,7 +8,7 @@ import statistics
 from kvdoctor.errors import InputError
 from kvdoctor.whatif import spec
 from kvdoctor.whatif.model import Engine, LengthDist, Workload
-from kvdoctor.whatif.window import Snap, delta, delta_buckets, mean_of
+from kvdoctor.whatif.window import Snap, delta, delta_buckets, mean_of, waiting_for_capacity
 
 PERSISTENT_QUEUE = 0.75  # waiting > 0 in at least this share of scrapes (the pack's batch-cap test)
 HELD = 0.75  # share of scrapes with running + waiting within 10 % of its median for a fixed population
@@ -199,6 +199,14 @@ def infer_engine(
         notes.append(f"max_model_len not exported; taken as the cache size, {max_len} tokens")
     if v0_engine(snaps):
         notes.insert(0, V0_NOTE)
+    deferred = statistics.fmean(
+        s.get("vllm:num_requests_waiting", 0.0) - waiting_for_capacity(s) for s in snaps
+    )
+    if deferred >= 0.5:
+        notes.append(
+            f"{deferred:.3g} requests waited deferred on average (a LoRA adapter's slot, a KV transfer): the "
+            "simulation has no such constraint and serves them as the others"
+        )
     engines = max(1, snaps[-1].engines)
     if max_num_seqs is None:
         max_num_seqs = plateau(snaps, engines)
@@ -243,7 +251,7 @@ def v0_engine(snaps: list[Snap]) -> bool:
 def plateau(snaps: list[Snap], engines: int = 1) -> int | None:
     """The batch cap when running held at its peak under a persistent queue with KV to spare, per engine."""
     running = [s.get("vllm:num_requests_running", 0.0) for s in snaps]
-    waiting = [s.get("vllm:num_requests_waiting", 0.0) for s in snaps]
+    waiting = [waiting_for_capacity(s) for s in snaps]
     kv = [s.get("kv", 0.0) for s in snaps]
     top = max(running)
     if top <= 0 or max(kv) >= 0.8 or delta(snaps[0], snaps[-1], "vllm:num_preemptions_total") > 0:

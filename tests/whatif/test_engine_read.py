@@ -61,3 +61,10 @@ def test_no_plateau_where_the_cap_never_held_a_queue_back(name: str) -> None:
 def test_a_v0_engine_is_told_as_one_the_simulation_does_not_model(name: str, v0: bool) -> None:
     _, notes = _engine(name)
     assert (notes[0] == V0_NOTE) is v0 and (V0_NOTE in notes) is v0
+
+
+def test_requests_deferred_for_a_lora_slot_are_no_batch_cap_and_are_said() -> None:
+    # labels.json: running 11-12 of --max-num-seqs 128 while adapter c's 4 requests wait, all of them "deferred"
+    got, notes = _engine("vllm-0.32-cpu-field/lora.jsonl.gz")
+    assert got == DEFAULT_MAX_NUM_SEQS
+    assert any(n.startswith("4 requests waited deferred on average (a LoRA adapter's slot") for n in notes)
