@@ -85,6 +85,7 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
         ):  # the queue by why it waits: only those waiting for capacity meet a cap or cache
             per = f'{key}{{reason="{dict(labels).get("reason", "")}"}}'
             flat[per] = flat.get(per, 0.0) + value
+            flat[key] = flat.get(key, 0.0) + value
         elif what is _INFO:
             info = dict(labels)
             engines.add(info.get("engine", "0"))

@@ -46,6 +46,9 @@ def _reading(t: float, text: str) -> Snap:
                 if name == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
                     key = f'{name}{{position="{labels.get("position", "")}"}}'
                     snap.flat[key] = snap.flat.get(key, 0.0) + value
+                if name == "vllm:num_requests_waiting_by_reason":  # why they wait, as well as how many
+                    key = f'{name}{{reason="{labels.get("reason", "")}"}}'
+                    snap.flat[key] = snap.flat.get(key, 0.0) + value
                 snap.flat[name] = snap.flat.get(name, 0.0) + value
     snap.engines = len(engines)
     return snap
