@@ -70,6 +70,14 @@ def render(pred: Prediction) -> str:
         lines.append(
             "after the change, outside what the history showed: " + "; ".join(d["interval"]["unseen"])
         )
+    missed = pred.not_reproduced()
+    if missed:  # a model that cannot give back the window it learned from is no better after a change
+        lines.append(
+            "the window itself is not reproduced: "
+            + "; ".join(missed)
+            + " (what it predicts after the change "
+            "inherits that miss)"
+        )
     for side, o in (("unchanged", pred.overload_now), ("after", pred.overload_after)):
         if o is not None:  # past saturation the queue has no steady length: say how fast it grows instead
             lines.append(f"{side} {o.line()}; (grows): a value that depends on how long was simulated")

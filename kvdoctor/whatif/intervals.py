@@ -123,6 +123,27 @@ def unseen(seen: Seen, q: Quantities, w: Workload, replicas: int) -> list[tuple[
     return out
 
 
+# the window's own prediction should give back what the window measured: off by more than this factor and outside
+# its interval, the simulation did not reproduce the window (a constraint it does not model, a window that is no level)
+NOT_REPRODUCED = {
+    "running": ("running", 1.5),
+    "generation_tokens_per_s": ("tokens/s", 1.5),
+    "ttft_p50_s": ("TTFT p50", 3.0),
+}
+
+
+def not_reproduced(unchanged: Quantities, measured: Quantities, band: Band | None) -> list[str]:
+    """What the window measured that its own prediction misses by a wide factor and outside its interval, in words."""
+    out = []
+    for key, (label, factor) in NOT_REPRODUCED.items():
+        u, m = getattr(unchanged, key), getattr(measured, key)
+        if not (math.isfinite(u) and math.isfinite(m) and u > 0 and m > 0) or max(u / m, m / u) <= factor:
+            continue
+        if band is None or not band.inside(key, m):
+            out.append(f"{label} {u:.3g} predicted against {m:.3g} measured")
+    return out
+
+
 def misses(unchanged: Quantities, measured: Quantities) -> dict[str, float]:
     """|ln(unchanged / measured)| per quantity: how far the model missed the window it learned from."""
     out = {}

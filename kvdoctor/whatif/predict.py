@@ -51,6 +51,10 @@ class Prediction:
     band_after: Band | None = None
     member_s: float = 0.0  # how long each of the interval's short simulations ran
 
+    def not_reproduced(self) -> list[str]:
+        """What the window measured that its own, unchanged prediction misses widely: a window the model misread."""
+        return intervals.not_reproduced(self.unchanged, self.measured, self.band_now)
+
     def to_dict(self) -> JsonObject:
         """The `--json` shape."""
         w, s = self.workload, self.step
@@ -65,6 +69,7 @@ class Prediction:
             "predicted": {**self.predicted.to_dict(), **as_dict(self.overload_after)},
             **after,
             "interval": intervals.describe(self.member_s, self.band_after),
+            "not_reproduced": self.not_reproduced(),
             "workload": {
                 "kind": w.kind,
                 "requests_per_s": _r(w.rate_per_s),

@@ -42,6 +42,7 @@ def test_json_has_the_documented_shape_and_the_change_shows(capsys):
         "predicted_p10",
         "predicted_p90",
         "interval",
+        "not_reproduced",
         "workload",
         "engine",
         "step_model",
@@ -58,6 +59,21 @@ def test_json_has_the_documented_shape_and_the_change_shows(capsys):
     assert doc["predicted"]["itl_p50_s"] > doc["predicted_unchanged"]["itl_p50_s"]
     assert any("max_num_seqs 4" in a for a in doc["assumptions"])
     assert "after: max_num_seqs 12," in doc["assumptions"][-1]
+    assert doc["not_reproduced"] == []  # the window's own prediction gives back what it measured
+
+
+def test_a_window_the_model_does_not_reproduce_is_told(capsys):
+    # a V0 engine (0.8.5 on CPU) prefills in steps of its own: the V1 simulation makes 3x the tokens it served
+    v0 = RESTART / "kv_bound.jsonl.gz"
+    assert main(["whatif", str(v0), "--set", "load=x1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    missed = doc["not_reproduced"]
+    assert any(re.fullmatch(r"tokens/s [\d.]+ predicted against [\d.]+ measured", m) for m in missed), missed
+    measured = doc["measured"]["generation_tokens_per_s"]
+    assert doc["predicted_unchanged"]["generation_tokens_per_s"] > 1.5 * measured
+    assert main(["whatif", str(v0), "--set", "load=x1"]) == 0
+    text = capsys.readouterr().out
+    assert "the window itself is not reproduced: " + "; ".join(missed) in text
 
 
 def test_text_output_is_side_by_side(capsys):
