@@ -53,6 +53,8 @@ class Effect:
     after_p90: dict[str, float | None] = field(default_factory=dict)
     # where the prediction leaves what the server has shown, e.g. "batch 31 never seen (largest 5)"
     unseen: str = ""
+    # what the window measured that its own, unchanged prediction misses widely: the prediction inherits that miss
+    not_reproduced: str = ""
     # how the load met the server as simulated now: clients waiting for answers (a closed loop), or an open loop
     # past capacity; either way throughput is what the server gives, and a latency moved at the same throughput is
     # traded for another, not gained (whatif/relief.py)
@@ -83,8 +85,9 @@ class Effect:
                 parts.append(f"{label} {(b - a) / a:+.0%}{span}")
         ranges = "; ranges are 80 % intervals" if self.after_p10 else ""
         unseen = f"; {self.unseen}" if self.unseen else ""
+        missed = f"; the window itself not reproduced: {self.not_reproduced}" if self.not_reproduced else ""
         overload = f"; {self.overload}" if self.overload else ""
-        return ", ".join(parts) + f" (then {self.bottleneck_after}){ranges}{unseen}{overload}"
+        return ", ".join(parts) + f" (then {self.bottleneck_after}){ranges}{unseen}{missed}{overload}"
 
 
 def _two(x: float) -> str:

@@ -48,6 +48,7 @@ def effect_of(p: Prediction, change: dict[str, float | str], t: float) -> Effect
         after_p10=low,
         after_p90=high,
         unseen="; ".join(band.unseen) if band else "",
+        not_reproduced="; ".join(p.not_reproduced()),
         closed_loop=p.workload.kind == "closed",
         overloaded_now=p.overload_now is not None,
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.whatif.compare import load_pairs, run_pair
+from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.knobs import KnobError, parse_knob
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sources import default_window, recording_snaps
@@ -130,6 +131,17 @@ def test_unchanged_prediction_reproduces_each_limit(shared_032):
         for k in ("ttft_p50_s", "itl_p50_s", "generation_tokens_per_s"):
             got, want = getattr(p.unchanged, k), getattr(p.measured, k)
             assert abs(got - want) / want < 0.3, (name, k, got, want)
+        assert p.not_reproduced() == [], name
+        assert "not reproduced" not in effect_of(p, {}, 0.0).summary()
+
+
+def test_an_advice_predicted_from_a_window_the_model_misreads_says_so():
+    v0 = recording_snaps(Path(__file__).parents[1] / "fixtures/recordings/vllm-0.8.5-cpu/kv_bound.jsonl.gz")
+    lo, hi = default_window(v0)
+    p = predict([s for s in v0 if s.t <= hi], in_window(v0, lo, hi), {"kv_cache_dtype": "fp8"})
+    missed = p.not_reproduced()
+    assert any(m.startswith("tokens/s ") for m in missed)
+    assert f"; the window itself not reproduced: {'; '.join(missed)}" in effect_of(p, {}, 0.0).summary()
 
 
 def test_a_window_without_traffic_is_refused(shared_032):
