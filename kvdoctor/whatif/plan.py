@@ -14,7 +14,7 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
-from kvdoctor.whatif import flags, knobs
+from kvdoctor.whatif import flags, intervals, knobs
 from kvdoctor.whatif.canary import might_hold
 from kvdoctor.whatif.candidates import Candidate, Changes, Plan, Predicted, rounded
 from kvdoctor.whatif.learn import run_key
@@ -272,6 +272,10 @@ def plan(planner: Planner, load: float, gpu: bool = False) -> Plan:
         notes.append(
             "a combination that could not beat the pick with one replica fewer was dropped after that try"
         )
+    basis = planner.basis
+    missed = intervals.not_reproduced(basis.unchanged_quantities(basis.duration_s), basis.measured, None)
+    if missed:  # the model misread the window: every candidate's prediction inherits the miss
+        notes.insert(0, "the window itself is not reproduced: " + "; ".join(missed))
     if planner.skipped:
         notes.append(
             f"{planner.skipped} combination(s) not tried: a change in them bought nothing on its own"

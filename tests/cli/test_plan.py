@@ -254,3 +254,12 @@ def test_a_cheaper_candidate_past_its_capacity_is_not_worth_a_canary(capsys):
 def test_nothing_is_worth_a_canary_when_the_pick_is_already_one_replica(capsys):
     rc, doc = _plan(capsys, str(BATCHCAP), "--slo", "ttft_p95=60s")
     assert rc == 0 and doc["chosen"]["replicas"] == 1 and doc["might_hold"] is None
+
+
+def test_a_plan_from_a_window_the_model_does_not_reproduce_says_so_first(capsys):
+    # vLLM 0.8.5's V0 engine on CPU: the V1 simulation makes 3x the tokens it served
+    v0 = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.8.5-cpu/kv_bound.jsonl.gz"
+    _, doc = _plan(capsys, str(v0), "--slo", "ttft_p95=60s")
+    assert doc["notes"][0].startswith("the window itself is not reproduced: tokens/s ")
+    _, doc = _plan(capsys, str(BATCHCAP), "--slo", "ttft_p95=60s")
+    assert not any("not reproduced" in n for n in doc["notes"])
