@@ -11,12 +11,13 @@ from kvdoctor.whatif.compare import COMPARED, errors
 from kvdoctor.whatif.intervals import Band
 from kvdoctor.whatif.model import Workload
 from kvdoctor.whatif.offload import Offload
+from kvdoctor.whatif.plateau import plateau
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.saturation import DURATION_DEPENDENT
 from kvdoctor.whatif.sharing import Simulate
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Quantities, Snap, measure
-from kvdoctor.whatif.workload import WindowError, infer_workload, plateau
+from kvdoctor.whatif.workload import WindowError, infer_workload
 
 SETTLE_S = 30.0  # steady traffic after the restart before the new configuration is judged
 SAME_LOAD = 1.5  # before and after loads further apart than this are not compared

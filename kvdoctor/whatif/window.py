@@ -77,13 +77,20 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
         elif what is _MAX:
             flat[key] = max(flat.get(key, 0.0), value)
         elif what is _POSITION:  # speculative decoding's acceptance, kept per draft position as well
-            per = f'{key}{{position="{dict(labels).get("position", "")}"}}'
+            per = _split(key, "position", dict(labels).get("position", ""))
             flat[per] = flat.get(per, 0.0) + value
             flat[key] = flat.get(key, 0.0) + value
-        elif (
-            what is _REASON
-        ):  # the queue by why it waits: only those waiting for capacity meet a cap or cache
-            per = f'{key}{{reason="{dict(labels).get("reason", "")}"}}'
+        elif what is _REASON:  # why the queue waits: only those waiting for capacity meet a cap
+            per = _split(key, "reason", dict(labels).get("reason", ""))
+            flat[per] = flat.get(per, 0.0) + value
+            flat[key] = flat.get(key, 0.0) + value
+        elif what is _ENGINE:  # a data-parallel server's gauges, summed and per engine (whatif/plateau.py)
+            engine = "0"
+            for k, v in labels:
+                if k == "engine":
+                    engine = v
+                    break
+            per = _split(key, "engine", engine)
             flat[per] = flat.get(per, 0.0) + value
             flat[key] = flat.get(key, 0.0) + value
         elif what is _INFO:
@@ -105,6 +112,8 @@ _SKIP, _SUM, _BUCKET, _MAX, _POSITION, _INFO, _REASON = (
     "info",
     "reason",
 )
+_ENGINE = "engine"
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 DEFERRED = f'{WAITING_BY_REASON}{{reason="deferred"}}'
 
@@ -125,6 +134,8 @@ def _kind(name: str) -> tuple[str, str]:
         kind = (_POSITION, name)
     elif name == WAITING_BY_REASON:
         kind = (_REASON, name)
+    elif name in (RUNNING, WAITING):
+        kind = (_ENGINE, name)
     elif name in _KV:
         kind = (_MAX, name)
     else:
@@ -138,6 +149,31 @@ def waiting_for_capacity(snap: Snap) -> float:
     """Requests waiting for a seat or blocks: all that wait, less those vLLM (0.20 on) defers for a transient
     constraint (a LoRA adapter's slot, a KV transfer), which no batch cap or cache size holds back."""
     return max(0.0, snap.get("vllm:num_requests_waiting", 0.0) - snap.flat.get(DEFERRED, 0.0))
+
+
+_SPLITS: dict[tuple[str, str, str], str] = {}
+
+
+def _split(key: str, label: str, value: str) -> str:
+    """The flat key of one part of a split value, one string however many snapshots hold it (a daemon keeps a
+    retention of them per target)."""
+    got = _SPLITS.get((key, label, value))
+    if got is None:
+        got = f'{key}{{{label}="{value}"}}'
+        if len(_SPLITS) < 10_000:  # a hostile target's label values are not all kept
+            _SPLITS[(key, label, value)] = got
+    return got
+
+
+def engine_ids(snap: Snap) -> list[str]:
+    """The engines whose running gauge the scrape carried, in order."""
+    prefix = f'{RUNNING}{{engine="'
+    return sorted(k[len(prefix) : -2] for k in snap.flat if k.startswith(prefix))
+
+
+def per_engine(snap: Snap, name: str, engine: str) -> float:
+    """One engine's value of a gauge kept per engine (RUNNING, WAITING)."""
+    return snap.flat.get(f'{name}{{engine="{engine}"}}', 0.0)
 
 
 def hist_name(snap: Snap, key: str) -> str:

@@ -8,9 +8,9 @@ import statistics
 from kvdoctor.errors import InputError
 from kvdoctor.whatif import spec
 from kvdoctor.whatif.model import Engine, LengthDist, Workload
+from kvdoctor.whatif.plateau import PERSISTENT_QUEUE, plateau, uneven
 from kvdoctor.whatif.window import Snap, delta, delta_buckets, mean_of, waiting_for_capacity
 
-PERSISTENT_QUEUE = 0.75  # waiting > 0 in at least this share of scrapes (the pack's batch-cap test)
 HELD = 0.75  # share of scrapes with running + waiting within 10 % of its median for a fixed population
 CEILING = 0.15  # share of scrapes at the highest running + waiting seen for a ceiling (a client population)
 NEAR_CEILING = 0.6  # … and within one request of it
@@ -208,6 +208,9 @@ def infer_engine(
             "simulation has no such constraint and serves them as the others"
         )
     engines = max(1, snaps[-1].engines)
+    shares = uneven(snaps)
+    if shares:
+        notes.append(shares)
     if max_num_seqs is None:
         max_num_seqs = plateau(snaps, engines)
         if max_num_seqs is None:
@@ -246,18 +249,3 @@ def v0_engine(snaps: list[Snap]) -> bool:
     """Whether the server runs vLLM's V0 engine (before 0.10 on CPU): V1 registers its prefix-cache counters at
     start, caching on or off, and V0 never has them."""
     return all(math.isnan(s.get("prefix_queries")) for s in snaps)
-
-
-def plateau(snaps: list[Snap], engines: int = 1) -> int | None:
-    """The batch cap when running held at its peak under a persistent queue with KV to spare, per engine."""
-    running = [s.get("vllm:num_requests_running", 0.0) for s in snaps]
-    waiting = [waiting_for_capacity(s) for s in snaps]
-    kv = [s.get("kv", 0.0) for s in snaps]
-    top = max(running)
-    if top <= 0 or max(kv) >= 0.8 or delta(snaps[0], snaps[-1], "vllm:num_preemptions_total") > 0:
-        return None
-    # the pack's test (kvdoctor:engine_batch_cap:plateau): the typical batch at the peak, or near it on average; a
-    # small cap reads one below its peak in many scrapes, as a finished request's slot waits a step to refill
-    held = statistics.median(running) >= 0.9 * top or statistics.fmean(running) >= 0.85 * top
-    queued = sum(1 for w in waiting if w > 0) / len(waiting)
-    return round(top / engines) if held and queued >= PERSISTENT_QUEUE else None

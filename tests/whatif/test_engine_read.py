@@ -3,6 +3,7 @@ cap from a plateau of running under a queue (as the rule pack reads it), and whe
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,21 @@ def test_requests_deferred_for_a_lora_slot_are_no_batch_cap_and_are_said() -> No
     got, notes = _engine("vllm-0.32-cpu-field/lora.jsonl.gz")
     assert got == DEFAULT_MAX_NUM_SEQS
     assert any(n.startswith("4 requests waited deferred on average (a LoRA adapter's slot") for n in notes)
+
+
+def test_a_data_parallel_engine_pinned_at_its_cap_shows_the_cap_while_the_other_has_seats() -> None:
+    # labels.json: --data-parallel-size 2 --max-num-seqs 4 (per engine); engine 0 runs 4 with 16 waiting, engine 1
+    # runs 2 with none: the sum read as one cap over two engines was 3
+    got, notes = _engine("vllm-0.32-cpu-field/dp2.jsonl.gz")
+    assert got == 4
+    said = next(n for n in notes if n.startswith("the engines carried the requests unevenly"))
+    assert re.search(
+        r"engine 0 (19|20)\.\d*, engine 1 [12]\.\d*\): the simulation splits the load evenly", said
+    )
+
+
+def test_engines_sharing_the_load_evenly_are_not_called_uneven() -> None:
+    snaps = recording_snaps(FIX / "vllm-0.32-cpu-field/dp2.jsonl.gz")
+    # labels.json's balanced window: 6 clients without a rank header, 3 and 3 running
+    _, notes = infer_engine(in_window(snaps, 1796117182.2, 1796117202.5))
+    assert not any("unevenly" in n for n in notes)

@@ -46,6 +46,9 @@ def _reading(t: float, text: str) -> Snap:
                 if name == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
                     key = f'{name}{{position="{labels.get("position", "")}"}}'
                     snap.flat[key] = snap.flat.get(key, 0.0) + value
+                if name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):  # and per engine
+                    key = f'{name}{{engine="{labels.get("engine", "0")}"}}'
+                    snap.flat[key] = snap.flat.get(key, 0.0) + value
                 if name == "vllm:num_requests_waiting_by_reason":  # why they wait, as well as how many
                     key = f'{name}{{reason="{labels.get("reason", "")}"}}'
                     snap.flat[key] = snap.flat.get(key, 0.0) + value
@@ -79,6 +82,6 @@ def test_values_no_simulation_can_use_are_left_out() -> None:
         'python_gc_objects_collected_total{generation="0"} 7\n'
     )
     got = snapshot(1.0, Parser().parse(page).samples)
-    assert got.flat == {"vllm:num_requests_running": 3.0}
+    assert got.flat == {"vllm:num_requests_running": 3.0, 'vllm:num_requests_running{engine="1"}': 3.0}
     assert got.buckets == {"vllm:time_to_first_token_seconds": {0.1: 7.0, math.inf: 4.0}}
     assert got == _reading(1.0, page)

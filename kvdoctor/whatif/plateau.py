@@ -1,0 +1,69 @@
+"""The batch cap vLLM does not export, read from a plateau of running under a queue; and how evenly a data-parallel
+server's engines share the load.
+
+A data-parallel server's gauges are kept per engine as well as summed (`window.snapshot`): its engines run one
+configuration, so an engine pinned at its cap under its own queue shows the cap even while another has seats free,
+where the sum over engines would read the cap as the average of the two.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from kvdoctor.whatif.window import RUNNING, WAITING, Snap, delta, engine_ids, per_engine, waiting_for_capacity
+
+# waiting > 0 in at least this share of scrapes (the pack's batch-cap test)
+PERSISTENT_QUEUE = 0.75
+# an engine carrying this many times another's requests, and at least UNEVEN_BY more, is not an even share
+UNEVEN_RATIO = 2.0
+UNEVEN_BY = 2.0
+
+
+def plateau(snaps: list[Snap], engines: int = 1) -> int | None:
+    """The batch cap when running held at its peak under a persistent queue with KV to spare, per engine."""
+    kv = [s.get("kv", 0.0) for s in snaps]
+    if max(kv) >= 0.8 or delta(snaps[0], snaps[-1], "vllm:num_preemptions_total") > 0:
+        return None
+    ids = engine_ids(snaps[-1])
+    if len(ids) > 1:  # any engine held at its cap by its own queue shows the cap all of them run with
+        found = [
+            cap
+            for e in ids
+            if (
+                cap := _held(
+                    [per_engine(s, RUNNING, e) for s in snaps], [per_engine(s, WAITING, e) for s in snaps]
+                )
+            )
+        ]
+        return max(found) if found else None
+    cap = _held([s.get(RUNNING, 0.0) for s in snaps], [waiting_for_capacity(s) for s in snaps])
+    return round(cap / engines) if cap else None
+
+
+def _held(running: list[float], waiting: list[float]) -> int | None:
+    top = max(running)
+    if top <= 0:
+        return None
+    # the pack's test (kvdoctor:engine_batch_cap:plateau): the typical batch at the peak, or near it on average; a
+    # small cap reads one below its peak in many scrapes, as a finished request's slot waits a step to refill
+    held = statistics.median(running) >= 0.9 * top or statistics.fmean(running) >= 0.85 * top
+    queued = sum(1 for w in waiting if w > 0) / len(waiting)
+    return round(top) if held and queued >= PERSISTENT_QUEUE else None
+
+
+def uneven(snaps: list[Snap]) -> str | None:
+    """How unevenly a data-parallel server's engines carried the requests, in words; None when evenly."""
+    ids = engine_ids(snaps[-1])
+    if len(ids) < 2:
+        return None
+    load = {
+        e: statistics.fmean(per_engine(s, RUNNING, e) + per_engine(s, WAITING, e) for s in snaps) for e in ids
+    }
+    most, least = max(load.values()), min(load.values())
+    if most < UNEVEN_RATIO * least or most - least < UNEVEN_BY:
+        return None
+    shares = ", ".join(f"engine {e} {load[e]:.3g}" for e in ids)
+    return (
+        f"the engines carried the requests unevenly (running + waiting on average: {shares}): the simulation "
+        f"splits the load evenly between {len(ids)} engines"
+    )
