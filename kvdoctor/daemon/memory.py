@@ -11,6 +11,8 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
+from kvdoctor.acyclic import acyclic
+
 log = logging.getLogger("kvdoctor")
 REFREEZE_S = 3600.0  # how long a frozen heap is kept before it is collected and frozen again
 GROWN = 1.1  # the store's series count, against the last freeze's, that freezes again
@@ -58,14 +60,11 @@ class Heap:
         """Around a cycle: while nothing is frozen (the first cycle, or after a thaw) no automatic collection runs."""
         # a first cycle at 2,000 targets grows the heap from nothing to millions of objects, and each quarter it
         # grows sets off a full collection of all of it (seconds); settle() collects once at the cycle's end instead
-        paused = self._size < 0 and gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
+        if self._size >= 0:
             yield
-        finally:
-            if paused:
-                gc.enable()
+            return
+        with acyclic():
+            yield
 
     def thaw(self) -> None:
         """Hand every frozen object back to the collector (a release, or the daemon stops); the next settle refreezes."""
