@@ -76,21 +76,9 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
             last_b[bound] = last_b.get(bound, 0.0) + value
         elif what is _MAX:
             flat[key] = max(flat.get(key, 0.0), value)
-        elif what is _POSITION:  # speculative decoding's acceptance, kept per draft position as well
-            per = _split(key, "position", dict(labels).get("position", ""))
-            flat[per] = flat.get(per, 0.0) + value
-            flat[key] = flat.get(key, 0.0) + value
-        elif what is _REASON:  # why the queue waits: only those waiting for capacity meet a cap
-            per = _split(key, "reason", dict(labels).get("reason", ""))
-            flat[per] = flat.get(per, 0.0) + value
-            flat[key] = flat.get(key, 0.0) + value
-        elif what is _ENGINE:  # a data-parallel server's gauges, summed and per engine (whatif/plateau.py)
-            engine = "0"
-            for k, v in labels:
-                if k == "engine":
-                    engine = v
-                    break
-            per = _split(key, "engine", engine)
+        elif what is _SPLIT:  # kept per label value as well as summed (_SPLIT_BY says which label, and why)
+            label, default = _SPLIT_BY[key]
+            per = _split(key, label, dict(labels).get(label, default))
             flat[per] = flat.get(per, 0.0) + value
             flat[key] = flat.get(key, 0.0) + value
         elif what is _INFO:
@@ -103,19 +91,17 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
 
 # What a sample name adds to a Snap, decided once per name rather than once per sample (a target prints the same
 # few hundred names every scrape): how it is folded in, and under which key. The loop compares kinds by identity.
-_SKIP, _SUM, _BUCKET, _MAX, _POSITION, _INFO, _REASON = (
-    "skip",
-    "sum",
-    "bucket",
-    "max",
-    "position",
-    "info",
-    "reason",
-)
-_ENGINE = "engine"
+_SKIP, _SUM, _BUCKET, _MAX, _SPLIT, _INFO = "skip", "sum", "bucket", "max", "split", "info"
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 DEFERRED = f'{WAITING_BY_REASON}{{reason="deferred"}}'
+# what is kept per label value beside the sum: (label, its value when the sample has none)
+_SPLIT_BY = {
+    PER_POSITION: ("position", ""),  # speculative decoding's acceptance per draft position
+    WAITING_BY_REASON: ("reason", ""),  # why the queue waits: only those waiting for capacity meet a cap
+    RUNNING: ("engine", "0"),  # a data-parallel server's engines (whatif/plateau.py)
+    WAITING: ("engine", "0"),
+}
 
 _KINDS: dict[str, tuple[str, str]] = {}
 _KV = frozenset(ALIASES["kv"])
@@ -130,12 +116,8 @@ def _kind(name: str) -> tuple[str, str]:
         kind = (_INFO, "")
     elif not name.startswith("vllm:") and name != "process_start_time_seconds":
         kind = (_SKIP, "")
-    elif name == PER_POSITION:
-        kind = (_POSITION, name)
-    elif name == WAITING_BY_REASON:
-        kind = (_REASON, name)
-    elif name in (RUNNING, WAITING):
-        kind = (_ENGINE, name)
+    elif name in _SPLIT_BY:
+        kind = (_SPLIT, name)
     elif name in _KV:
         kind = (_MAX, name)
     else:
@@ -145,10 +127,15 @@ def _kind(name: str) -> tuple[str, str]:
     return kind
 
 
+def deferred(snap: Snap) -> float:
+    """Requests vLLM (0.20 on) defers for a transient constraint (a LoRA adapter's slot, a KV transfer), which no
+    batch cap or cache size holds back."""
+    return snap.flat.get(DEFERRED, 0.0)
+
+
 def waiting_for_capacity(snap: Snap) -> float:
-    """Requests waiting for a seat or blocks: all that wait, less those vLLM (0.20 on) defers for a transient
-    constraint (a LoRA adapter's slot, a KV transfer), which no batch cap or cache size holds back."""
-    return max(0.0, snap.get("vllm:num_requests_waiting", 0.0) - snap.flat.get(DEFERRED, 0.0))
+    """Requests waiting for a seat or blocks: all that wait, less those deferred."""
+    return max(0.0, snap.get(WAITING, 0.0) - deferred(snap))
 
 
 _SPLITS: dict[tuple[str, str, str], str] = {}
@@ -173,7 +160,7 @@ def engine_ids(snap: Snap) -> list[str]:
 
 def per_engine(snap: Snap, name: str, engine: str) -> float:
     """One engine's value of a gauge kept per engine (RUNNING, WAITING)."""
-    return snap.flat.get(f'{name}{{engine="{engine}"}}', 0.0)
+    return snap.flat.get(_split(name, "engine", engine), 0.0)
 
 
 def hist_name(snap: Snap, key: str) -> str:

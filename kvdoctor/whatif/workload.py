@@ -9,7 +9,7 @@ from kvdoctor.errors import InputError
 from kvdoctor.whatif import spec
 from kvdoctor.whatif.model import Engine, LengthDist, Workload
 from kvdoctor.whatif.plateau import PERSISTENT_QUEUE, plateau, uneven
-from kvdoctor.whatif.window import Snap, delta, delta_buckets, mean_of, waiting_for_capacity
+from kvdoctor.whatif.window import Snap, deferred, delta, delta_buckets, mean_of
 
 HELD = 0.75  # share of scrapes with running + waiting within 10 % of its median for a fixed population
 CEILING = 0.15  # share of scrapes at the highest running + waiting seen for a ceiling (a client population)
@@ -199,12 +199,10 @@ def infer_engine(
         notes.append(f"max_model_len not exported; taken as the cache size, {max_len} tokens")
     if v0_engine(snaps):
         notes.insert(0, V0_NOTE)
-    deferred = statistics.fmean(
-        s.get("vllm:num_requests_waiting", 0.0) - waiting_for_capacity(s) for s in snaps
-    )
-    if deferred >= 0.5:
+    held_back = statistics.fmean(deferred(s) for s in snaps)
+    if held_back >= 0.5:
         notes.append(
-            f"{deferred:.3g} requests waited deferred on average (a LoRA adapter's slot, a KV transfer): the "
+            f"{held_back:.3g} requests waited deferred on average (a LoRA adapter's slot, a KV transfer): the "
             "simulation has no such constraint and serves them as the others"
         )
     engines = max(1, snaps[-1].engines)
