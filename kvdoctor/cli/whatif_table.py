@@ -72,11 +72,9 @@ def render(pred: Prediction) -> str:
         )
     missed = pred.not_reproduced()
     if missed:  # a model that cannot give back the window it learned from is no better after a change
+        said = "; ".join(missed)
         lines.append(
-            "the window itself is not reproduced: "
-            + "; ".join(missed)
-            + " (what it predicts after the change "
-            "inherits that miss)"
+            f"the window itself is not reproduced: {said} (what it predicts after the change inherits that miss)"
         )
     for side, o in (("unchanged", pred.overload_now), ("after", pred.overload_after)):
         if o is not None:  # past saturation the queue has no steady length: say how fast it grows instead

@@ -29,9 +29,8 @@ def recording_snaps(path: str | Path, frames: list[ParsedFrame] | None = None) -
         if f.scrape is None:
             continue
         snap = snapshot(f.t, f.scrape.samples)
-        if (
-            out and snap.info == out[-1].info
-        ):  # its 38 labels rarely change: one dict, compared by identity after
+        # its 38 labels rarely change: one dict, compared by identity after
+        if out and snap.info == out[-1].info:
             snap.info = out[-1].info
         out.append(snap)
     if not out:
