@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,25 +24,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import sweep_recordings  # noqa: E402
 
-from kvdoctor.cli.common import build_pipeline, load_config_or_exit  # noqa: E402
-from kvdoctor.cli.whatif import source_window  # noqa: E402
+from kvdoctor.cli.whatif import source_window, window_verdicts  # noqa: E402
 from kvdoctor.errors import InputError  # noqa: E402
-from kvdoctor.replay import replay  # noqa: E402
 from kvdoctor.whatif.sources import recording_snaps  # noqa: E402
-
-
-def verdicts(path: Path, lo: float, hi: float, every_s: float) -> Counter[str]:
-    """The verdicts of the window [lo, hi], replayed at every_s with the relief check on from lo."""
-    pipeline = build_pipeline(load_config_or_exit(None), None, [str(path)], books_only=True, judged_from=lo)
-    seen: Counter[str] = Counter()
-    if pipeline is None:
-        return seen
-    for cycle in replay(pipeline, [str(path)], interval_s=every_s):
-        if cycle.t > hi:
-            break
-        if lo <= cycle.t:
-            seen.update(d.bottleneck for d in cycle.diagnoses if d.bottleneck != "unknown")
-    return seen
 
 
 def compare(path: Path, cadences: list[float]) -> dict[str, Any] | None:
@@ -56,7 +39,7 @@ def compare(path: Path, cadences: list[float]) -> dict[str, Any] | None:
     out: dict[str, Any] = {"recording": str(path)}
     for every in cadences:
         t = time.process_time()
-        seen = verdicts(path, lo, hi, every)
+        seen = window_verdicts(path, lo, hi, every)
         out[f"{every:g}s"] = {
             "class": seen.most_common(1)[0][0] if seen else None,
             "verdicts": dict(seen),

@@ -172,19 +172,29 @@ def _load(args: argparse.Namespace) -> tuple[list[Snap], Any, str]:
 
 def _replay_class(path: Path, frames: list[ParsedFrame], lo: float, hi: float) -> str | None:
     """The class kvdoctor gave during the window, replaying the recording through the real pipeline."""
+    seen = window_verdicts(path, lo, hi, frames=frames)
+    return seen.most_common(1)[0][0] if seen else None
+
+
+def window_verdicts(
+    path: Path, lo: float, hi: float, interval_s: float = 5.0, frames: list[ParsedFrame] | None = None
+) -> Counter[str]:
+    """The verdicts of the window [lo, hi] of a recording (its frames, when parsed already), evaluated every
+    interval_s: what the measured class is the most common of."""
     cfg = load_config_or_exit(None)
     # books only: the relief check that decides a verdict is simulated, the advice's effects (never shown here) not
     # … and from the window's start: a verdict before it is never read (the rules still see the whole history)
     pipeline = build_pipeline(cfg, None, [str(path)], books_only=True, judged_from=lo) if cfg else None
-    if pipeline is None:
-        return None
     seen: Counter[str] = Counter()
-    for cycle in replay(pipeline, [str(path)], interval_s=5.0, parsed={str(path): frames}):
+    if pipeline is None:
+        return seen
+    parsed = {str(path): frames} if frames is not None else None
+    for cycle in replay(pipeline, [str(path)], interval_s=interval_s, parsed=parsed):
         if cycle.t > hi:
             break
         if lo <= cycle.t:
             seen.update(d.bottleneck for d in cycle.diagnoses if d.bottleneck != "unknown")
-    return seen.most_common(1)[0][0] if seen else None
+    return seen
 
 
 def _sample(args: argparse.Namespace) -> tuple[list[Snap], str | None]:
