@@ -29,12 +29,14 @@ def cumulative(groups: dict[float, float], bounds: tuple[float, ...], sigma: flo
     """Cumulative counts at each bound (then +Inf), each group spread lognormally by sigma."""
     cum = []
     total = sum(groups.values())
+    items = list(groups.items())
+    width, erfc = sigma * math.sqrt(2), math.erfc
     for b in bounds:
         lb = math.log(b)
         if sigma <= 0:
-            c = sum(w for lv, w in groups.items() if lv <= lb + 1e-12)
+            c = sum([w for lv, w in items if lv <= lb + 1e-12])
         else:
-            c = sum(w * 0.5 * math.erfc((lv - lb) / (sigma * math.sqrt(2))) for lv, w in groups.items())
+            c = sum([w * 0.5 * erfc((lv - lb) / width) for lv, w in items])
         cum.append(c)
     cum.append(total)
     return cum

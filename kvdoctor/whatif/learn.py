@@ -4,7 +4,8 @@ Every change's prediction, the relief check and every headroom probe of one wind
 window: learning it (the step-model fit, the workload, the unchanged simulation) is most of a prediction's cost.
 `learned` keeps the last few, keyed by the pickled arguments themselves, so a window is learned once per process
 however many changes and probes ask, and two calls share a `Basis` only when their histories, windows and settings
-are the same bytes. A `Basis` also keeps what its predictions repeat: the unchanged side's run at another length,
+are the same bytes (the same snapshot objects asked again are known by identity: a snapshot is never changed once
+made). A `Basis` also keeps what its predictions repeat: the unchanged side's run at another length,
 the step models drawn from the fit's posterior and the interval members of the unchanged side (all seeded: the same numbers again).
 """
 
@@ -176,6 +177,28 @@ def learn(
 
 _cache: OrderedDict[bytes, Basis] = OrderedDict()
 _cache_lock = threading.Lock()
+# the key of the same snapshots asked again (a look's reliefs, a plan's probes), by identity: pickling a history
+# costs more than the rest of a cached call; each entry holds its snapshots, so their ids stay theirs
+_keys: OrderedDict[tuple[tuple[int, ...], tuple[int, ...], bytes], tuple[bytes, list[Snap], list[Snap]]] = (
+    OrderedDict()
+)
+
+
+def _key(history: list[Snap], window: list[Snap], settings: tuple[object, ...]) -> bytes:
+    """The cache key: a digest of the arguments' bytes, found by identity when these very snapshots were keyed."""
+    given = pickle.dumps(settings, pickle.HIGHEST_PROTOCOL)
+    ident = (tuple(map(id, history)), tuple(map(id, window)), given)
+    with _cache_lock:
+        known = _keys.get(ident)
+        if known is not None:
+            _keys.move_to_end(ident)
+            return known[0]
+    key = hashlib.sha256(pickle.dumps((history, window, given), pickle.HIGHEST_PROTOCOL)).digest()
+    with _cache_lock:
+        _keys[ident] = (key, list(history), list(window))
+        while len(_keys) > LEARNED:
+            _keys.popitem(last=False)
+    return key
 
 
 def learned(
@@ -191,7 +214,7 @@ def learned(
 ) -> Basis:
     """`learn`, once per distinct call among the last LEARNED (the same Basis to every caller; do not mutate it)."""
     settings = (max_num_seqs, max_num_batched_tokens, seed, model, gpu, recall)
-    key = hashlib.sha256(pickle.dumps((history, window, settings), pickle.HIGHEST_PROTOCOL)).digest()
+    key = _key(history, window, settings)
     with _cache_lock:
         basis = _cache.get(key)
         if basis is not None:

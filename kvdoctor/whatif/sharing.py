@@ -108,9 +108,30 @@ def fingerprint(window: list[Snap], cap: int | None = None) -> Fingerprint:
     )
 
 
+_last_steady: tuple[Snap, Snap, int, float, tuple[list[Snap], float, float]] | None = None
+
+
 def steady(history: list[Snap], window_s: float) -> tuple[list[Snap], float, float]:
     """The engine as it runs now (the history since its last restart) and the stretch (lo, hi) in which its load has
     held lately, at most window_s long; raises WindowError on too little history."""
+    global _last_steady
+    # a cycle's changes, reliefs and draws all ask of one history (a deque only appends and evicts: its first and
+    # last snapshot and its length say it is the same): its stretch is found once
+    last = _last_steady
+    if (
+        last
+        and history
+        and last[0] is history[0]
+        and last[1] is history[-1]
+        and last[2:4] == (len(history), window_s)
+    ):
+        return last[4]
+    found = _steady(history, window_s)
+    _last_steady = (history[0], history[-1], len(history), window_s, found)
+    return found
+
+
+def _steady(history: list[Snap], window_s: float) -> tuple[list[Snap], float, float]:
     cuts = restarts(history)
     history = history[cuts[-1] :] if cuts else history
     if len(history) < 5:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,15 @@ def test_another_window_or_cap_is_learned_on_its_own(learnings: list[int]) -> No
     predict(history, window[1:], CHANGES[0])
     predict(history, window, CHANGES[0], max_num_seqs=4)
     assert len(learnings) == 3
+
+
+def test_the_same_numbers_in_other_snapshot_objects_share_the_learning(learnings: list[int]) -> None:
+    # what the simulation child sees: each request's history arrives unpickled, as new objects
+    history, window = _window()
+    predict(history, window, CHANGES[0])
+    copies = {id(s): replace(s) for s in history}
+    predict([copies[id(s)] for s in history], [copies[id(s)] for s in window], CHANGES[1])
+    assert len(learnings) == 1
 
 
 def test_the_headroom_search_reuses_the_windows_learning_from_its_predictions(learnings: list[int]) -> None:
