@@ -12,10 +12,10 @@ from typing import Protocol
 
 from kvdoctor.config import Config, ConfigError, load_config
 from kvdoctor.config.durations import EXAMPLES, parse_duration
+from kvdoctor.config.schema import parse_listen
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.rules.loader import RuleGroup, RuleLoadError, load_files, rule_files
 from kvdoctor.targets import pipeline_for
-from kvdoctor.web.server import parse_listen
 from kvdoctor.whatif.advisor import Advisor
 
 

@@ -9,8 +9,8 @@ import threading
 from typing import Any
 
 from kvdoctor.cli.common import duration_arg
+from kvdoctor.config.schema import parse_listen
 from kvdoctor.replayserver import Playlist, ReplayServer
-from kvdoctor.web.server import parse_listen
 
 
 def add_parser(sub: Any) -> None:

@@ -11,7 +11,7 @@ import yaml
 
 from kvdoctor.config.durations import duration_seconds
 from kvdoctor.config.podsd import parse_kubernetes_sd
-from kvdoctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefaults, check_url
+from kvdoctor.config.schema import Config, FileSD, PrometheusSource, ScrapeDefaults, check_url, parse_listen
 from kvdoctor.config.targets import count, http_options, limits, parse_target
 from kvdoctor.config.yamlpos import KeyPath, Located, locate, yaml_error
 from kvdoctor.errors import ValidationError
@@ -180,7 +180,9 @@ def _scalars(cfg: Config, data: dict[str, Any], doc: Located, errors: list[str])
                 setattr(cfg, key, data[key])
     for key in ("listen", "health_listen"):
         value = getattr(cfg, key)
-        if value is not None and ":" not in value:
+        try:
+            _ = value is None or parse_listen(value)
+        except ValueError:
             errors.append(f"{doc.where(key)}: {key}: expected HOST:PORT, got {value!r}")
     rules = data.get("rules")
     if rules is not None:

@@ -19,6 +19,14 @@ if TYPE_CHECKING:  # podsd builds TargetSpecs from this module, so only the type
 DEFAULT_LISTEN = "127.0.0.1:9860"
 
 
+def parse_listen(listen: str) -> tuple[str, int]:
+    """Split HOST:PORT ([v6]:PORT, :PORT for every interface); raises ValueError."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address {listen!r}: expected HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 @dataclass
 class TargetSpec:
     """One vLLM server to watch."""

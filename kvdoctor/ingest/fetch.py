@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import re
 import ssl
@@ -147,6 +146,8 @@ async def _once(url: str, opts: HttpOptions) -> Page:
 
 def fetch_page(url: str, opts: HttpOptions | None = None) -> Page:
     """GET url once from synchronous code (its own event loop and connection); raise ScrapeError on failure."""
+    import asyncio  # only here: a command on a recording never fetches, and asyncio is a tenth of its start-up
+
     return asyncio.run(_once(url, opts or HttpOptions()))
 
 

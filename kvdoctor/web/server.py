@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.registry import CollectorRegistry
 
+from kvdoctor.config.schema import parse_listen
 from kvdoctor.status.health import NotifyStatus
 from kvdoctor.status.state import DaemonState
 from kvdoctor.web.app import App, Reload, Report, Rules
@@ -42,14 +43,6 @@ KEEPALIVE_IDLE_S = 60.0  # above the usual 15 s–1 m scrape intervals, so each 
 MAX_REQUESTS_PER_CONN = 1000
 HEALTH_PATHS = ("/-/healthy", "/-/ready")
 HANDLER_THREADS = 4
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """Split HOST:PORT ([v6]:PORT, :PORT for every interface); raises ValueError."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"listen address {listen!r}: expected HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 class WebServer:

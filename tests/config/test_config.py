@@ -92,3 +92,12 @@ def test_a_list_key_given_a_scalar_is_an_error_at_its_line(tmp_path, key):
     with pytest.raises(ConfigError) as err:
         load_config(str(f), {})
     assert f"{f}:2: {key}: must be a list" in err.value.errors
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:99999", "host:port", "[::1]:"])
+def test_a_listen_address_the_server_could_not_bind_is_refused_at_load(tmp_path, listen):
+    f = tmp_path / "kvdoctor.yml"
+    f.write_text(f'listen: "{listen}"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(str(f), {})
+    assert err.value.errors == [f"{f}:1: listen: expected HOST:PORT, got {listen!r}"]
