@@ -19,9 +19,9 @@ SIGMAS = tuple(i * 0.05 for i in range(17))  # 0 … 0.8
 def grouped(obs: list[tuple[float, int]]) -> dict[float, float]:
     """Observations (value, weight) merged on a 1 % grid of values."""
     out: dict[float, float] = defaultdict(float)
+    log = math.log
     for v, w in obs:
-        key = round(math.log(v), 2) if v > 0 else -1e9
-        out[key] += w
+        out[round(log(v), 2) if v > 0 else -1e9] += w
     return out
 
 

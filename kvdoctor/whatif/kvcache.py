@@ -66,6 +66,18 @@ class KVCacheManager:
             ),
         )
 
+    def surely_short(self, request: Request, token_budget: int) -> bool:
+        """Whether the pool cannot admit a waiting request under token_budget even if every block it held were
+        still cached: `allocate_new` would fail for any `get_computed_blocks`, so neither need be asked."""
+        # the fewest it could need: its computed tokens are at least the shared prefix, and any own cached blocks
+        # count among those it takes
+        num_tokens = min(
+            request.num_prompt_tokens + request.num_output_tokens, request.num_cached_tokens + token_budget
+        )
+        hit_blocks = request.num_cached_tokens // self.block_size
+        prefix_blocks = self.shared_blocks if hit_blocks and self.shared_refs == 0 else 0
+        return math.ceil(num_tokens / self.block_size) - hit_blocks + prefix_blocks > self.block_pool.free
+
     def allocate_new(self, request: Request, num_cached_blocks: int, num_tokens: int) -> bool:
         """Admit a waiting request with slots for its first num_tokens tokens (`allocate_slots` with
         `new_computed_blocks`): its cached blocks re-referenced, the shared prefix if nobody holds it,

@@ -34,11 +34,12 @@ def quantities(
 ) -> Quantities:
     """A SimResult in vLLM's terms: quantiles through the server's own buckets, sums over replicas."""
     span = res.span_s
+    itl = histo.grouped(res.itl)  # one entry a step: grouped once for both quantiles
     return Quantities(
         ttft_p50_s=hist_q(0.5, [(v, 1) for v in res.ttft], buckets["ttft"]),
         ttft_p95_s=hist_q(0.95, [(v, 1) for v in res.ttft], buckets["ttft"]),
-        itl_p50_s=histo.quantile(0.5, res.itl, buckets["itl"], sigma),
-        itl_p95_s=histo.quantile(0.95, res.itl, buckets["itl"], sigma),
+        itl_p50_s=histo.quantile_grouped(0.5, itl, buckets["itl"], sigma),
+        itl_p95_s=histo.quantile_grouped(0.95, itl, buckets["itl"], sigma),
         queue_time_p95_s=hist_q(0.95, [(v, 1) for v in res.queue], buckets["queue"]),
         generation_tokens_per_s=res.generation_tokens / span * replicas,
         requests_per_s=res.finished / span * replicas,

@@ -92,18 +92,9 @@ class Scheduler:
             + num_decoding * self.draft_cost
         )
         if self.trace is not None:
-            self.trace.append(
-                StepTrace(
-                    self.now,
-                    num_decoding,
-                    prefill_tokens,
-                    num_admitted,
-                    bool(self.preempted_reqs),
-                    len(self.waiting),
-                    self.kv_cache_manager.block_pool.used,
-                    len(self.running),
-                )
-            )
+            shape = (num_decoding, prefill_tokens, num_admitted, bool(self.preempted_reqs), len(self.waiting))
+            used = self.kv_cache_manager.block_pool.used
+            self.trace.append(StepTrace(self.now, *shape, used, len(self.running)))
         in_span = self._advance(duration, num_decoding)
         self._update_from_output(scheduled, in_span)
         self.recorder.scrape_kv(self.now, self.kv_cache_manager.usage)
@@ -196,10 +187,13 @@ class Scheduler:
         while waiting and self.token_budget > 0 and len(running) < self.max_num_running_reqs:
             request = waiting[0]
             num_tokens = request.num_prompt_tokens + request.num_output_tokens
-            num_cached_blocks = kv.get_computed_blocks(request)
+            # a full cache's head is refused step after step: at once where even all it held could not fit it
+            short = kv.surely_short(request, self.token_budget)
+            num_cached_blocks = 0 if short else kv.get_computed_blocks(request)
             request.num_computed_tokens = request.num_cached_tokens + num_cached_blocks * self.block_size
             num_new_tokens = min(num_tokens - request.num_computed_tokens, self.token_budget)
-            if not kv.allocate_new(request, num_cached_blocks, request.num_computed_tokens + num_new_tokens):
+            num_slots = request.num_computed_tokens + num_new_tokens
+            if short or not kv.allocate_new(request, num_cached_blocks, num_slots):
                 request.num_computed_tokens = 0
                 if not running:
                     # alone it still does not fit: vLLM would never schedule it, the client gets an error
