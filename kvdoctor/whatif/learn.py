@@ -35,7 +35,7 @@ from kvdoctor.whatif.model import (
 from kvdoctor.whatif.prior import physical_prior
 from kvdoctor.whatif.readout import WARMUP_S, quantities, simulate
 from kvdoctor.whatif.stepfit import Row, fit_rows, history_rows
-from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
+from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure, stalls
 from kvdoctor.whatif.workload import WindowError, bound_duration, infer_engine, infer_workload
 
 MIN_SIM_S, MAX_SIM_S = 120.0, 600.0
@@ -126,6 +126,11 @@ def learn(
         raise WindowError(f"{len(window)} scrapes in the window; the what-if needs at least 5")
     workload = infer_workload(window)
     engine, notes = infer_engine(window, max_num_seqs, max_num_batched_tokens)
+    notes += [
+        f"the engine stalled {window[b - 1].t - window[a].t:.0f} s in the window (requests in flight, no token): a "
+        "frozen engine, not load; the simulation has no stall, so what the window measured includes one it does not"
+        for a, b in stalls(window)
+    ]
     physical = None
     if model is not None and gpu is not None:
         physical = physical_prior(model, gpu, _kv_bytes_per_token(window[-1].info))

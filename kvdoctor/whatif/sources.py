@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kvdoctor.ingest.recording import ParsedFrame, RecordingError, parse_frames
 from kvdoctor.samples import Sample
-from kvdoctor.whatif.window import Snap, restarts, snapshot
+from kvdoctor.whatif.window import Snap, restarts, snapshot, stalls
 from kvdoctor.whatif.workload import WindowError
 
 MAX_WINDOW_S = 300.0
@@ -66,20 +66,31 @@ def parse_window(text: str, snaps: list[Snap]) -> tuple[float, float]:
 
 
 def default_window(snaps: list[Snap], busy_period: bool = False) -> tuple[float, float]:
-    """The last steady stretch of load: idle tail and drain cut, back to where running + waiting changed level or
-    the engine last restarted; with busy_period, a level held under MIN_LEVEL_S (a bursty load) gives way to the
-    whole busy period it ends (what a user asking of a recording learns from, where the daemon waits)."""
+    """The last steady stretch of load: idle tail, drain and stalls cut, back to where running + waiting changed
+    level or the engine last restarted; with busy_period, a level held under MIN_LEVEL_S (a bursty load) gives way
+    to the whole busy period it ends (what a user asking of a recording learns from, where the daemon waits)."""
     level = [s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0) for s in snaps]
     i = len(level) - 1
     while i > 0 and level[i] <= 0:
         i -= 1
     while i > 10 and max(level[i - 10 : i]) >= 5 and level[i] < 0.75 * max(level[i - 10 : i]):
         i -= 1  # draining: the queue empties once the clients stop
+    # a stall is no load to learn from: the window ends where one began, or starts where the last one ended when
+    # what ran since is long enough to be a level of its own
+    since = 0
+    for a, b in reversed(stalls(snaps)):
+        if a >= i:
+            continue
+        if b > i or snaps[i].t - snaps[b].t < MIN_LEVEL_S + RAMP_S:
+            i = a
+        else:
+            since = b
+            break
     smooth = [statistics.fmean(level[max(0, k - 4) : k + 1]) for k in range(len(level))]
     anchor = statistics.median(level[max(0, i - 5) : i + 1])
     tol = max(0.3 * anchor, 2.0 + 2.0 * anchor**0.5)  # a light open loop's level is noise around a few
     # a stretch that held its level across a restart is two configurations: the one that runs at its end
-    first = max((c for c in restarts(snaps) if c <= i), default=0)
+    first = max([since, *(c for c in restarts(snaps) if c <= i)])
     j = i
     while j > first and abs(smooth[j - 1] - anchor) <= tol and snaps[i].t - snaps[j - 1].t < MAX_WINDOW_S:
         j -= 1

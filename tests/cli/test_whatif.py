@@ -13,7 +13,7 @@ from kvdoctor.cli import common, main
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.whatif import advisor
 from kvdoctor.whatif.sources import MIN_LEVEL_S, default_window, recording_snaps
-from kvdoctor.whatif.window import restarts
+from kvdoctor.whatif.window import restarts, stalls
 from tests.support.clock import SteppedClock
 from tests.support.openmetrics import recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries
@@ -253,3 +253,22 @@ def test_gpu_memory_utilization_on_a_cpu_server_says_what_sizes_its_cache_and_wh
     assert "sized by VLLM_CPU_KVCACHE_SPACE (1 GiB here)" in err and "not by --gpu-memory-utilization" in err
     assert "ask kv_cache_tokens=N instead (the cache holds 262144 tokens now)" in err
     assert main(["whatif", str(rec), "--set", "kv_cache_tokens=131072"]) == 0  # … which it then answers
+
+
+def test_a_stalled_engine_is_not_learned_from_and_a_window_over_the_stall_says_so(capsys):
+    # the EngineCore was SIGSTOPped for 65 s with 4 requests in flight (labels.json), then the load ended 8 s on
+    wedge = RECORDINGS / "vllm-0.32-cpu-field/wedge.jsonl.gz"
+    snaps = recording_snaps(wedge)
+    [(a, b)] = stalls(snaps)
+    assert 60 <= snaps[b - 1].t - snaps[a].t <= 70
+    assert main(["whatif", str(wedge), "--set", "load=x1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (
+        doc["not_reproduced"] == []
+    )  # learned from the load before the stall: its own prediction gives it back
+    assert not any("stalled" in a for a in doc["assumptions"])
+    over = f"0:{snaps[-1].t - snaps[0].t:.0f}"
+    assert main(["whatif", str(wedge), "--window", over, "--set", "load=x1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any(re.match(r"the engine stalled 6\d s in the window", a) for a in doc["assumptions"])
+    assert any(m.startswith("tokens/s") for m in doc["not_reproduced"])
