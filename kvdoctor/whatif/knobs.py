@@ -110,6 +110,7 @@ def apply(
         elif name == "replicas":
             n = int(v)
             notes.append(f"{n} replicas, the load split evenly")
+            w = replace(w, shares=())  # how a router split it over today's engines says nothing of n
         elif name == "num_speculative_tokens":
             e, note = _speculation(e, int(v))
             notes.append(note)

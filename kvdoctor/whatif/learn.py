@@ -32,6 +32,7 @@ from kvdoctor.whatif.model import (
     StepModel,
     Workload,
 )
+from kvdoctor.whatif.plateau import load_shares
 from kvdoctor.whatif.prior import physical_prior
 from kvdoctor.whatif.readout import WARMUP_S, quantities, simulate
 from kvdoctor.whatif.stepfit import Row, fit_rows, history_rows
@@ -103,7 +104,8 @@ def run_key(engine: Engine, w: Workload, replicas: int, duration_s: float) -> tu
     """What `simulate` feeds one replica (the step model and seed are the window's): the engine, its share of the
     traffic and the length. So n replicas at ×1 are one replica at ×1/n, and a closed loop's loads that round to one
     population are one run: an open loop's population, a closed loop's rate and the `why` are never read."""
-    share = w.scaled(1.0 / replicas) if replicas > 1 else w
+    uneven = bool(w.shares) and len(w.shares) == replicas  # each engine its own share: not one replica's
+    share = w.scaled(1.0 / replicas) if replicas > 1 and not uneven else w
     closed = share.kind == "closed"
     rate, population = (0.0, share.population) if closed else (share.rate_per_s, 0)
     return engine, replace(share, rate_per_s=rate, population=population, why=""), duration_s
@@ -148,6 +150,9 @@ def learn(
     except ValueError as exc:
         raise WindowError(str(exc)) from None
     replicas = max(1, window[-1].engines)
+    shares = load_shares(window)
+    if len(shares) == replicas:
+        workload = replace(workload, shares=shares)
     measured = measure(window)
     span = window[-1].t - window[0].t
     # long enough for the tail quantiles to settle: a few hundred finished requests

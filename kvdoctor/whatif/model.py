@@ -121,6 +121,8 @@ class Workload:
     # where the window hit a shared prefix: the prompt tokens a request computed beyond it (vLLM's
     # request_prefill_kv_computed_tokens), so a prompt is that prefix plus its own tail
     computed: LengthDist | None = None
+    # each engine's share of it where a data-parallel server's engines carried it unevenly (empty: evenly)
+    shares: tuple[float, ...] = ()
 
     def scaled(self, factor: float) -> Workload:
         """The same traffic grown by factor (more clients, or a higher rate)."""
@@ -154,6 +156,8 @@ class SimResult:
     running_max: int = 0
     waiting_start: int = 0  # queue length after the first measured step: with waiting_end, whether it grows
     waiting_end: int = 0
+    # each engine's own run where a data-parallel server's engines carried uneven shares (`readout.simulate`)
+    engine_runs: list[SimResult] = field(default_factory=list)
 
 
 class Request:

@@ -20,7 +20,8 @@ from kvdoctor.whatif.candidates import Candidate, Changes, Plan, Predicted, roun
 from kvdoctor.whatif.learn import run_key
 from kvdoctor.whatif.members import step_draws
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
-from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate, verdict
+from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate
+from kvdoctor.whatif.readout import classify
 from kvdoctor.whatif.saturation import as_dict, detect
 from kvdoctor.whatif.slo import extra_value, holds, margin
 from kvdoctor.whatif.workload import bound_duration
@@ -104,7 +105,7 @@ class Planner:
     def _candidate(self, changes: Changes, engine: Engine, w: Workload, n: int, res: SimResult) -> Candidate:
         b = self.basis
         q = quantities(res, n, b.buckets, b.sigma)
-        q.bottleneck = verdict(q, engine, b.step.duration(1, 0, 0.0), n)
+        q.bottleneck = classify(res, q, engine, b.step.duration(1, 0, 0.0), n, b.buckets, b.sigma)
         overload = detect(res, w, n)
         carried = {**q.to_dict(), **as_dict(overload)}
         extra = tuple(

@@ -53,17 +53,31 @@ def _held(running: list[float], waiting: list[float]) -> int | None:
 
 def uneven(snaps: list[Snap]) -> str | None:
     """How unevenly a data-parallel server's engines carried the requests, in words; None when evenly."""
-    ids = engine_ids(snaps[-1])
-    if len(ids) < 2:
+    load = _loads(snaps)
+    if not load_shares(snaps):
         return None
-    load = {
-        e: statistics.fmean(per_engine(s, RUNNING, e) + per_engine(s, WAITING, e) for s in snaps) for e in ids
-    }
+    shares = ", ".join(f"engine {e} {v:.3g}" for e, v in load.items())
+    return (
+        f"the engines carried the requests unevenly (running + waiting on average: {shares}): each engine is "
+        "simulated with its share of the load, as a router that pins requests to engines keeps them"
+    )
+
+
+def load_shares(snaps: list[Snap]) -> tuple[float, ...]:
+    """Each engine's share of the requests in flight where a data-parallel server's engines carried them unevenly
+    (an engine UNEVEN_RATIO times another's, and UNEVEN_BY more); empty where they shared them evenly."""
+    load = _loads(snaps)
+    if len(load) < 2:
+        return ()
     most, least = max(load.values()), min(load.values())
     if most < UNEVEN_RATIO * least or most - least < UNEVEN_BY:
-        return None
-    shares = ", ".join(f"engine {e} {load[e]:.3g}" for e in ids)
-    return (
-        f"the engines carried the requests unevenly (running + waiting on average: {shares}): the simulation "
-        f"splits the load evenly between {len(ids)} engines"
-    )
+        return ()
+    total = sum(load.values())
+    return tuple(v / total for v in load.values())
+
+
+def _loads(snaps: list[Snap]) -> dict[str, float]:
+    ids = engine_ids(snaps[-1])
+    return {
+        e: statistics.fmean(per_engine(s, RUNNING, e) + per_engine(s, WAITING, e) for s in snaps) for e in ids
+    }

@@ -13,7 +13,7 @@ from kvdoctor.whatif.intervals import Band, Reader
 from kvdoctor.whatif.learn import MIN_REQUESTS, MIN_SIM_S, Basis, learn, learned
 from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
-from kvdoctor.whatif.readout import WARMUP_S, quantities, simulate, verdict
+from kvdoctor.whatif.readout import WARMUP_S, classify, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import Overload, as_dict, detect
 from kvdoctor.whatif.window import Quantities, Snap
 from kvdoctor.whatif.workload import bound_duration
@@ -164,8 +164,8 @@ def predict(
     predicted = quantities(res_after, r_after, buckets, sigma)
     light = step.duration(1, 0, 0.0)
     measured.bottleneck = measured_bottleneck or verdict(measured, engine, light, replicas)
-    unchanged.bottleneck = verdict(unchanged, engine, light, replicas)
-    predicted.bottleneck = verdict(predicted, after, light, r_after)
+    unchanged.bottleneck = classify(now, unchanged, engine, light, replicas, buckets, sigma)
+    predicted.bottleneck = classify(res_after, predicted, after, light, r_after, buckets, sigma)
     assumptions = [workload.why, *basis.notes, *change_notes, *step.notes]
     if "num_speculative_tokens" in changes and engine.speculation is not None:  # does throughput drop?
         batches = (unchanged.running / replicas, predicted.running / r_after)

@@ -23,10 +23,48 @@ def simulate(
     seed: int = 0,
     warmup_s: float = WARMUP_S,
 ) -> SimResult:
-    """One replica's simulation with its share of the load."""
+    """One replica's simulation with its share of the load; where the engines carry uneven shares
+    (`Workload.shares`), each engine's with its own, read as one replica's average."""
+    if workload.shares and len(workload.shares) == replicas:
+        return _average(
+            [
+                _run(engine, step, workload.scaled(share), duration_s, seed + i, warmup_s)
+                for i, share in enumerate(workload.shares)
+            ]
+        )
     share = workload.scaled(1.0 / replicas) if replicas > 1 else workload
+    return _run(engine, step, share, duration_s, seed, warmup_s)
+
+
+def _run(
+    engine: Engine, step: StepModel, workload: Workload, duration_s: float, seed: int, warmup_s: float
+) -> SimResult:
     sim = Simulator(engine, step, prefix_hit_ratio=workload.prefix_hit_ratio)
-    return sim.run_workload(share, duration_s, warmup_s, seed)
+    return sim.run_workload(workload, duration_s, warmup_s, seed)
+
+
+def _average(runs: list[SimResult]) -> SimResult:
+    """Engines' runs as one replica's average: every observation and count pooled (vLLM's histograms and counters
+    sum over engines) over their spans added up, so each rate is the engines' mean; KV usage and the batch are the
+    highest engine's, as the pack reads them."""
+    out = SimResult(
+        span_s=sum(r.span_s for r in runs), running_max=max(r.running_max for r in runs), engine_runs=runs
+    )
+    for r in runs:
+        out.ttft += r.ttft
+        out.queue += r.queue
+        out.itl += r.itl
+        out.kv_samples += r.kv_samples
+        out.generation_tokens += r.generation_tokens
+        out.running_area += r.running_area
+        out.waiting_area += r.waiting_area
+        out.finished += r.finished
+        out.preemptions += r.preemptions
+        out.rejected += r.rejected
+        out.steps += r.steps
+        out.waiting_start += r.waiting_start
+        out.waiting_end += r.waiting_end
+    return out
 
 
 def quantities(
@@ -69,6 +107,23 @@ def hist_q(q: float, obs: list[tuple[float, int]], bounds: tuple[float, ...]) ->
         total += c
         cum.append(total)
     return bucket_quantile(q, [*zip(bounds, cum[:-1], strict=True), (math.inf, cum[-1])])
+
+
+def classify(
+    res: SimResult,
+    q: Quantities,
+    engine: Engine,
+    light_itl_s: float,
+    replicas: int,
+    buckets: dict[str, tuple[float, ...]],
+    sigma: float,
+) -> str:
+    """verdict() of a run read as q; where the engines ran uneven shares, the busiest engine's: the pack judges each
+    engine, and the loaded one names the limit while another has room."""
+    if not res.engine_runs:
+        return verdict(q, engine, light_itl_s, replicas)
+    busiest = max(res.engine_runs, key=lambda r: r.running_area + r.waiting_area)
+    return verdict(quantities(busiest, 1, buckets, sigma), engine, light_itl_s)
 
 
 def verdict(q: Quantities, engine: Engine, light_itl_s: float, replicas: int = 1) -> str:

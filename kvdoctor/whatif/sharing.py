@@ -25,6 +25,7 @@ from kvdoctor.errors import KvdoctorError
 from kvdoctor.verdicts import Effect
 from kvdoctor.whatif.jobs import MAX_QUEUE as MAX_QUEUE
 from kvdoctor.whatif.jobs import Jobs as Jobs
+from kvdoctor.whatif.plateau import load_shares
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Snap, measure, restarts
 from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
@@ -97,7 +98,8 @@ def fingerprint(window: list[Snap], cap: int | None = None) -> Fingerprint:
     info = window[-1].info
     config = tuple(sorted((k, v) for k, v in info.items() if k not in ("engine",)))
     return Fingerprint(
-        (config, e, w.kind, max(1, window[-1].engines), cap),
+        # engines sharing the load unevenly are simulated each with its share: a tenth apart is another split
+        (config, e, w.kind, max(1, window[-1].engines), cap, tuple(round(x, 1) for x in load_shares(window))),
         w.rate_per_s,
         float(w.population),
         w.prompt.mean,

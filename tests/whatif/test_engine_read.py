@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sources import default_window, recording_snaps
 from kvdoctor.whatif.window import in_window
 from kvdoctor.whatif.workload import DEFAULT_MAX_NUM_SEQS, V0_NOTE, infer_engine
@@ -78,7 +79,8 @@ def test_a_data_parallel_engine_pinned_at_its_cap_shows_the_cap_while_the_other_
     assert got == 4
     said = next(n for n in notes if n.startswith("the engines carried the requests unevenly"))
     assert re.search(
-        r"engine 0 (19|20)\.\d*, engine 1 [12]\.\d*\): the simulation splits the load evenly", said
+        r"engine 0 (19|20)\.\d*, engine 1 [12]\.\d*\): each engine is simulated with its share of the load",
+        said,
     )
 
 
@@ -87,3 +89,22 @@ def test_engines_sharing_the_load_evenly_are_not_called_uneven() -> None:
     # labels.json's balanced window: 6 clients without a rank header, 3 and 3 running
     _, notes = infer_engine(in_window(snaps, 1796117182.2, 1796117202.5))
     assert not any("unevenly" in n for n in notes)
+
+
+def test_engines_carrying_uneven_shares_are_each_simulated_with_their_own() -> None:
+    # labels.json: 20 clients pinned to engine 0 (running at its cap 4, 16 waiting), 2 to engine 1 (running 2)
+    snaps = recording_snaps(FIX / "vllm-0.32-cpu-field/dp2.jsonl.gz")
+    lo, hi = default_window(snaps, busy_period=True)
+    window = in_window(snaps, lo, hi)
+    p = predict([s for s in snaps if s.t <= hi], window, {"load": 1.0})
+    assert p.workload.shares and max(p.workload.shares) > 0.85
+    got, measured = p.unchanged, p.measured
+    assert (
+        5.5 <= got.running <= 6.5 and abs(got.waiting - measured.waiting) <= 2
+    )  # an even split ran 8 and 14
+    assert 0.67 <= got.ttft_p50_s / measured.ttft_p50_s <= 1.5  # even: 3.9 s against 8.6 s measured
+    assert got.bottleneck == "batch_cap"  # the loaded engine's limit, while the other has seats
+    even = predict(
+        [s for s in snaps if s.t <= hi], window, {"replicas": 2}
+    )  # today's engines, the load spread
+    assert even.predicted.running > 7.5 and even.predicted.ttft_p50_s < 0.6 * got.ttft_p50_s
