@@ -43,6 +43,13 @@ def _run(
     return sim.run_workload(workload, duration_s, warmup_s, seed)
 
 
+# what engines' runs add up to: observations, counts, integrals over time, and the queue's ends (its growth)
+_POOLED = (
+    *("ttft", "queue", "itl", "kv_samples", "generation_tokens", "running_area", "waiting_area"),
+    *("finished", "preemptions", "rejected", "steps", "waiting_start", "waiting_end"),
+)
+
+
 def _average(runs: list[SimResult]) -> SimResult:
     """Engines' runs as one replica's average: every observation and count pooled (vLLM's histograms and counters
     sum over engines) over their spans added up, so each rate is the engines' mean; KV usage and the batch are the
@@ -51,19 +58,8 @@ def _average(runs: list[SimResult]) -> SimResult:
         span_s=sum(r.span_s for r in runs), running_max=max(r.running_max for r in runs), engine_runs=runs
     )
     for r in runs:
-        out.ttft += r.ttft
-        out.queue += r.queue
-        out.itl += r.itl
-        out.kv_samples += r.kv_samples
-        out.generation_tokens += r.generation_tokens
-        out.running_area += r.running_area
-        out.waiting_area += r.waiting_area
-        out.finished += r.finished
-        out.preemptions += r.preemptions
-        out.rejected += r.rejected
-        out.steps += r.steps
-        out.waiting_start += r.waiting_start
-        out.waiting_end += r.waiting_end
+        for name in _POOLED:
+            setattr(out, name, getattr(out, name) + getattr(r, name))
     return out
 
 
