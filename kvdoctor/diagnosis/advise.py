@@ -86,8 +86,9 @@ PREFILL_HEAVY = (
 )
 
 
-def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
-    """Compute options: scale out, quantize, stop speculating at peak where it drafts; prefill options on long prompts."""
+def compute(ev: dict[str, float], gpu_fp8: bool | None = None, engines: int = 1) -> list[Advice]:
+    """Compute options: scale out, quantize, stop speculating at peak where it drafts; prefill options on long prompts.
+    A second replica of a data-parallel server of `engines` engines is as many engines again."""
     itl, base = ev.get("itl_p50_s"), ev.get("itl_baseline_s")
     slo, slo_ttft = ev.get("slo_itl_p95_s"), ev.get("slo_ttft_p95_s")
     if slo and ev.get("itl_p95_s", 0) > slo:
@@ -120,7 +121,7 @@ def compute(ev: dict[str, float], gpu_fp8: bool | None = None) -> list[Advice]:
             "replicas",
             f"{why}: add replicas or GPUs (`--tensor-parallel-size`) to spread the work",
             "signals",
-            {"replicas": 2},
+            {"replicas": 2 * engines},
         ),
         Advice("--quantization", quant),
     ]

@@ -186,7 +186,7 @@ class Classifier:
                 evidence.pop("running_max_1m", None)
                 evidence["batch_cap_per_engine"] = cap
         elif bottleneck == "compute":
-            advice = advise.compute(ev, target.facts.gpu_fp8)
+            advice = advise.compute(ev, target.facts.gpu_fp8, max(1, len(per_engine)))
         elif name == "engine_imbalance":
             evidence.update(engines.imbalance_evidence(per_engine))
             advice = engines.imbalance_advice(per_engine)

@@ -77,7 +77,9 @@ def reliefs(d: Diagnosis) -> list[Relief]:
     tokens = _num(ev.get("kv_cache_tokens"))
     if tokens:
         out.append(Relief("kv_cache", {"kv_cache_tokens": int(tokens) * 2}, "a KV cache twice the size"))
-    out.append(Relief("compute", {"replicas": 2}, "a second replica"))
+    # the simulation counts engines: a second copy of a data-parallel server doubles them
+    engines = int(_num(ev.get("engines")) or 1)
+    out.append(Relief("compute", {"replicas": 2 * engines}, "a second replica"))
     return out
 
 

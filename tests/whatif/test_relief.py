@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from kvdoctor.diagnosis import advise
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
@@ -351,3 +352,13 @@ def test_a_cap_raise_at_the_ceiling_names_compute_with_the_reason():
         "raising --max-num-seqs to 64 buys +5% throughput (48.9 → 51.5 tok/s) for ITL p50 ×3.2: the added batch "
         "runs at 93% of the compute ceiling" in f.summary
     ), f.summary
+
+
+def test_a_second_replica_of_a_data_parallel_server_doubles_its_engines():
+    # the simulation counts engines: replicas=2 on a server of two engines would change nothing
+    d, _ = _predicted({}, {}, {})
+    d.evidence = {**d.evidence, "engines": 2.0}
+    assert relief.reliefs(d)[-1].change == {"replicas": 4}
+    slow = {"itl_p50_s": 0.1, "itl_baseline_s": 0.02}
+    assert advise.compute(slow, engines=2)[0].change == {"replicas": 4}
+    assert advise.compute(slow)[0].change == {"replicas": 2}
