@@ -17,6 +17,7 @@ PERSISTENT_QUEUE = 0.75
 # an engine carrying this many times another's requests, and at least UNEVEN_BY more, is not an even share
 UNEVEN_RATIO = 2.0
 UNEVEN_BY = 2.0
+MAX_SHARED = 8  # engines simulated one by one at most; a server (or a target claiming) more is split evenly
 
 
 def plateau(snaps: list[Snap], engines: int = 1) -> int | None:
@@ -54,26 +55,33 @@ def _held(running: list[float], waiting: list[float]) -> int | None:
 def uneven(snaps: list[Snap]) -> str | None:
     """How unevenly a data-parallel server's engines carried the requests, in words; None when evenly."""
     load = _loads(snaps)
-    if not load_shares(snaps):
+    if not _uneven(load):
         return None
     shares = ", ".join(f"engine {e} {v:.3g}" for e, v in load.items())
-    return (
-        f"the engines carried the requests unevenly (running + waiting on average: {shares}): each engine is "
-        "simulated with its share of the load, as a router that pins requests to engines keeps them"
+    how = (
+        "each engine is simulated with its share of the load, as a router that pins requests to engines keeps them"
+        if load_shares(snaps)
+        else f"the simulation splits the load evenly (more than {MAX_SHARED} engines are not simulated one by one)"
     )
+    return f"the engines carried the requests unevenly (running + waiting on average: {shares}): {how}"
 
 
 def load_shares(snaps: list[Snap]) -> tuple[float, ...]:
     """Each engine's share of the requests in flight where a data-parallel server's engines carried them unevenly
-    (an engine UNEVEN_RATIO times another's, and UNEVEN_BY more); empty where they shared them evenly."""
+    (an engine UNEVEN_RATIO times another's, and UNEVEN_BY more); empty where they shared them evenly, or where
+    there are more than MAX_SHARED engines (each share is a simulation of its own)."""
     load = _loads(snaps)
-    if len(load) < 2:
-        return ()
-    most, least = max(load.values()), min(load.values())
-    if most < UNEVEN_RATIO * least or most - least < UNEVEN_BY:
+    if not _uneven(load) or len(load) > MAX_SHARED:
         return ()
     total = sum(load.values())
     return tuple(v / total for v in load.values())
+
+
+def _uneven(load: dict[str, float]) -> bool:
+    if len(load) < 2:
+        return False
+    most, least = max(load.values()), min(load.values())
+    return most >= UNEVEN_RATIO * least and most - least >= UNEVEN_BY
 
 
 def _loads(snaps: list[Snap]) -> dict[str, float]:

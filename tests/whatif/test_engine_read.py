@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.samples import Sample
+from kvdoctor.whatif.plateau import load_shares, uneven
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sources import default_window, recording_snaps
-from kvdoctor.whatif.window import in_window
+from kvdoctor.whatif.window import Snap, in_window, snapshot
 from kvdoctor.whatif.workload import DEFAULT_MAX_NUM_SEQS, V0_NOTE, infer_engine
 
 FIX = Path(__file__).parents[1] / "fixtures/recordings"
@@ -108,3 +110,22 @@ def test_engines_carrying_uneven_shares_are_each_simulated_with_their_own() -> N
         [s for s in snaps if s.t <= hi], window, {"replicas": 2}
     )  # today's engines, the load spread
     assert even.predicted.running > 7.5 and even.predicted.ttft_p50_s < 0.6 * got.ttft_p50_s
+
+
+def test_past_eight_engines_uneven_shares_are_split_evenly_and_said_so() -> None:
+    # each share is a simulation of its own: a target printing a thousand engine labels must not cost a thousand
+    def scrape(t: float, engines: int) -> Snap:
+        rows = []
+        for e in range(engines):
+            running, waiting = (4.0, 16.0) if e == 0 else (1.0, 0.0)
+            rows += [
+                Sample("vllm:num_requests_running", (("engine", str(e)),), running),
+                Sample("vllm:num_requests_waiting", (("engine", str(e)),), waiting),
+            ]
+        return snapshot(t, rows)
+
+    for engines, simulated_apart in ((8, True), (9, False)):
+        window = [scrape(float(t), engines) for t in range(20)]
+        assert bool(load_shares(window)) is simulated_apart
+        said = uneven(window)
+        assert said is not None and ("each engine is simulated with its share" in said) is simulated_apart
