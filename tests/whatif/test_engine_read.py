@@ -3,12 +3,14 @@ cap from a plateau of running under a queue (as the rule pack reads it), and whe
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from kvdoctor.samples import Sample
+from kvdoctor.whatif.compare import run_pair
 from kvdoctor.whatif.plateau import load_shares, uneven
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sources import default_window, recording_snaps
@@ -129,3 +131,16 @@ def test_past_eight_engines_uneven_shares_are_split_evenly_and_said_so() -> None
         assert bool(load_shares(window)) is simulated_apart
         said = uneven(window)
         assert said is not None and ("each engine is simulated with its share" in said) is simulated_apart
+
+
+def test_a_router_s_uneven_shares_are_kept_through_a_change_as_a_real_server_kept_them() -> None:
+    # vllm-0.32-cpu-dp (recorded after the shares were built): --max-num-seqs 4 -> 8 per engine with 20 of 22 clients
+    # pinned to engine 0; the after server ran engine 0 at 8 with 12 waiting and engine 1 at 2
+    directory = FIX / "vllm-0.32-cpu-dp"
+    pair = json.loads((directory / "pairs.json").read_text())[0]
+    result = run_pair(directory, pair)
+    got, after = result.prediction, result.after
+    assert abs(got.predicted.running - after.running) <= 1.5  # an even split predicts 16
+    assert abs(got.predicted.waiting - after.waiting) <= 2.0  # … and 6
+    assert 0.67 <= got.predicted.ttft_p50_s / after.ttft_p50_s <= 1.5  # … and a third of it
+    assert got.predicted.bottleneck == "batch_cap"

@@ -141,14 +141,15 @@ def observe(path: Path, w: tuple[float, float]) -> dict:
 
 
 def gen_rate(path: Path, w: tuple[float, float]) -> float:
-    """Generation tokens/s from the counter's first and last scrape in the window."""
+    """Generation tokens/s from the counter's first and last scrape in the window (summed over a data-parallel
+    server's engines, one series each)."""
     pts = []
     for line in read_lines(str(path)):
         r = json.loads(line)
         if "text" in r and w[0] <= r["t"] <= w[1]:
-            for ln in r["text"].splitlines():
-                if ln.startswith("vllm:generation_tokens_total{"):
-                    pts.append((r["t"], float(ln.rsplit(" ", 1)[1])))
+            lines = [ln for ln in r["text"].splitlines() if ln.startswith("vllm:generation_tokens_total{")]
+            if lines:
+                pts.append((r["t"], sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)))
     return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
 
 
