@@ -143,6 +143,7 @@ SIGNALS: dict[str, Signal] = _signals(
     Signal("quiet", "Quiet (no request or token for idle_after)", "plain", "kvdoctor:quiet", short="quiet"),
     Signal("waiting_p25_1m", "Waiting, 1m p25", "count", "kvdoctor:waiting:p25_1m", short="waiting p25 1m"),
     Signal("waiting_deferred", "Waiting (deferred), 30s peak", "count", "kvdoctor:waiting_deferred", short="deferred"),
+    Signal("engines", "Data-parallel engines", "count", short="engines"),  # counted by the diagnosis, 2 or more
     Signal("imbalance_pressed_running", "Running on the queuing engine", "count",
            "kvdoctor:engine_imbalance:pressed_running", short="queuing engine running"),
     # per engine (label `engine`); split off by kvdoctor.diagnosis.evidence as {engine: {key without engine_: value}}
