@@ -102,7 +102,6 @@ def test_sighup_reload_keeps_last_good_and_sigterm_drains(tmp_path):
 
 @pytest.mark.slow  # the real demo for 20 s
 def test_demo_prints_changes_and_the_status_page():
-    port = free_port()
     proc = subprocess.run(
         [
             sys.executable,
@@ -116,7 +115,7 @@ def test_demo_prints_changes_and_the_status_page():
             "--speed",
             "4",
             "--listen",
-            f"127.0.0.1:{port}",
+            "127.0.0.1:0",  # a port the system picks: one picked here could be taken by another test meanwhile
         ],
         cwd=ROOT,
         capture_output=True,
@@ -127,7 +126,25 @@ def test_demo_prints_changes_and_the_status_page():
     # the demo's own settings warn about nothing the user can change
     assert "scrape timeout" not in proc.stderr
     out = proc.stdout
-    assert f"status page: http://127.0.0.1:{port}/" in out
+    bound = re.search(r"status page: http://127\.0\.0\.1:(\d+)/", out)
+    assert bound and int(bound.group(1)) > 0, out
     assert re.search(r"vllm-c · tiny  compute \(was", out)
     assert re.search(r"vllm-b · tiny  batch_cap \(was", out)
     assert "raise `--max-num-seqs` from 4" in out
+
+
+def test_demo_on_a_taken_address_says_so_naming_the_flag():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvdoctor", "demo", "--duration", "1", "--listen", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 2
+    assert f"kvdoctor demo: --listen 127.0.0.1:{port}: " in proc.stderr and "in use" in proc.stderr
+    assert "status page" not in proc.stdout  # not moved to another port behind the user's back

@@ -13,6 +13,7 @@ from typing import Any
 from kvdoctor import terminal
 from kvdoctor.cli.common import duration_arg, interval_arg, listen_arg
 from kvdoctor.config import Config, TargetSpec
+from kvdoctor.config.schema import DEFAULT_LISTEN
 from kvdoctor.daemon.logs import setup_logging
 from kvdoctor.daemon.runner import Daemon
 from kvdoctor.ingest.fetch import HttpOptions
@@ -36,8 +37,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--listen",
         type=listen_arg,
-        default="127.0.0.1:9860",
-        help="status page address (default 127.0.0.1:9860)",
+        default=None,
+        help=f"status page address (default {DEFAULT_LISTEN}, or any free port when that one is taken)",
     )
     p.add_argument("--interval", type=interval_arg, default=2.0, help="time between cycles (default 2s)")
     p.add_argument("--speed", type=float, default=1.0, help="playback speed of the recordings (default 1)")
@@ -73,11 +74,18 @@ def run(args: argparse.Namespace) -> int:
         targets.append(
             TargetSpec(url=server.url, name=name, http=HttpOptions(total_timeout=min(3.0, args.interval)))
         )
-    cfg = Config(targets=targets, interval_s=args.interval, listen=args.listen, retention_s=900.0)
+    cfg = Config(
+        targets=targets, interval_s=args.interval, listen=args.listen or DEFAULT_LISTEN, retention_s=900.0
+    )
     daemon = Daemon(cfg, load_files(default_rule_files()), on_change=_print_change)
     try:
         daemon.start()
-    except OSError:
+    except OSError as exc:
+        if args.listen:  # the address asked for: said, not swapped for another
+            for server in servers:
+                server.stop()
+            print(f"kvdoctor demo: --listen {args.listen}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         cfg.listen = cfg.listen.rsplit(":", 1)[0] + ":0"  # the default port is taken: any free one will do
         daemon.start()
     assert daemon.web is not None  # started with web=True
