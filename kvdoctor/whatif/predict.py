@@ -78,6 +78,8 @@ class Prediction:
                 "prompt_tokens_mean": _r(w.prompt.mean),
                 "output_tokens_mean": _r(w.output.mean),
                 "prefix_hit_ratio": _r(w.prefix_hit_ratio),
+                # each data-parallel engine's share where they carried the load unevenly ([]: split evenly)
+                "engine_shares": [_r(x) for x in w.shares],
                 "why": w.why,
             },
             "engine": {"now": knobs.settings(self.engine), "after": knobs.settings(self.engine_after)},

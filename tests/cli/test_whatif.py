@@ -53,7 +53,7 @@ def test_json_has_the_documented_shape_and_the_change_shows(capsys):
     for q in ("predicted_unchanged", "predicted"):
         assert set(doc[q]) == Q_KEYS | SATURATION_KEYS
         assert doc[q]["overloaded"] is False  # a closed loop's queue is bounded by its clients
-    assert doc["workload"]["kind"] == "closed"
+    assert doc["workload"]["kind"] == "closed" and doc["workload"]["engine_shares"] == []  # one engine
     assert doc["predicted"]["running"] > 2 * doc["predicted_unchanged"]["running"]
     assert doc["predicted"]["ttft_p50_s"] < doc["predicted_unchanged"]["ttft_p50_s"]
     assert doc["predicted"]["itl_p50_s"] > doc["predicted_unchanged"]["itl_p50_s"]

@@ -102,6 +102,7 @@ def test_engines_carrying_uneven_shares_are_each_simulated_with_their_own() -> N
     window = in_window(snaps, lo, hi)
     p = predict([s for s in snaps if s.t <= hi], window, {"load": 1.0})
     assert p.workload.shares and max(p.workload.shares) > 0.85
+    assert p.to_dict()["workload"]["engine_shares"] == [float(f"{x:.4g}") for x in p.workload.shares]
     got, measured = p.unchanged, p.measured
     assert (
         5.5 <= got.running <= 6.5 and abs(got.waiting - measured.waiting) <= 2
