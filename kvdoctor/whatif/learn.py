@@ -15,6 +15,7 @@ import hashlib
 import math
 import pickle
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -188,8 +189,9 @@ def learn(
 _cache: OrderedDict[bytes, Basis] = OrderedDict()
 _cache_lock = threading.Lock()
 # the key of the same snapshots asked again (a look's reliefs, a plan's probes), by identity: pickling a history
-# costs more than the rest of a cached call; each entry holds its snapshots, so their ids stay theirs
-_keys: OrderedDict[tuple[tuple[int, ...], tuple[int, ...], bytes], tuple[bytes, list[Snap], list[Snap]]] = (
+# costs more than the rest of a cached call. Weak references, checked on a hit, make a reused id no match without
+# keeping a history alive (the simulation child unpickles a new one for every request)
+_keys: OrderedDict[tuple[tuple[int, ...], tuple[int, ...], bytes], tuple[bytes, list[weakref.ref[Snap]]]] = (
     OrderedDict()
 )
 
@@ -198,14 +200,15 @@ def _key(history: list[Snap], window: list[Snap], settings: tuple[object, ...]) 
     """The cache key: a digest of the arguments' bytes, found by identity when these very snapshots were keyed."""
     given = pickle.dumps(settings, pickle.HIGHEST_PROTOCOL)
     ident = (tuple(map(id, history)), tuple(map(id, window)), given)
+    snaps = [*history, *window]
     with _cache_lock:
         known = _keys.get(ident)
-        if known is not None:
+        if known is not None and all(r() is s for r, s in zip(known[1], snaps, strict=True)):
             _keys.move_to_end(ident)
             return known[0]
     key = hashlib.sha256(pickle.dumps((history, window, given), pickle.HIGHEST_PROTOCOL)).digest()
     with _cache_lock:
-        _keys[ident] = (key, list(history), list(window))
+        _keys[ident] = (key, [weakref.ref(s) for s in snaps])
         while len(_keys) > LEARNED:
             _keys.popitem(last=False)
     return key

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import pickle
+import weakref
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -73,6 +75,18 @@ def test_the_same_numbers_in_other_snapshot_objects_share_the_learning(learnings
     copies = {id(s): replace(s) for s in history}
     predict([copies[id(s)] for s in history], [copies[id(s)] for s in window], CHANGES[1])
     assert len(learnings) == 1
+
+
+def test_snapshots_at_the_addresses_of_freed_ones_are_keyed_by_their_bytes_not_taken_for_them() -> None:
+    # the identity key holds no snapshot alive: an entry whose snapshots are gone (their weak references no longer
+    # lead to the objects now at those addresses) is no match, and the new ones are keyed by what they hold
+    history, _ = _window()
+    gone = [replace(s) for s in history]  # stand-ins for the freed snapshots the entry was made from
+    settings: tuple[object, ...] = (None,)
+    ident = (tuple(map(id, history)), (), pickle.dumps(settings, pickle.HIGHEST_PROTOCOL))
+    learn_module._keys[ident] = (b"stale", [weakref.ref(s) for s in gone])
+    assert learn_module._key(history, [], settings) != b"stale"
+    assert learn_module._key(history, [], settings) == learn_module._key(gone, [], settings)  # same bytes
 
 
 def test_the_headroom_search_reuses_the_windows_learning_from_its_predictions(learnings: list[int]) -> None:
