@@ -77,6 +77,19 @@ def load_shares(snaps: list[Snap]) -> tuple[float, ...]:
     return tuple(v / total for v in load.values())
 
 
+def busiest(snaps: list[Snap]) -> tuple[float, float] | None:
+    """The running and waiting (means) of the engine that carried the most requests, where the engines carried
+    them unevenly: what the pack judges such a server's limit on. None where they shared them evenly."""
+    load = _loads(snaps)
+    if not _uneven(load):
+        return None
+    e = max(load, key=lambda k: load[k])
+    return (
+        statistics.fmean(per_engine(s, RUNNING, e) for s in snaps),
+        statistics.fmean(per_engine(s, WAITING, e) for s in snaps),
+    )
+
+
 def _uneven(load: dict[str, float]) -> bool:
     if len(load) < 2:
         return False

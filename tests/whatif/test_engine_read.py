@@ -109,6 +109,10 @@ def test_engines_carrying_uneven_shares_are_each_simulated_with_their_own() -> N
     )  # an even split ran 8 and 14
     assert 0.67 <= got.ttft_p50_s / measured.ttft_p50_s <= 1.5  # even: 3.9 s against 8.6 s measured
     assert got.bottleneck == "batch_cap"  # the loaded engine's limit, while the other has seats
+    assert (
+        measured.bottleneck == "batch_cap"
+    )  # … and what was measured, read as the pack reads it (a Prometheus
+    # source has no replay to name it; the sums alone, 5.8 running of 8 seats, read it as having room)
     even = predict(
         [s for s in snaps if s.t <= hi], window, {"replicas": 2}
     )  # today's engines, the load spread
