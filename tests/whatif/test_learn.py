@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import replace
@@ -32,15 +33,19 @@ def _window() -> tuple[list[Snap], list[Snap]]:
 
 @pytest.fixture
 def learnings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the windows actually learned (a step-model fit and an unchanged run each), from an empty cache."""
+    """Counts the windows this test's thread actually learned (a step-model fit and an unchanged run each), from an
+    empty cache. A worker thread an earlier test left running in this process may learn its own windows meanwhile:
+    not counted, and too few to push this test's out of a cache this large."""
     calls: list[int] = []
-    real = learn_module.learn
+    real, mine = learn_module.learn, threading.current_thread()
 
     def counted(*args: object, **kwargs: object) -> Basis:
-        calls.append(1)
+        if threading.current_thread() is mine:
+            calls.append(1)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(learn_module, "_cache", OrderedDict())
+    monkeypatch.setattr(learn_module, "LEARNED", 64)
     monkeypatch.setattr(learn_module, "learn", counted)
     return calls
 
