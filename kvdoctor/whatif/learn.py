@@ -105,8 +105,7 @@ def run_key(engine: Engine, w: Workload, replicas: int, duration_s: float) -> tu
     """What `simulate` feeds one replica (the step model and seed are the window's): the engine, its share of the
     traffic and the length. So n replicas at ×1 are one replica at ×1/n, and a closed loop's loads that round to one
     population are one run: an open loop's population, a closed loop's rate and the `why` are never read."""
-    uneven = bool(w.shares) and len(w.shares) == replicas  # each engine its own share: not one replica's
-    share = w.scaled(1.0 / replicas) if replicas > 1 and not uneven else w
+    share = w.scaled(1.0 / replicas) if replicas > 1 and not w.split_unevenly(replicas) else w
     closed = share.kind == "closed"
     rate, population = (0.0, share.population) if closed else (share.rate_per_s, 0)
     return engine, replace(share, rate_per_s=rate, population=population, why=""), duration_s

@@ -130,6 +130,10 @@ class Workload:
             self, rate_per_s=self.rate_per_s * factor, population=max(1, round(self.population * factor))
         )
 
+    def split_unevenly(self, replicas: int) -> bool:
+        """Whether each of `replicas` engines is simulated with its own share (`shares` has one per engine)."""
+        return len(self.shares) == replicas > 0
+
     def prefix_tokens(self, block_size: int) -> int:
         """The shared prefix every prompt starts with, in whole blocks (what the cache can hit)."""
         return round(self.prefix_hit_ratio * self.prompt.mean / block_size) * block_size

@@ -13,8 +13,7 @@ from kvdoctor.whatif.intervals import Band, Reader
 from kvdoctor.whatif.learn import MIN_REQUESTS, MIN_SIM_S, Basis, learn, learned
 from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
-from kvdoctor.whatif.plateau import busiest
-from kvdoctor.whatif.readout import WARMUP_S, classify, quantities, simulate, verdict
+from kvdoctor.whatif.readout import WARMUP_S, classify, measured_class, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import Overload, as_dict, detect
 from kvdoctor.whatif.window import Quantities, Snap
 from kvdoctor.whatif.workload import bound_duration
@@ -166,7 +165,7 @@ def predict(
     unchanged = basis.unchanged_quantities(duration)
     predicted = quantities(res_after, r_after, buckets, sigma)
     light = step.duration(1, 0, 0.0)
-    measured.bottleneck = measured_bottleneck or _measured_class(window, measured, engine, light, replicas)
+    measured.bottleneck = measured_bottleneck or measured_class(window, measured, engine, light, replicas)
     unchanged.bottleneck = classify(now, unchanged, engine, light, replicas, buckets, sigma)
     predicted.bottleneck = classify(res_after, predicted, after, light, r_after, buckets, sigma)
     assumptions = [workload.why, *basis.notes, *change_notes, *step.notes]
@@ -187,17 +186,6 @@ def predict(
     if with_intervals:
         _intervals(p, basis, history, (now, (res_after, w_after, r_after)), gpu_memory_bytes, duration)
     return p
-
-
-def _measured_class(
-    window: list[Snap], q: Quantities, engine: Engine, light_itl_s: float, replicas: int
-) -> str:
-    """The class of what the window measured, as the pack gives it: where the engines carried the requests unevenly,
-    the busiest engine's (one at its cap with a queue while another has seats is batch_cap)."""
-    one = busiest(window)
-    if one is None:
-        return verdict(q, engine, light_itl_s, replicas)
-    return verdict(replace(q, running=one[0], waiting=one[1]), engine, light_itl_s)
 
 
 def _intervals(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from kvdoctor.promql.quantile import bucket_quantile
 from kvdoctor.signals import compute_threshold_ratio
 from kvdoctor.whatif import histo
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
+from kvdoctor.whatif.plateau import busiest
 from kvdoctor.whatif.sim import Simulator
-from kvdoctor.whatif.window import Quantities
+from kvdoctor.whatif.window import Quantities, Snap
 
 WARMUP_S = 30.0
 
@@ -25,7 +27,7 @@ def simulate(
 ) -> SimResult:
     """One replica's simulation with its share of the load; where the engines carry uneven shares
     (`Workload.shares`), each engine's with its own, read as one replica's average."""
-    if workload.shares and len(workload.shares) == replicas:
+    if workload.split_unevenly(replicas):
         return _average(
             [
                 _run(engine, step, workload.scaled(share), duration_s, seed + i, warmup_s)
@@ -120,6 +122,17 @@ def classify(
         return verdict(q, engine, light_itl_s, replicas)
     busiest = max(res.engine_runs, key=lambda r: r.running_area + r.waiting_area)
     return verdict(quantities(busiest, 1, buckets, sigma), engine, light_itl_s)
+
+
+def measured_class(
+    window: list[Snap], q: Quantities, engine: Engine, light_itl_s: float, replicas: int
+) -> str:
+    """verdict() of what the window measured (q); where the engines carried the requests unevenly, the busiest
+    engine's, read from its own running and waiting (one at its cap with a queue while another has seats)."""
+    one = busiest(window)
+    if one is None:
+        return verdict(q, engine, light_itl_s, replicas)
+    return verdict(replace(q, running=one[0], waiting=one[1]), engine, light_itl_s)
 
 
 def verdict(q: Quantities, engine: Engine, light_itl_s: float, replicas: int = 1) -> str:
