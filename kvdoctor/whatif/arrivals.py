@@ -7,6 +7,7 @@ import random
 from collections.abc import Iterator
 
 from kvdoctor.whatif.model import Engine, Request, Workload, make_request
+from kvdoctor.whatif.profile import warp
 
 
 class ArrivalQueue:
@@ -60,14 +61,17 @@ def generate(
     """The initial arrivals: a Poisson process up to until_s (open loop), or each client's first request.
 
     The open loop is the Poisson process given its count: the warm-up and the measured span (from measured_from_s)
-    each get rate × length arrivals at uniform random times."""
+    each get rate × length arrivals at uniform random times; where the window's rate was uneven (`Workload.profile`)
+    the measured span's follow its profile and the warm-up runs at the rate the window began with."""
     arrivals: list[tuple[float, int, Request]] = []
     if w.kind == "open":
         # the window counted its requests: a fresh Poisson count would add its own ±1/√n (±6 % over a 2-minute
         # run at 2 req/s) to the tokens/s the simulation reads, an error the window never had
         spans = ((0.0, min(measured_from_s, until_s)), (max(0.0, measured_from_s), until_s))
-        for (lo, hi), own in zip(spans, [random.Random(rng.getrandbits(64)) for _ in spans], strict=True):
-            arrivals += _given_count(w, engine, lo, hi, own, shared, len(arrivals))
+        shapes = (w.profile[:1], w.profile)
+        owns = [random.Random(rng.getrandbits(64)) for _ in spans]
+        for (lo, hi), shape, own in zip(spans, shapes, owns, strict=True):
+            arrivals += _given_count(w, engine, lo, hi, own, shared, len(arrivals), shape)
     else:
         for i in range(w.population):
             t0 = rng.random() * max(w.think_s, 0.01)
@@ -76,21 +80,30 @@ def generate(
 
 
 def _given_count(
-    w: Workload, engine: Engine, lo: float, hi: float, rng: random.Random, shared: int, n0: int
+    w: Workload,
+    engine: Engine,
+    lo: float,
+    hi: float,
+    rng: random.Random,
+    shared: int,
+    n0: int,
+    shape: tuple[float, ...] = (),
 ) -> list[tuple[float, int, Request]]:
-    """rate × (hi − lo) arrivals at uniform times in [lo, hi): a unit-rate process's first n points over its n+1st.
+    """rate × (hi − lo) arrivals at uniform times in [lo, hi): a unit-rate process's first n points over its n+1st;
+    with a shape (relative rates of equal parts), as many as its mean gives, at times warped to follow it.
 
     Drawn a gap then a request at a time, so at another rate the same seed gives the same requests, each at its time
     scaled by the rates' ratio (as a Poisson process' would be): the loads a headroom bisects share their draws."""
-    expected = max(0.0, w.rate_per_s * (hi - lo))
+    expected = max(0.0, w.rate_per_s * (hi - lo) * (sum(shape) / len(shape) if shape else 1.0))
     count = int(expected) + (rng.random() < expected - int(expected))
     points, at = [], 0.0
     for _ in range(count):
         at += rng.expovariate(1.0)
         points.append((at, make_request(rng, w, lo, shared, engine)))
-    scale = (hi - lo) / (at + rng.expovariate(1.0))
+    total = at + rng.expovariate(1.0)
+    scale = (hi - lo) / total
     out = []
     for i, (p, req) in enumerate(points):
-        req.arrival_time = lo + p * scale
+        req.arrival_time = lo + (hi - lo) * warp(p / total, shape) if shape else lo + p * scale
         out.append((req.arrival_time, n0 + i, req))
     return out

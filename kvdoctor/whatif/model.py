@@ -123,6 +123,8 @@ class Workload:
     computed: LengthDist | None = None
     # each engine's share of it where a data-parallel server's engines carried it unevenly (empty: evenly)
     shares: tuple[float, ...] = ()
+    # an open loop whose rate was uneven across its window: each equal part's rate over the mean (empty: level)
+    profile: tuple[float, ...] = ()
 
     def scaled(self, factor: float) -> Workload:
         """The same traffic grown by factor (more clients, or a higher rate)."""

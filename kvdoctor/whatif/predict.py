@@ -80,6 +80,8 @@ class Prediction:
                 "prefix_hit_ratio": _r(w.prefix_hit_ratio),
                 # each data-parallel engine's share where they carried the load unevenly ([]: split evenly)
                 "engine_shares": [_r(x) for x in w.shares],
+                # an open loop's rate in equal parts of the window, over its mean, where it was uneven ([]: level)
+                "arrival_profile": [_r(x) for x in w.profile],
                 "why": w.why,
             },
             "engine": {"now": knobs.settings(self.engine), "after": knobs.settings(self.engine_after)},

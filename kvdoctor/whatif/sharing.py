@@ -98,8 +98,13 @@ def fingerprint(window: list[Snap], cap: int | None = None) -> Fingerprint:
     info = window[-1].info
     config = tuple(sorted((k, v) for k, v in info.items() if k not in ("engine",)))
     return Fingerprint(
-        # engines sharing the load unevenly are simulated each with its share: a tenth apart is another split
-        (config, e, w.kind, max(1, window[-1].engines), cap, tuple(round(x, 1) for x in load_shares(window))),
+        # engines sharing the load unevenly run each its share, and uneven arrivals follow their profile: a tenth
+        # apart in either is another simulation
+        (
+            *(config, e, w.kind, max(1, window[-1].engines), cap),
+            tuple(round(x, 1) for x in load_shares(window)),
+            tuple(round(x, 1) for x in w.profile),
+        ),
         w.rate_per_s,
         float(w.population),
         w.prompt.mean,

@@ -9,6 +9,7 @@ from kvdoctor.errors import InputError
 from kvdoctor.whatif import spec
 from kvdoctor.whatif.model import Engine, LengthDist, Workload
 from kvdoctor.whatif.plateau import PERSISTENT_QUEUE, plateau, uneven
+from kvdoctor.whatif.profile import arrival_profile, describe
 from kvdoctor.whatif.window import Snap, deferred, delta, delta_buckets, mean_of
 
 HELD = 0.75  # share of scrapes with running + waiting within 10 % of its median for a fixed population
@@ -133,7 +134,10 @@ def infer_workload(snaps: list[Snap]) -> Workload:
         else f"running + waiting was near its median in only {held:.0%} of scrapes"
     )
     why = f"open loop at {rate:.3g} req/s: {reason}, so arrivals do not wait for answers"
-    return Workload("open", rate, 0, 0.0, prompt, output, hit, why, computed)
+    shape = arrival_profile(snaps)
+    if shape:
+        why += f"; {describe(shape, rate)}"
+    return Workload("open", rate, 0, 0.0, prompt, output, hit, why, computed, profile=shape)
 
 
 def _computed(a: Snap, b: Snap) -> LengthDist | None:

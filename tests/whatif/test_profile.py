@@ -1,0 +1,127 @@
+"""An open loop whose rate rose or fell across its window is simulated along its own profile, a level one at its rate."""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.whatif.arrivals import generate
+from kvdoctor.whatif.model import Engine, LengthDist, Workload
+from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.profile import arrival_counts, arrival_profile, warp
+from kvdoctor.whatif.sources import default_window, history_before, recording_snaps
+from kvdoctor.whatif.window import Snap
+from kvdoctor.whatif.workload import infer_workload
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
+BUSY = FIXTURES / "vllm-0.32-cpu-field" / "busy.jsonl.gz"
+ONE = LengthDist(((0.0, 100.0, 1.0),), 50.0)
+
+
+def _scrapes(rates: list[float], seconds_each: int, seed: int = 1) -> list[Snap]:
+    """An open loop of Poisson arrivals at each rate in turn, every request served within its second."""
+    rng, done = random.Random(seed), 0.0
+    out = [Snap(0.0, {"vllm:request_success_total": 0.0})]
+    t = 0
+    for rate in rates:
+        for _ in range(seconds_each):
+            t += 1
+            arrived = 0
+            at = rng.expovariate(rate)
+            while at < 1.0:
+                arrived += 1
+                at += rng.expovariate(rate)
+            done += arrived
+            flat = {
+                "vllm:request_success_total": done,
+                "vllm:num_requests_running": 0.0,
+                "vllm:num_requests_waiting": 0.0,
+            }
+            out.append(Snap(float(t), flat))
+    return out
+
+
+def test_a_level_poisson_load_has_no_profile_at_any_rate() -> None:
+    for seed in range(20):
+        for rate in (0.5, 2.0, 8.0):
+            assert arrival_profile(_scrapes([rate] * 3, 100, seed)) == ()
+
+
+def test_a_load_that_doubles_halfway_has_a_profile_that_doubles() -> None:
+    shape = arrival_profile(_scrapes([2.0, 4.0], 120))
+    half = len(shape) // 2
+    assert len(shape) == 12
+    before, after = sum(shape[:half]) / half, sum(shape[half:]) / half
+    assert after / before == pytest.approx(2.0, rel=0.15)
+    assert sum(shape) / len(shape) == pytest.approx(1.0)
+
+
+def test_requests_cancelled_in_flight_take_no_arrivals_away() -> None:
+    snaps = [
+        Snap(float(t), {"vllm:num_requests_running": r, "vllm:request_success_total": 0.0})
+        for t, r in enumerate([0, 10, 20, 0, 10, 20])  # 20 in flight cancelled at t=3, then 20 more arrive
+    ]
+    counts = arrival_counts(snaps, 5)
+    assert min(counts) >= 0
+    assert sum(counts) == pytest.approx(40.0)
+
+
+def test_warp_places_each_part_its_share_of_the_arrivals() -> None:
+    shape = (0.5, 1.0, 1.5)
+    n = 30_000
+    times = [warp((i + 0.5) / n, shape) for i in range(n)]
+    per_part = [sum(1 for x in times if k / 3 <= x < (k + 1) / 3) for k in range(3)]
+    assert [c / n for c in per_part] == pytest.approx([1 / 6, 1 / 3, 1 / 2], abs=1e-3)
+    assert times == sorted(times)
+
+
+def test_a_simulated_open_loop_follows_the_profile_and_keeps_its_rate() -> None:
+    w = Workload("open", 4.0, 0, 0.0, ONE, ONE, profile=(0.5, 1.5))
+    engine = Engine(8, 2048, 1000, 16, 4096)
+    arrivals = generate(w, engine, 30.0 + 400.0, random.Random(3), 0, 30.0)
+    measured = [t for t, _, _ in arrivals if t >= 30.0]
+    first = sum(1 for t in measured if t < 230.0)
+    assert len(measured) == pytest.approx(1600, rel=0.01)  # the window's rate, over the measured span
+    assert (len(measured) - first) / first == pytest.approx(3.0, rel=0.15)
+    warm = [t for t, _, _ in arrivals if t < 30.0]
+    assert len(warm) == pytest.approx(
+        0.5 * 4.0 * 30.0, abs=2
+    )  # the warm-up at the rate the window began with
+
+
+def test_a_level_open_loop_draws_the_arrivals_it_always_drew() -> None:
+    w = Workload("open", 4.0, 0, 0.0, ONE, ONE)
+    engine = Engine(8, 2048, 1000, 16, 4096)
+    a = generate(w, engine, 200.0, random.Random(5), 0, 30.0)
+    b = generate(
+        Workload("open", 4.0, 0, 0.0, ONE, ONE, profile=(1.0,)), engine, 200.0, random.Random(5), 0, 30.0
+    )
+    assert [t for t, _, _ in a] == pytest.approx([t for t, _, _ in b], abs=1e-9)
+
+
+def test_a_recorded_rising_load_is_reproduced_where_its_mean_rate_was_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    snaps = recording_snaps(BUSY)
+    lo, hi = default_window(snaps, busy_period=True)
+    history, window = history_before(snaps, lo, hi)
+    w = infer_workload(window)
+    assert w.profile and w.profile[-1] > 1.5 * w.profile[0]  # the recording's load rose through the window
+    assert "arrivals uneven across the window" in w.why
+    p = predict(history, window, {"load": 1.0})
+    measured = p.measured.running
+    assert p.not_reproduced() == []
+    assert abs(p.unchanged.running - measured) < 0.25 * measured
+    assert p.to_dict()["workload"]["arrival_profile"] == [float(f"{x:.4g}") for x in w.profile]
+    monkeypatch.setattr(
+        "kvdoctor.whatif.workload.arrival_profile", lambda snaps: ()
+    )  # the mean rate throughout
+    monkeypatch.setattr(
+        "kvdoctor.whatif.learn._cache", OrderedDict()
+    )  # learned afresh, not the kept learning
+    level = predict(history, window, {"load": 1.0})
+    assert level.unchanged.running < 0.6 * measured
+    assert any("running" in miss for miss in level.not_reproduced())
