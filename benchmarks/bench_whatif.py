@@ -65,6 +65,9 @@ PAIRS5 = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-plancheck3"
 PAIRS6 = (
     ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-dp"
 )  # session 15: uneven data-parallel shares, set aside
+PAIRS7 = (
+    ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-rising"
+)  # session 16: open loops rising across the window, set aside
 COVERAGE_GOAL = (0.70, 0.90)
 # recordings with 5 minutes of traffic for the whatif timing, the first present is used
 LONG = (
@@ -305,7 +308,7 @@ def main() -> int:
         "--pairs",
         type=Path,
         action="append",
-        help=f"pair folder(s) (default {PAIRS.name}, and {PAIRS2.name} … {PAIRS6.name} when present)",
+        help=f"pair folder(s) (default {PAIRS.name}, and {PAIRS2.name} … {PAIRS7.name} when present)",
     )
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--tuned-only", action="store_true", help="run the tuned part only (while tuning)")
@@ -318,7 +321,7 @@ def main() -> int:
     args = ap.parse_args()
     took = max(speed(), whatif_speed(args.long))
     ok = accuracy(
-        args.pairs or [d for d in (PAIRS, PAIRS2, PAIRS3, PAIRS4, PAIRS5, PAIRS6) if d.is_dir()],
+        args.pairs or [d for d in (PAIRS, PAIRS2, PAIRS3, PAIRS4, PAIRS5, PAIRS6, PAIRS7) if d.is_dir()],
         args.seeds,
         args.tuned_only,
         args.show_set_aside,

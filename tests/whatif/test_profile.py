@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.whatif.arrivals import generate
+from kvdoctor.whatif.compare import load_pairs, run_pair
 from kvdoctor.whatif.model import Engine, LengthDist, Workload
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.profile import arrival_counts, arrival_profile, warp
@@ -125,3 +126,18 @@ def test_a_recorded_rising_load_is_reproduced_where_its_mean_rate_was_not(
     level = predict(history, window, {"load": 1.0})
     assert level.unchanged.running < 0.6 * measured
     assert any("running" in miss for miss in level.not_reproduced())
+
+
+def test_a_recorded_ramp_past_the_cap_queues_in_the_prediction_as_it_did_and_the_raised_cap_clears_it() -> (
+    None
+):
+    # vllm-0.32-cpu-rising (recorded after the profile was built): arrivals rising 1 -> 12 req/s, cap 8 -> 16
+    directory = FIXTURES / "vllm-0.32-cpu-rising"
+    pair = next(p for p in load_pairs(directory) if p["name"] == "rising_cap_steep")
+    r = run_pair(directory, pair)
+    measured_now, predicted_now = r.prediction.measured.ttft_p95_s, r.prediction.unchanged.ttft_p95_s
+    assert r.prediction.workload.profile[-1] > 3 * r.prediction.workload.profile[0]
+    assert measured_now > 2.0 and predicted_now > 2.0  # the queue the top of the ramp built at 8 seats
+    assert 0.5 < predicted_now / measured_now < 2.0
+    assert r.after.ttft_p95_s < 0.5 and r.prediction.predicted.ttft_p95_s < 0.5  # gone at 16
+    assert all(r.direction_right.values())

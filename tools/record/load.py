@@ -29,7 +29,7 @@ import time
 import aiohttp
 
 VOCAB = 4092  # words w0..w4091, one token each (see make_model.py)
-PHASE_KEYS = ["concurrency", "rate", "duration", "drain", "ramp", "prompt_min", "prompt_max", "out_min"]
+PHASE_KEYS = ["concurrency", "rate", "rate_to", "duration", "drain", "ramp", "prompt_min", "prompt_max", "out_min"]
 PHASE_KEYS += ["out_max", "shared_prefix", "max_requests", "seed", "pause", "wait_health"]
 PHASE_KEYS += ["unique_head", "models", "dp_ranks", "greedy"]
 RETRY_PAUSE = 0.5
@@ -131,8 +131,13 @@ async def open_loop(session, p, deadline, stats, counter):
     greedy = greedy_picker(p, "open")
     inflight, dropped = set(), 0
     shared = words(random.Random(p.seed), p.shared_prefix) if p.shared_prefix else None
+    start = time.time()
     while time.time() < deadline and counter[0] < p.max_requests:
-        await asyncio.sleep(rng.expovariate(p.rate))
+        # with rate_to, the rate moves linearly from rate to rate_to over the phase (each gap drawn at the rate of
+        # its start: a ramp's arrivals, not a level's)
+        share = min(1.0, (time.time() - start) / p.duration) if p.duration else 0.0
+        rate = p.rate + (p.rate_to - p.rate) * share if p.rate_to > 0 else p.rate
+        await asyncio.sleep(rng.expovariate(rate))
         inflight = {t for t in inflight if not t.done()}
         if len(inflight) >= max(1, p.concurrency):
             dropped += 1
@@ -259,6 +264,7 @@ if __name__ == "__main__":
     ap.add_argument("--model", default="tiny", help="served model name")
     ap.add_argument("--concurrency", type=int, default=0, help="closed-loop workers / open-loop cap")
     ap.add_argument("--rate", type=float, default=0.0, help="open-loop Poisson req/s (0 = closed loop)")
+    ap.add_argument("--rate-to", type=float, default=0.0, help="open loop: the rate at the phase's end (0 = level)")
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--drain", type=float, default=30, help="max s to wait for in-flight after duration")
     ap.add_argument("--pre", type=float, default=5, help="idle scrapes before the first phase")
