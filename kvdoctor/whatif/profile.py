@@ -10,9 +10,10 @@ from kvdoctor.whatif.window import Snap
 PART_S = 20.0  # the shortest part of a window whose arrivals a profile tells apart
 MAX_PARTS = 12
 MIN_PER_PART = 5.0  # fewer arrivals a part, and a Poisson count's noise hides any shape
-# chi-square's 99.9th percentile for 1-11 degrees of freedom: arrivals this uneven are a Poisson process' by
-# chance once in a thousand windows
-_CHI2_999 = (10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59, 31.26)
+# chi-square's 99.5th percentile for 1-11 degrees of freedom. Two tests, each failed by a Poisson process' counts
+# once in 200 windows: the parts' (any shape) and the thirds' (a trend, which twelve parts spread too thin to see)
+_CHI2_995 = (7.88, 10.60, 12.84, 14.86, 16.75, 18.55, 20.28, 21.95, 23.59, 25.19, 26.76)
+TREND_PARTS = 3
 MATERIAL = (
     0.5  # the busiest part's count above the quietest's by half the mean at least: a shape worth following
 )
@@ -35,7 +36,7 @@ def arrival_counts(snaps: list[Snap], parts: int) -> list[float]:
 
 def arrival_profile(snaps: list[Snap]) -> tuple[float, ...]:
     """Each part's arrival rate over the window's mean where the arrivals were more uneven than a Poisson process'
-    (p < 0.001) and materially so; () where the window's rate was level (the simulation draws it at one rate)."""
+    (p < 0.01) and materially so; () where the window's rate was level (the simulation draws it at one rate)."""
     if len(snaps) < 3:
         return ()
     parts = min(MAX_PARTS, int((snaps[-1].t - snaps[0].t) // PART_S))
@@ -43,12 +44,18 @@ def arrival_profile(snaps: list[Snap]) -> tuple[float, ...]:
         return ()
     counts = arrival_counts(snaps, parts)
     mean = sum(counts) / parts
-    if mean < MIN_PER_PART:
+    if mean < MIN_PER_PART or max(counts) - min(counts) < MATERIAL * mean:
         return ()
-    chi2 = sum((n - mean) ** 2 for n in counts) / mean
-    if chi2 <= _CHI2_999[parts - 2] or max(counts) - min(counts) < MATERIAL * mean:
+    thirds = arrival_counts(snaps, TREND_PARTS) if parts > TREND_PARTS else counts
+    if not (_uneven(counts) or _uneven(thirds)):
         return ()
     return tuple(n / mean for n in counts)
+
+
+def _uneven(counts: list[float]) -> bool:
+    """Whether counts are more dispersed than a Poisson process' would be but once in 200 windows (chi-square)."""
+    mean = sum(counts) / len(counts)
+    return sum((n - mean) ** 2 for n in counts) / mean > _CHI2_995[len(counts) - 2]
 
 
 def warp(u: float, profile: tuple[float, ...]) -> float:

@@ -45,10 +45,10 @@ def _scrapes(rates: list[float], seconds_each: int, seed: int = 1) -> list[Snap]
     return out
 
 
-def test_a_level_poisson_load_has_no_profile_at_any_rate() -> None:
-    for seed in range(20):
-        for rate in (0.5, 2.0, 8.0):
-            assert arrival_profile(_scrapes([rate] * 3, 100, seed)) == ()
+def test_a_level_poisson_load_is_almost_never_given_a_profile() -> None:
+    windows = [_scrapes([rate] * 3, 100, seed) for seed in range(100) for rate in (0.5, 2.0, 8.0)]
+    shaped = sum(1 for snaps in windows if arrival_profile(snaps))
+    assert shaped <= 0.02 * len(windows)  # two tests at p < 0.005 each: at most 1 % by chance
 
 
 def test_a_load_that_doubles_halfway_has_a_profile_that_doubles() -> None:
