@@ -29,8 +29,8 @@ import time
 import aiohttp
 
 VOCAB = 4092  # words w0..w4091, one token each (see make_model.py)
-PHASE_KEYS = ["concurrency", "rate", "rate_to", "duration", "drain", "ramp", "prompt_min", "prompt_max", "out_min"]
-PHASE_KEYS += ["out_max", "shared_prefix", "max_requests", "seed", "pause", "wait_health"]
+PHASE_KEYS = ["concurrency", "rate", "rate_to", "duration", "drain", "ramp", "prompt_min", "prompt_max"]
+PHASE_KEYS += ["out_min", "out_max", "shared_prefix", "max_requests", "seed", "pause", "wait_health"]
 PHASE_KEYS += ["unique_head", "models", "dp_ranks", "greedy"]
 RETRY_PAUSE = 0.5
 
@@ -264,7 +264,7 @@ if __name__ == "__main__":
     ap.add_argument("--model", default="tiny", help="served model name")
     ap.add_argument("--concurrency", type=int, default=0, help="closed-loop workers / open-loop cap")
     ap.add_argument("--rate", type=float, default=0.0, help="open-loop Poisson req/s (0 = closed loop)")
-    ap.add_argument("--rate-to", type=float, default=0.0, help="open loop: the rate at the phase's end (0 = level)")
+    ap.add_argument("--rate-to", type=float, default=0.0, help="open loop: the rate at the phase's end")
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--drain", type=float, default=30, help="max s to wait for in-flight after duration")
     ap.add_argument("--pre", type=float, default=5, help="idle scrapes before the first phase")
