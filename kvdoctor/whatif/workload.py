@@ -121,7 +121,10 @@ def infer_workload(snaps: list[Snap]) -> Workload:
     if top >= 1 and at_top >= CEILING and near_top >= NEAR_CEILING:
         n = round(top)
         e2e = mean_of(a, b, "vllm:e2e_request_latency_seconds")
-        think = max(0.0, n / (done / dt) - e2e) if math.isfinite(e2e) else 0.0
+        # a request is at least as long as it stays in the engine (Little's law on running + waiting): a shorter
+        # e2e mean is the window's own bias (the requests that finished in it, where the clients move in waves)
+        in_engine = statistics.fmean(inside) / (done / dt)
+        think = max(0.0, n / (done / dt) - max(e2e, in_engine)) if math.isfinite(e2e) else 0.0
         why = (
             f"closed loop: running + waiting never above {n} and at it in {at_top:.0%} of scrapes, so {n} "
             f"clients wait for answers (≈{think:.2g} s between an answer and the next request)"
