@@ -77,7 +77,8 @@ def test_warp_places_each_part_its_share_of_the_arrivals() -> None:
     per_part = [sum(1 for x in times if k / 3 <= x < (k + 1) / 3) for k in range(3)]
     assert [c / n for c in per_part] == pytest.approx([1 / 6, 1 / 3, 1 / 2], abs=1e-3)
     assert times == sorted(times)
-    quiet = [warp((i + 0.5) / 1000, (0.0, 2.0, 0.0, 2.0)) for i in range(1000)]  # parts with no arrivals at all
+    silent = (0.0, 2.0, 0.0, 2.0)  # parts with no arrivals at all
+    quiet = [warp((i + 0.5) / 1000, silent) for i in range(1000)]
     assert not any(0.0 <= x < 0.25 or 0.5 <= x < 0.75 for x in quiet)
 
 
