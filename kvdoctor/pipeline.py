@@ -132,6 +132,12 @@ class Pipeline:
         for name in names:
             self._forget(name)
 
+    def close(self) -> None:
+        """Stop the what-if workers' threads (the daemon's shutdown; a pipeline is not used after it)."""
+        for worker in (self.advisor, self.headroom):
+            if worker is not None:
+                worker.close()
+
     def _forget(self, name: str) -> None:
         if self.advisor is not None:
             self.advisor.forget(name)

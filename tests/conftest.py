@@ -1,7 +1,9 @@
-"""Shared fixtures: where the real vLLM recordings live, daemons shut down, the collector as each test found it."""
+"""Shared fixtures: where the real vLLM recordings live, daemons and what-if workers shut down, the collector as each
+test found it."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import shutil
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from kvdoctor.whatif import advisor
+from kvdoctor.whatif.headroom import HeadroomWorker
 from tests.support import replays
 from tests.support.daemon import Daemons
 from tests.support.predictions import SharedPredict
@@ -88,6 +91,28 @@ def _gc_thawed(request: pytest.FixtureRequest) -> Iterator[None]:
             "one of its tests built was not shut down; build it with the `daemons` fixture (tests/support/daemon.py)",
             pytrace=False,
         )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _what_if_workers_stopped() -> Iterator[None]:
+    """Stops the what-if worker threads a module's tests started (an Advisor's or a HeadroomWorker's in background
+    mode, as a daemon's shutdown does), so none goes on learning windows into what a later module's tests count."""
+    built: list[Any] = []
+    with pytest.MonkeyPatch.context() as mp:
+        for cls in (advisor.Advisor, HeadroomWorker):
+            mp.setattr(cls, "__init__", _recorded(cls.__init__, built))
+        yield
+    for worker in built:
+        worker.close(timeout=2.0)
+
+
+def _recorded(init: Any, built: list[Any]) -> Any:
+    @functools.wraps(init)
+    def record(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    return record
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -134,8 +134,8 @@ class Daemon:
         self.stop()
         if self._thread is not None:
             self._thread.join(timeout=60)
-        self.scraper.close()
-        self.discovery.close()
+        for part in (self.pipeline, self.scraper, self.discovery):  # what-if workers, scrapes, pod watches
+            part.close()
         with self._lock:
             self._persist(force=True)
         if self.notifier is not None:

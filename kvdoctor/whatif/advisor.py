@@ -190,10 +190,10 @@ class Advisor:
             return self._effects.get(key)
 
     def _submit(self, key: Key, t: float) -> None:
-        if self._worker is None or not self._worker.is_alive():
+        self._jobs.put(key, t)
+        if not self._jobs.closed and (self._worker is None or not self._worker.is_alive()):
             self._worker = threading.Thread(target=self._run, name="kvdoctor-whatif", daemon=True)
             self._worker.start()
-        self._jobs.put(key, t)
 
     def stats(self) -> dict[str, int]:
         """The worker's counters for kvdoctor's own /metrics: dropped, computed, shared, kept requests; queue length."""
@@ -227,8 +227,14 @@ class Advisor:
         return True
 
     def _run(self) -> None:
-        while True:
+        while not self._jobs.closed:
             self.work_once()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker thread: queued requests are dropped, a simulation under way ends first (up to timeout)."""
+        self._jobs.close()
+        if self._worker is not None:
+            self._worker.join(timeout)
 
     def _compute_safely(
         self, key: Key, t: float, history: list[Snap] | None = None, simulate: bool = True

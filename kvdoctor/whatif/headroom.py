@@ -104,6 +104,7 @@ class HeadroomWorker:
         # (target, result) of the searches lately made, found again by windows near theirs
         self._searched: Nearby[tuple[str, Headroom]] = Nearby(refresh_s, lambda s: s[1].t)
         self._worker: threading.Thread | None = None
+        self._closed = False
         self.dropped_total = self.computed_total = self.shared_total = 0
 
     def annotate(self, diagnoses: list[Diagnosis], t: float, wants: Wants) -> list[Diagnosis]:
@@ -144,7 +145,7 @@ class HeadroomWorker:
     def _want(self, target: str, model: str, slos: dict[str, float], seqs: int | None, t: float) -> None:
         with self._lock:
             done = self._results.get(target)
-            if target in self._queued or t - self._asked.get(target, -math.inf) < RETRY_S:
+            if self._closed or target in self._queued or t - self._asked.get(target, -math.inf) < RETRY_S:
                 return
             if (
                 done is not None
@@ -171,11 +172,23 @@ class HeadroomWorker:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._queue:
+                while not self._queue and not self._closed:
                     self._lock.wait()
+                if self._closed:
+                    return
                 job = self._queue.popleft()
                 self._queued.discard(job[0])
             self._compute(*job)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker thread: queued requests are dropped, a search under way ends first (up to timeout)."""
+        with self._lock:
+            self._closed = True
+            self._queue.clear()
+            self._queued.clear()
+            self._lock.notify_all()
+        if self._worker is not None:
+            self._worker.join(timeout)
 
     def _compute(self, target: str, model: str, slos: dict[str, float], seqs: int | None, t: float) -> None:
         try:

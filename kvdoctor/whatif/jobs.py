@@ -25,11 +25,12 @@ class Jobs(Generic[K]):
         # queued or being computed: asked again meanwhile, it is not queued twice
         self._pending: set[K] = set()
         self.dropped_total = 0
+        self.closed = False  # close(): no more requests; a waiting get() returns None
 
     def put(self, key: K, t: float) -> bool:
-        """Queue key (asked at t) unless it is pending already; False when it was."""
+        """Queue key (asked at t) unless it is pending already or the queue is closed; False when so."""
         with self._cv:
-            if key in self._pending:
+            if key in self._pending or self.closed:
                 return False
             if len(self._queue) >= self.maxlen:
                 old, _ = self._queue.popleft()  # the oldest request is the one a newer cycle will ask again
@@ -41,11 +42,19 @@ class Jobs(Generic[K]):
             return True
 
     def get(self, timeout: float | None = None) -> tuple[K, float] | None:
-        """The oldest request, waiting up to timeout for one (None when none came); pending until done()."""
+        """The oldest request, waiting up to timeout for one (None when none came, or closed); pending until done()."""
         with self._cv:
-            if not self._cv.wait_for(lambda: bool(self._queue), timeout):
+            if not self._cv.wait_for(lambda: bool(self._queue) or self.closed, timeout) or self.closed:
                 return None
             return self._queue.popleft()
+
+    def close(self) -> None:
+        """Take no more requests and drop those queued; a worker waiting in get() returns None."""
+        with self._cv:
+            self.closed = True
+            self._queue.clear()
+            self._pending.clear()
+            self._cv.notify_all()
 
     def take(self, group: Hashable, of: Callable[[K], Hashable]) -> list[tuple[K, float]]:
         """Every queued request whose key is of this group, oldest first, out of the queue (pending until done())."""
