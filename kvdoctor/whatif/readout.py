@@ -48,7 +48,16 @@ def _run(
 # what engines' runs add up to: observations, counts, integrals over time, and the queue's ends (its growth)
 _POOLED = (
     *("ttft", "queue", "itl", "kv_samples", "generation_tokens", "running_area", "waiting_area"),
-    *("finished", "preemptions", "rejected", "steps", "waiting_start", "waiting_end"),
+    *(
+        "finished",
+        "preemptions",
+        "rejected",
+        "steps",
+        "waiting_start",
+        "waiting_end",
+        "queued_s",
+        "queued_finished",
+    ),
 )
 
 

@@ -14,6 +14,7 @@ from kvdoctor.jsondoc import JsonObject
 from kvdoctor.whatif.model import SimResult, Workload
 
 MARGIN = 0.05  # arrivals this far above completions, and a queue growing by this share of them: not noise
+QUEUED_FOR = 0.1  # a window's busiest part overloads where requests waited this share of the run at least
 TTFT_REACH_S = 10.0  # the TTFT whose time to reach the output states when no SLO names one
 # quantities with no steady value past saturation: they grow with the time simulated
 DURATION_DEPENDENT = ("ttft_p50_s", "ttft_p95_s", "queue_time_p95_s", "waiting")
@@ -28,6 +29,8 @@ class Overload:
     capacity_generation_tokens_per_s: float
     replicas: int
     reach_s: float = TTFT_REACH_S
+    # the arrivals of the window's busiest part (`Workload.profile`): the overload lasts while that rate does
+    at_peak: bool = False
 
     @property
     def queue_growth_per_s(self) -> float:
@@ -60,13 +63,15 @@ class Overload:
             "ttft_growth_s_per_minute": _r(self.ttft_growth_per_min),
             "ttft_reaches_s": self.reach_s,
             "ttft_reaches_after_s": _r(self.reach_after_s),
+            "arrivals_at_peak": self.at_peak,
             "duration_dependent": list(DURATION_DEPENDENT),
         }
 
     def line(self) -> str:
         """One line for the text output and the advice."""
+        peak = " in the window's busiest part" if self.at_peak else ""
         return (
-            f"overloaded: arrivals {self.arrivals_per_s:.3g} req/s > capacity "
+            f"overloaded: arrivals {self.arrivals_per_s:.3g} req/s{peak} > capacity "
             f"{self.capacity_requests_per_s:.3g} req/s ({self.capacity_generation_tokens_per_s:.3g} tokens/s); "
             f"the queue grows {self.queue_growth_per_s:.2g} req/s, TTFT +{self.ttft_growth_per_min:.2g} s per "
             f"minute while it lasts (reaches {self.reach_s:g} s after {self.reach_after_s:.0f} s)"
@@ -84,6 +89,7 @@ NOT_OVERLOADED: JsonObject = {
     "ttft_growth_s_per_minute": None,
     "ttft_reaches_s": None,
     "ttft_reaches_after_s": None,
+    "arrivals_at_peak": None,
     "duration_dependent": [],
 }
 
@@ -91,10 +97,13 @@ NOT_OVERLOADED: JsonObject = {
 def detect(
     res: SimResult, workload: Workload, replicas: int, reach_s: float = TTFT_REACH_S
 ) -> Overload | None:
-    """An Overload when one replica's open-loop share arrives faster than it completes and its queue grows."""
+    """An Overload when one replica's open-loop share arrives faster than it completes and its queue grows; where
+    the window's arrivals were uneven, when its busiest part arrives faster than the engine completes with a queue."""
     span = res.span_s
     if workload.kind != "open" or span <= 0 or not res.finished:
         return None
+    if workload.profile:
+        return _at_peak(res, workload, replicas, reach_s)
     arrivals = workload.rate_per_s / replicas
     completed = res.finished / span  # with the queue never empty, the engine's capacity
     growth = (res.waiting_end - res.waiting_start) / span
@@ -103,6 +112,19 @@ def detect(
     return Overload(
         arrivals * replicas, completed * replicas, res.generation_tokens / span * replicas, replicas, reach_s
     )
+
+
+def _at_peak(res: SimResult, workload: Workload, replicas: int, reach_s: float) -> Overload | None:
+    # the run's mean completion rate understates the capacity where the queue was empty for part of it: the
+    # capacity is the rate requests finished while others waited
+    if res.queued_s < QUEUED_FOR * res.span_s or not res.queued_finished:
+        return None
+    capacity = res.queued_finished / res.queued_s
+    peak = workload.rate_per_s * max(workload.profile) / replicas
+    if peak <= capacity * (1 + MARGIN):
+        return None
+    tokens = res.generation_tokens / res.finished * capacity  # the window's requests, at that rate
+    return Overload(peak * replicas, capacity * replicas, tokens * replicas, replicas, reach_s, at_peak=True)
 
 
 def _r(v: float) -> float | None:

@@ -23,12 +23,13 @@ class StepTrace(NamedTuple):
 class Recorder:
     """Accumulates a `SimResult` as vLLM's metrics would show it, counting only t in [warmup_s, end_s]."""
 
-    __slots__ = ("end_s", "next_scrape_s", "result", "warmup_s")
+    __slots__ = ("end_s", "next_scrape_s", "queued", "result", "warmup_s")
 
     def __init__(self, duration_s: float, warmup_s: float) -> None:
         self.result = SimResult(span_s=duration_s)
         self.warmup_s, self.end_s = warmup_s, warmup_s + duration_s
         self.next_scrape_s = warmup_s
+        self.queued = False  # requests waited after the last measured step
 
     def step(
         self, now: float, duration: float, decoding: int, running: int, waiting: int, tokens: float
@@ -44,6 +45,9 @@ class Recorder:
         in_span = min(duration, now - self.warmup_s)
         res.running_area += running * in_span
         res.waiting_area += waiting * in_span
+        self.queued = waiting > 0
+        if self.queued:
+            res.queued_s += in_span
         res.running_max = max(res.running_max, running)
         if decoding:
             res.itl.append((duration, decoding))
@@ -72,6 +76,7 @@ class Recorder:
         queue grows, the histogram shows the waits of requests queued one lifetime earlier."""
         res = self.result
         res.finished += 1
+        res.queued_finished += self.queued
         res.queue.append(request.first_scheduled_time - request.arrival_time)
 
     def preempted(self, now: float) -> None:

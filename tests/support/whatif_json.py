@@ -29,5 +29,6 @@ SATURATION_KEYS = {
     "ttft_growth_s_per_minute",
     "ttft_reaches_s",
     "ttft_reaches_after_s",
+    "arrivals_at_peak",
     "duration_dependent",
 }

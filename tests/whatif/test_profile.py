@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import OrderedDict
 from pathlib import Path
@@ -144,3 +145,24 @@ def test_a_recorded_ramp_past_the_cap_queues_in_the_prediction_as_it_did_and_the
     assert 0.5 < predicted_now / measured_now < 2.0
     assert r.after.ttft_p95_s < 0.5 and r.prediction.predicted.ttft_p95_s < 0.5  # gone at 16
     assert all(r.direction_right.values())
+
+
+def test_a_ramp_past_capacity_is_told_overloaded_at_its_peak_with_the_capacity_the_server_showed() -> None:
+    directory = FIXTURES / "vllm-0.32-cpu-rising"
+    pair = next(p for p in load_pairs(directory) if p["name"] == "rising_cap_steep")
+    r = run_pair(directory, pair)
+    over = r.prediction.overload_now
+    assert over is not None and over.at_peak
+    assert "in the window's busiest part" in over.line()
+    # what the server completed at 8 seats while requests waited, read from its own counters
+    lo, hi = pair["heavy_before"]
+    window = [s for s in recording_snaps(directory / pair["before"]) if lo <= s.t <= hi]
+    queued_s = finished = 0.0
+    for a, b in itertools.pairwise(window):
+        if a.get("vllm:num_requests_waiting", 0.0) > 0 and b.get("vllm:num_requests_waiting", 0.0) > 0:
+            queued_s += b.t - a.t
+            finished += b.get("vllm:request_success_total") - a.get("vllm:request_success_total")
+    served = finished / queued_s
+    assert abs(over.capacity_requests_per_s - served) < 0.1 * served
+    assert r.prediction.unchanged.requests_per_s < 0.8 * served  # the window's mean: not its capacity
+    assert over.arrivals_per_s > served
