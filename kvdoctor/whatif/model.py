@@ -162,9 +162,8 @@ class SimResult:
     running_max: int = 0
     waiting_start: int = 0  # queue length after the first measured step: with waiting_end, whether it grows
     waiting_end: int = 0
-    queued_s: float = (
-        0.0  # measured time with requests waiting, and the requests finished in it: the capacity
-    )
+    # measured time with requests waiting, and the requests finished in it: the capacity where a queue came and went
+    queued_s: float = 0.0
     queued_finished: int = 0
     # each engine's own run where a data-parallel server's engines carried uneven shares (`readout.simulate`)
     engine_runs: list[SimResult] = field(default_factory=list)

@@ -14,9 +14,8 @@ MIN_PER_PART = 5.0  # fewer arrivals a part, and a Poisson count's noise hides a
 # once in 200 windows: the parts' (any shape) and the thirds' (a trend, which twelve parts spread too thin to see)
 _CHI2_995 = (7.88, 10.60, 12.84, 14.86, 16.75, 18.55, 20.28, 21.95, 23.59, 25.19, 26.76)
 TREND_PARTS = 3
-MATERIAL = (
-    0.5  # the busiest part's count above the quietest's by half the mean at least: a shape worth following
-)
+# the busiest part's count above the quietest's by half the mean at least: a shape worth following
+MATERIAL = 0.5
 
 
 def arrival_counts(snaps: list[Snap], parts: int) -> list[float]:

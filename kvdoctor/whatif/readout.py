@@ -48,16 +48,8 @@ def _run(
 # what engines' runs add up to: observations, counts, integrals over time, and the queue's ends (its growth)
 _POOLED = (
     *("ttft", "queue", "itl", "kv_samples", "generation_tokens", "running_area", "waiting_area"),
-    *(
-        "finished",
-        "preemptions",
-        "rejected",
-        "steps",
-        "waiting_start",
-        "waiting_end",
-        "queued_s",
-        "queued_finished",
-    ),
+    *("finished", "preemptions", "rejected", "steps", "waiting_start", "waiting_end"),
+    *("queued_s", "queued_finished"),
 )
 
 
