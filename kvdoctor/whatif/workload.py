@@ -124,7 +124,7 @@ def infer_workload(snaps: list[Snap]) -> Workload:
         # a request is at least as long as it stays in the engine (Little's law on running + waiting): a shorter
         # e2e mean is the window's own bias (the requests that finished in it, where the clients move in waves)
         in_engine = statistics.fmean(inside) / (done / dt)
-        think = max(0.0, n / (done / dt) - max(e2e, in_engine)) if math.isfinite(e2e) else 0.0
+        think = max(0.0, n / (done / dt) - (max(e2e, in_engine) if math.isfinite(e2e) else in_engine))
         why = (
             f"closed loop: running + waiting never above {n} and at it in {at_top:.0%} of scrapes, so {n} "
             f"clients wait for answers (≈{think:.2g} s between an answer and the next request)"
