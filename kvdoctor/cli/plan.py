@@ -20,6 +20,7 @@ from kvdoctor.whatif.candidates import Candidate, Plan
 from kvdoctor.whatif.knobs import KnobError, parse_knob
 from kvdoctor.whatif.plan import MAX_LOAD, Planner, plan
 from kvdoctor.whatif.predict import learn
+from kvdoctor.whatif.profile import describe
 from kvdoctor.whatif.slo import parse_slos
 from kvdoctor.whatif.sources import history_before
 from kvdoctor.whatif.workload import WindowError
@@ -91,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
             gpus_per_replica=args.gpus_per_replica,
         )
         result = plan(planner, load, gpu=gpu is not None)
+        if basis.workload.profile:  # "×1.3 today's traffic" scales its shape: the busiest part breaks first
+            result.notes.append(
+                f"{describe(basis.workload.profile, basis.workload.rate_per_s)}; a load scales it"
+            )
     except (InputError, RecordingError, SourceError, ScrapeError, ValueError, KeyError, OSError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"kvdoctor plan: {msg}", file=sys.stderr)

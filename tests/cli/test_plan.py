@@ -263,3 +263,13 @@ def test_a_plan_from_a_window_the_model_does_not_reproduce_says_so_first(capsys)
     assert doc["notes"][0].startswith("the window itself is not reproduced: tokens/s ")
     _, doc = _plan(capsys, str(BATCHCAP), "--slo", "ttft_p95=60s")
     assert not any("not reproduced" in n for n in doc["notes"])
+
+
+def test_a_plan_on_a_rising_window_says_its_load_scales_the_window_s_shape(capsys):
+    busy = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-field/busy.jsonl.gz"
+    rc, doc = _plan(capsys, str(busy), "--slo", "ttft_p95=2s")
+    assert rc in (0, 1)
+    [note] = [n for n in doc["notes"] if n.startswith("arrivals uneven across the window")]
+    assert note.endswith("a load scales it")
+    _, level = _plan(capsys, str(BATCHCAP), "--slo", "ttft_p95=60s")  # a closed loop: no profile
+    assert not any("arrivals uneven" in n for n in level["notes"])
