@@ -30,7 +30,7 @@ from kvdoctor.whatif.sources import (
     parse_window,
     recording_snaps,
 )
-from kvdoctor.whatif.window import Snap, snapshot
+from kvdoctor.whatif.window import Snap, in_flight, snapshot
 from kvdoctor.whatif.workload import WindowError
 
 
@@ -134,9 +134,7 @@ def source_window(args: argparse.Namespace, snaps: list[Snap]) -> tuple[float, f
         return parse_window(args.window, snaps)
     if args.source and not args.prometheus_url and not _is_recording(args):
         return snaps[0].t, snaps[-1].t  # a live server: all it sampled
-    if not any(
-        s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0) for s in snaps
-    ):
+    if not any(in_flight(s) for s in snaps):
         raise WindowError(
             f"no request ran or waited in any of its {len(snaps)} scrapes: an idle server has no load to learn from"
         )

@@ -25,6 +25,7 @@ from functools import partial
 from kvdoctor.samples import Sample
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import followup, relief
+from kvdoctor.whatif.breaks import restarts
 from kvdoctor.whatif.effectcache import RETRY_S, EffectCache, Key
 from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.followup import FollowUp
@@ -32,7 +33,7 @@ from kvdoctor.whatif.ledger import Ledgers
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects, Simulate, steady
-from kvdoctor.whatif.window import Snap, restarts, snapshot
+from kvdoctor.whatif.window import Snap, snapshot
 from kvdoctor.whatif.workload import WindowError
 
 FOLLOWUP_EVERY_S = 30.0  # a follow-up is recomputed as the new configuration shows more

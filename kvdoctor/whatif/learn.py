@@ -23,6 +23,7 @@ from typing import Any
 from kvdoctor.capacity.arch import ModelSpec
 from kvdoctor.capacity.presets import GpuSpec
 from kvdoctor.whatif import histo
+from kvdoctor.whatif.breaks import stalls
 from kvdoctor.whatif.ledger import Recall, merged
 from kvdoctor.whatif.model import (
     ITL_BUCKETS,
@@ -37,7 +38,7 @@ from kvdoctor.whatif.plateau import load_shares
 from kvdoctor.whatif.prior import physical_prior
 from kvdoctor.whatif.readout import WARMUP_S, quantities, simulate
 from kvdoctor.whatif.stepfit import Row, fit_rows, history_rows
-from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure, stalls
+from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
 from kvdoctor.whatif.workload import WindowError, bound_duration, infer_engine, infer_workload
 
 MIN_SIM_S, MAX_SIM_S = 120.0, 600.0

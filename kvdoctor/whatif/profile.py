@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import itertools
 
-from kvdoctor.whatif.window import Snap
+from kvdoctor.whatif.window import Snap, in_flight
 
 PART_S = 20.0  # the shortest part of a window whose arrivals a profile tells apart
 MAX_PARTS = 12
@@ -21,13 +21,22 @@ MATERIAL = 0.5
 def arrival_counts(snaps: list[Snap], parts: int) -> list[float]:
     """Requests that arrived in each of `parts` equal parts of the window: between two scrapes, those finished plus
     the change in running + waiting, never below 0 (requests cancelled in flight leave uncounted as finished)."""
+    return _split(_arrived(snaps), parts)
+
+
+def _arrived(snaps: list[Snap]) -> tuple[list[float], list[float]]:
+    """(scrape times, requests arrived since the first scrape at each)."""
     total, at = 0.0, [0.0]
     for a, b in itertools.pairwise(snaps):
         # a counter reset (a restart inside a given window) counts nothing finished
         done = max(0.0, b.get("vllm:request_success_total", 0.0) - a.get("vllm:request_success_total", 0.0))
-        total += max(0.0, done + _inside(b) - _inside(a))
+        total += max(0.0, done + in_flight(b) - in_flight(a))
         at.append(total)
-    times = [s.t for s in snaps]
+    return [s.t for s in snaps], at
+
+
+def _split(arrived: tuple[list[float], list[float]], parts: int) -> list[float]:
+    times, at = arrived
     t0, span = times[0], times[-1] - times[0]
     edges = [_at(times, at, t0 + span * k / parts) for k in range(parts + 1)]
     return [b - a for a, b in itertools.pairwise(edges)]
@@ -41,11 +50,12 @@ def arrival_profile(snaps: list[Snap]) -> tuple[float, ...]:
     parts = min(MAX_PARTS, int((snaps[-1].t - snaps[0].t) // PART_S))
     if parts < 2:
         return ()
-    counts = arrival_counts(snaps, parts)
+    arrived = _arrived(snaps)  # once for the parts and the thirds
+    counts = _split(arrived, parts)
     mean = sum(counts) / parts
     if mean < MIN_PER_PART or max(counts) - min(counts) < MATERIAL * mean:
         return ()
-    thirds = arrival_counts(snaps, TREND_PARTS) if parts > TREND_PARTS else counts
+    thirds = _split(arrived, TREND_PARTS) if parts > TREND_PARTS else counts
     if not (_uneven(counts) or _uneven(thirds)):
         return ()
     return tuple(n / mean for n in counts)
@@ -78,10 +88,6 @@ def describe(profile: tuple[float, ...], rate_per_s: float) -> str:
     return (
         f"arrivals uneven across the window (req/s in {len(profile)} equal parts: {rates}), simulated as such"
     )
-
-
-def _inside(s: Snap) -> float:
-    return s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0)
 
 
 def _at(times: list[float], values: list[float], t: float) -> float:

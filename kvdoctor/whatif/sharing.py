@@ -23,11 +23,12 @@ from typing import Generic, TypeVar
 
 from kvdoctor.errors import KvdoctorError
 from kvdoctor.verdicts import Effect
+from kvdoctor.whatif.breaks import restarts
 from kvdoctor.whatif.jobs import MAX_QUEUE as MAX_QUEUE
 from kvdoctor.whatif.jobs import Jobs as Jobs
 from kvdoctor.whatif.plateau import load_shares
 from kvdoctor.whatif.sources import default_window
-from kvdoctor.whatif.window import Snap, measure, restarts
+from kvdoctor.whatif.window import Snap, measure
 from kvdoctor.whatif.workload import WindowError, infer_engine, infer_workload
 
 V = TypeVar("V")

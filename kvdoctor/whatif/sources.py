@@ -9,7 +9,8 @@ from pathlib import Path
 
 from kvdoctor.ingest.recording import ParsedFrame, RecordingError, parse_frames
 from kvdoctor.samples import Sample
-from kvdoctor.whatif.window import Snap, restarts, snapshot, stalls
+from kvdoctor.whatif.breaks import restarts, stalls
+from kvdoctor.whatif.window import Snap, in_flight, snapshot
 from kvdoctor.whatif.workload import WindowError
 
 MAX_WINDOW_S = 300.0
@@ -69,7 +70,7 @@ def default_window(snaps: list[Snap], busy_period: bool = False) -> tuple[float,
     """The last steady stretch of load: idle tail, drain and stalls cut, back to where running + waiting changed
     level or the engine last restarted; with busy_period, a level held under MIN_LEVEL_S (a bursty load) gives way
     to the whole busy period it ends (what a user asking of a recording learns from, where the daemon waits)."""
-    level = [s.get("vllm:num_requests_running", 0.0) + s.get("vllm:num_requests_waiting", 0.0) for s in snaps]
+    level = [in_flight(s) for s in snaps]
     i = len(level) - 1
     while i > 0 and level[i] <= 0:
         i -= 1

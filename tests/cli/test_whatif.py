@@ -12,8 +12,8 @@ import pytest
 from kvdoctor.cli import common, main
 from kvdoctor.replayserver import Playlist, ReplayServer
 from kvdoctor.whatif import advisor
+from kvdoctor.whatif.breaks import restarts, stalls
 from kvdoctor.whatif.sources import MIN_LEVEL_S, default_window, recording_snaps
-from kvdoctor.whatif.window import restarts, stalls
 from tests.support.clock import SteppedClock
 from tests.support.openmetrics import recordings_to_openmetrics
 from tests.support.prometheus import PrometheusServer, backfill, binaries

@@ -10,8 +10,9 @@ import pytest
 from kvdoctor.ingest.parse import Parser
 from kvdoctor.ingest.recording import load_frames
 from kvdoctor.whatif import followup
+from kvdoctor.whatif.breaks import restarts
 from kvdoctor.whatif.sharing import Simulate
-from kvdoctor.whatif.window import Snap, restarts, snapshot
+from kvdoctor.whatif.window import Snap, snapshot
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
 

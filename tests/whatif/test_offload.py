@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.whatif.breaks import restarts
 from kvdoctor.whatif.followup import follow_up
 from kvdoctor.whatif.headroom import search
 from kvdoctor.whatif.offload import Offload, OffloadClosed
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sources import recording_snaps
-from kvdoctor.whatif.window import restarts
 from kvdoctor.whatif.workload import WindowError
 from tests.support.wait import until
 

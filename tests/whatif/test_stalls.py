@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from kvdoctor.whatif.breaks import stalls
 from kvdoctor.whatif.sources import RAMP_S, default_window
-from kvdoctor.whatif.window import Snap, stalls
+from kvdoctor.whatif.window import Snap
 
 
 def _scrapes(stalled: tuple[float, float], end: float) -> list[Snap]:
