@@ -98,7 +98,6 @@ def run(args: argparse.Namespace) -> int:
         where_w = f"window {lo - snaps[0].t:.0f}-{hi - snaps[0].t:.0f} s"
         try:
             history, window = history_before(snaps, lo, hi)
-            cls = measured_class(lo, hi) if measured_class else None
             pred = predict(
                 history,
                 window,
@@ -106,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
                 max_num_seqs=args.max_num_seqs,
                 max_num_batched_tokens=args.max_num_batched_tokens,
                 gpu_memory_bytes=gpu_bytes,
-                measured_bottleneck=cls,
+                measured_bottleneck=measured_class,
                 seed=args.seed,
                 model=model,
                 gpu=gpu,

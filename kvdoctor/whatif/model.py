@@ -167,6 +167,8 @@ class SimResult:
     queued_finished: int = 0
     # each engine's own run where a data-parallel server's engines carried uneven shares (`readout.simulate`)
     engine_runs: list[SimResult] = field(default_factory=list)
+    # the busiest part's own record where the arrivals followed a profile: where a rising load meets its limit
+    peak: SimResult | None = None
 
 
 class Request:

@@ -14,6 +14,9 @@ from kvdoctor.whatif.window import RUNNING, WAITING, Snap, delta, engine_ids, pe
 
 # waiting > 0 in at least this share of scrapes (the pack's batch-cap test)
 PERSISTENT_QUEUE = 0.75
+# or a stretch of scrapes this long, each with requests waiting: a rising load that reached the cap late in the window
+HELD_STRETCH_S = 20.0
+HELD_STRETCH_SCRAPES = 5
 # an engine carrying this many times another's requests, and at least UNEVEN_BY more, is not an even share
 UNEVEN_RATIO = 2.0
 UNEVEN_BY = 2.0
@@ -21,24 +24,54 @@ MAX_SHARED = 8  # engines simulated one by one at most; a server (or a target cl
 
 
 def plateau(snaps: list[Snap], engines: int = 1) -> int | None:
-    """The batch cap when running held at its peak under a persistent queue with KV to spare, per engine."""
+    """The batch cap when running held at its peak under a persistent queue with KV to spare, per engine: over the
+    window, or over its longest stretch with requests waiting (HELD_STRETCH_S at least)."""
     kv = [s.get("kv", 0.0) for s in snaps]
     if max(kv) >= 0.8 or delta(snaps[0], snaps[-1], "vllm:num_preemptions_total") > 0:
         return None
     ids = engine_ids(snaps[-1])
+    times = [s.t for s in snaps]
     if len(ids) > 1:  # any engine held at its cap by its own queue shows the cap all of them run with
         found = [
             cap
             for e in ids
             if (
-                cap := _held(
-                    [per_engine(s, RUNNING, e) for s in snaps], [per_engine(s, WAITING, e) for s in snaps]
+                cap := _held_or_stretch(
+                    times,
+                    [per_engine(s, RUNNING, e) for s in snaps],
+                    [per_engine(s, WAITING, e) for s in snaps],
                 )
             )
         ]
         return max(found) if found else None
-    cap = _held([s.get(RUNNING, 0.0) for s in snaps], [waiting_for_capacity(s) for s in snaps])
+    cap = _held_or_stretch(
+        times, [s.get(RUNNING, 0.0) for s in snaps], [waiting_for_capacity(s) for s in snaps]
+    )
     return round(cap / engines) if cap else None
+
+
+def _held_or_stretch(times: list[float], running: list[float], waiting: list[float]) -> int | None:
+    held = _held(running, waiting)
+    if held:
+        return held
+    lo, hi = _longest_queue(waiting)
+    if hi - lo < HELD_STRETCH_SCRAPES or times[hi - 1] - times[lo] < HELD_STRETCH_S:
+        return None
+    stretch = running[lo:hi]
+    # the batch that stretch held is the window's largest: a cap is never below a batch the engine ran
+    return _held(stretch, waiting[lo:hi]) if max(stretch) >= max(running) else None
+
+
+def _longest_queue(waiting: list[float]) -> tuple[int, int]:
+    """[lo, hi) of the longest run of scrapes with requests waiting."""
+    best, start = (0, 0), None
+    for i, w in enumerate([*waiting, 0.0]):
+        if w > 0 and start is None:
+            start = i
+        elif w <= 0 and start is not None:
+            best = max(best, (start, i), key=lambda r: r[1] - r[0])
+            start = None
+    return best
 
 
 def _held(running: list[float], waiting: list[float]) -> int | None:

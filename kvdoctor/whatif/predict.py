@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from kvdoctor.capacity.arch import ModelSpec
@@ -13,6 +14,7 @@ from kvdoctor.whatif.intervals import Band, Reader
 from kvdoctor.whatif.learn import MIN_REQUESTS, MIN_SIM_S, Basis, learn, learned
 from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
+from kvdoctor.whatif.profile import busiest_span
 from kvdoctor.whatif.readout import WARMUP_S, classify, measured_class, quantities, simulate, verdict
 from kvdoctor.whatif.saturation import Overload, as_dict, detect
 from kvdoctor.whatif.window import Quantities, Snap
@@ -30,6 +32,10 @@ __all__ = [
     "simulate",
     "verdict",
 ]
+
+
+# the class kvdoctor gave over [from, to] of the window, replaying its source (None: not known)
+Replayed = Callable[[float, float], str | None]
 
 
 @dataclass
@@ -131,7 +137,7 @@ def predict(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     gpu_memory_bytes: float | None = None,
-    measured_bottleneck: str | None = None,
+    measured_bottleneck: Replayed | None = None,
     seed: int = 0,
     model: ModelSpec | None = None,
     gpu: GpuSpec | None = None,
@@ -167,10 +173,21 @@ def predict(
     unchanged = basis.unchanged_quantities(duration)
     predicted = quantities(res_after, r_after, buckets, sigma)
     light = step.duration(1, 0, 0.0)
-    measured.bottleneck = measured_bottleneck or measured_class(window, measured, engine, light, replicas)
+    # judged where the run's classes are: at the busiest part of a window whose arrivals followed a profile
+    judged = busiest_span(window[0].t, window[-1].t, workload.profile)
+    replayed = measured_bottleneck(*judged) if measured_bottleneck else None
+    measured.bottleneck = replayed or measured_class(
+        window, measured, engine, light, replicas, workload.profile
+    )
     unchanged.bottleneck = classify(now, unchanged, engine, light, replicas, buckets, sigma)
     predicted.bottleneck = classify(res_after, predicted, after, light, r_after, buckets, sigma)
     assumptions = [workload.why, *basis.notes, *change_notes, *step.notes]
+    if workload.profile:
+        t0 = window[0].t
+        assumptions.append(
+            f"classes judged at the window's busiest part ({judged[0] - t0:.0f}-{judged[1] - t0:.0f} s in, "
+            f"{workload.rate_per_s * max(workload.profile):.3g} req/s), where a rising load meets its limit"
+        )
     if "num_speculative_tokens" in changes and engine.speculation is not None:  # does throughput drop?
         batches = (unchanged.running / replicas, predicted.running / r_after)
         context = workload.prompt.mean + workload.output.mean / 2

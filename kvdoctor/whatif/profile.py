@@ -82,6 +82,14 @@ def warp(u: float, profile: tuple[float, ...]) -> float:
     return 1.0 - 1e-12
 
 
+def busiest_span(lo: float, hi: float, profile: tuple[float, ...]) -> tuple[float, float]:
+    """The busiest part of [lo, hi] where arrivals followed the profile; all of it where they were level."""
+    if not profile:
+        return lo, hi
+    k, parts = profile.index(max(profile)), len(profile)
+    return lo + (hi - lo) * k / parts, lo + (hi - lo) * (k + 1) / parts
+
+
 def describe(profile: tuple[float, ...], rate_per_s: float) -> str:
     """The profile in words: its parts' rates."""
     rates = ", ".join(f"{rate_per_s * x:.2g}" for x in profile)

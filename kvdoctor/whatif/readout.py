@@ -10,8 +10,9 @@ from kvdoctor.signals import compute_threshold_ratio
 from kvdoctor.whatif import histo
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
 from kvdoctor.whatif.plateau import busiest
+from kvdoctor.whatif.profile import busiest_span
 from kvdoctor.whatif.sim import Simulator
-from kvdoctor.whatif.window import Quantities, Snap
+from kvdoctor.whatif.window import Quantities, Snap, measure
 
 WARMUP_S = 30.0
 
@@ -63,6 +64,9 @@ def _average(runs: list[SimResult]) -> SimResult:
     for r in runs:
         for name in _POOLED:
             setattr(out, name, getattr(out, name) + getattr(r, name))
+    peaks = [r.peak for r in runs if r.peak is not None]
+    if len(peaks) == len(runs):
+        out.peak = _average(peaks)
     return out
 
 
@@ -118,7 +122,13 @@ def classify(
     sigma: float,
 ) -> str:
     """verdict() of a run read as q; where the engines ran uneven shares, the busiest engine's: the pack judges each
-    engine, and the loaded one names the limit while another has room."""
+    engine, and the loaded one names the limit while another has room. Where the arrivals followed a profile, the
+    run's busiest part's (`SimResult.peak`): a load that rises into a limit meets it there, not on average."""
+    if res.peak is not None:
+        peak = res.peak  # recorded without a peak of its own
+        return classify(
+            peak, quantities(peak, replicas, buckets, sigma), engine, light_itl_s, replicas, buckets, sigma
+        )
     if not res.engine_runs:
         return verdict(q, engine, light_itl_s, replicas)
     busiest = max(res.engine_runs, key=lambda r: r.running_area + r.waiting_area)
@@ -126,10 +136,20 @@ def classify(
 
 
 def measured_class(
-    window: list[Snap], q: Quantities, engine: Engine, light_itl_s: float, replicas: int
+    window: list[Snap],
+    q: Quantities,
+    engine: Engine,
+    light_itl_s: float,
+    replicas: int,
+    profile: tuple[float, ...] = (),
 ) -> str:
     """verdict() of what the window measured (q); where the engines carried the requests unevenly, the busiest
-    engine's, read from its own running and waiting (one at its cap with a queue while another has seats)."""
+    engine's, read from its own running and waiting (one at its cap with a queue while another has seats). Where
+    its arrivals followed a profile, what its busiest part measured, as `classify` judges a run."""
+    lo, hi = busiest_span(window[0].t, window[-1].t, profile)
+    part = [s for s in window if lo <= s.t <= hi]
+    if profile and len(part) >= 2:
+        window, q = part, measure(part)
     one = busiest(window)
     if one is None:
         return verdict(q, engine, light_itl_s, replicas)

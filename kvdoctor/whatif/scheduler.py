@@ -290,5 +290,5 @@ class Scheduler:
         self.kv_cache_manager.free(request)
         request.epoch += 1
         if in_span:
-            self.recorder.finished(request)
+            self.recorder.finished(request, self.now)
         self.arrivals.reissue(request, self.now)

@@ -13,6 +13,7 @@ from kvdoctor.acyclic import acyclic
 from kvdoctor.whatif.arrivals import ArrivalQueue, generate
 from kvdoctor.whatif.kvcache import KVCacheManager
 from kvdoctor.whatif.model import Engine, Request, SimResult, StepModel, Workload
+from kvdoctor.whatif.profile import busiest_span
 from kvdoctor.whatif.scheduler import Scheduler
 from kvdoctor.whatif.simstats import Recorder, StepTrace
 
@@ -63,7 +64,10 @@ class Simulator:
     ) -> Scheduler:
         """The engine's scheduler over the arrivals, before its first step (`run` without running it)."""
         queue = ArrivalQueue(arrivals, self.engine, workload, rng, shared)
-        recorder = Recorder(duration_s, warmup_s)
+        # where the arrivals follow a profile, its busiest part is recorded on its own too: the class is judged there
+        profile = workload.profile if workload is not None else ()
+        peak = busiest_span(warmup_s, warmup_s + duration_s, profile) if profile else None
+        recorder = Recorder(duration_s, warmup_s, peak)
         engine = self.engine
         kv = KVCacheManager(engine.usable_blocks, engine.block_size, shared, engine.enable_prefix_caching)
         return Scheduler(self.engine, self.step, kv, queue, recorder, self.trace)

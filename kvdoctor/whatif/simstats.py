@@ -23,19 +23,29 @@ class StepTrace(NamedTuple):
 class Recorder:
     """Accumulates a `SimResult` as vLLM's metrics would show it, counting only t in [warmup_s, end_s]."""
 
-    __slots__ = ("end_s", "next_scrape_s", "queued", "result", "warmup_s")
+    __slots__ = ("end_s", "next_scrape_s", "peak", "queued", "result", "warmup_s")
 
-    def __init__(self, duration_s: float, warmup_s: float) -> None:
+    def __init__(self, duration_s: float, warmup_s: float, peak: tuple[float, float] | None = None) -> None:
         self.result = SimResult(span_s=duration_s)
         self.warmup_s, self.end_s = warmup_s, warmup_s + duration_s
         self.next_scrape_s = warmup_s
         self.queued = False  # requests waited after the last measured step
+        # the busiest part [from, to] of a profile's span, recorded on its own as well (`SimResult.peak`)
+        self.peak = Recorder(peak[1] - peak[0], peak[0]) if peak else None
+        if self.peak is not None:
+            self.result.peak = self.peak.result
+
+    def within(self, now: float) -> bool:
+        """Whether now lies in the measured span."""
+        return self.warmup_s <= now <= self.end_s
 
     def step(
         self, now: float, duration: float, decoding: int, running: int, waiting: int, tokens: float
     ) -> bool:
         """A step that ended at now; True when it lies in the measured span (its tokens then count)."""
-        if not self.warmup_s <= now <= self.end_s:
+        if self.peak is not None:
+            self.peak.step(now, duration, decoding, running, waiting, tokens)
+        if not self.within(now):
             return False
         res = self.result
         if not res.steps:
@@ -56,6 +66,8 @@ class Recorder:
 
     def prefill_done(self, request: Request, now: float) -> None:
         """A prefill (or a resumed request's recompute) produced a token at now: its first, or one more."""
+        if self.peak is not None and self.peak.within(now):
+            self.peak.prefill_done(request, now)
         res = self.result
         if request.num_output_tokens == 0:
             res.ttft.append(now - request.arrival_time)
@@ -68,12 +80,14 @@ class Recorder:
         if request.first_scheduled_time < 0:
             request.first_scheduled_time = now
 
-    def finished(self, request: Request) -> None:
+    def finished(self, request: Request, now: float) -> None:
         """A request finished in the measured span: counted, and its queue time observed now, as vLLM does.
 
         vLLM observes `request_queue_time_seconds` (with the prefill, decode and e2e times) when a request
         finishes (`PrometheusStatLogger.record`, per `finished_requests`), not when it is first scheduled: while a
         queue grows, the histogram shows the waits of requests queued one lifetime earlier."""
+        if self.peak is not None and self.peak.within(now):
+            self.peak.finished(request, now)
         res = self.result
         res.finished += 1
         res.queued_finished += self.queued
@@ -81,11 +95,15 @@ class Recorder:
 
     def preempted(self, now: float) -> None:
         """One preemption at now."""
-        if now >= self.warmup_s:
+        if self.peak is not None:
+            self.peak.preempted(now)
+        if self.within(now):
             self.result.preemptions += 1
 
     def scrape_kv(self, until: float, usage: float) -> None:
         """The 1 s scrapes of `vllm:kv_cache_usage_perc` up to until, all seeing usage."""
+        if self.peak is not None:
+            self.peak.scrape_kv(until, usage)
         while self.next_scrape_s <= until and self.next_scrape_s <= self.end_s:
             self.result.kv_samples.append(usage)
             self.next_scrape_s += 1.0

@@ -1,0 +1,86 @@
+"""A load that rose into a limit is judged where it met it: the busiest part of its window, on both sides."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.cli import main
+from kvdoctor.whatif.model import Engine, LengthDist, StepModel, Workload
+from kvdoctor.whatif.plateau import plateau
+from kvdoctor.whatif.sim import Simulator
+from kvdoctor.whatif.window import Snap
+
+RISING = Path(__file__).resolve().parents[1] / "fixtures" / "recordings" / "vllm-0.32-cpu-rising"
+ONE = LengthDist(((50.0, 100.0, 1.0),), 75.0)
+
+
+def _whatif_json(capsys: pytest.CaptureFixture[str], name: str, *flags: str) -> dict:
+    pair = next(p for p in json.loads((RISING / "pairs.json").read_text()) if p["name"] == name)
+    path = RISING / pair["before"]
+    with gzip.open(path, "rt") as f:
+        t0 = json.loads(f.readline())["t"]
+    lo, hi = (t - t0 for t in pair["heavy_before"])
+    argv = ["whatif", str(path), "--window", f"{lo}:{hi}", "--set", "max_num_seqs=16", "--json", *flags]
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_ramp_that_reached_the_cap_late_reads_batch_cap_at_its_peak_and_the_raised_cap_clears_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # rising_cap_steep: arrivals 1 -> 12 req/s at 8 seats; only the last stretch ran at the cap with a queue
+    doc = _whatif_json(capsys, "rising_cap_steep")  # no --max-num-seqs: the cap is read from that stretch
+    assert any(a.startswith("max_num_seqs 8: running held there") for a in doc["assumptions"])
+    assert any("classes judged at the window's busiest part" in a for a in doc["assumptions"])
+    assert doc["measured"]["bottleneck"] == "batch_cap"  # what the daemon said while the ramp topped out
+    assert doc["predicted_unchanged"]["bottleneck"] == "batch_cap"
+    assert doc["predicted"]["bottleneck"] == "healthy"  # 16 seats, as the after recording showed
+    # on the window's means the ramp reads healthy: 5.4 running of 8, the queue half the time
+    assert doc["measured"]["running"] < 0.9 * 8
+
+
+def test_a_ramp_that_stayed_under_the_cap_reads_healthy_at_its_peak(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = _whatif_json(capsys, "rising_cap", "--max-num-seqs", "8")  # 0.5 -> 6 req/s: eight seats were enough
+    assert doc["workload"]["arrival_profile"]
+    assert doc["measured"]["bottleneck"] == doc["predicted_unchanged"]["bottleneck"] == "healthy"
+    assert doc["predicted"]["bottleneck"] == "healthy"
+
+
+def test_the_simulation_records_its_busiest_part_on_its_own_and_a_level_load_has_none() -> None:
+    engine = Engine(8, 2048, 4000, 16, 4096)
+    step = StepModel(0.004, 0.001, 0.00002)
+    shaped = Workload("open", 4.0, 0, 0.0, ONE, ONE, profile=(0.5, 0.5, 1.0, 2.0))
+    res = Simulator(engine, step).run_workload(shaped, 200.0, 30.0, seed=3)
+    assert res.peak is not None and res.peak.span_s == pytest.approx(50.0)
+    assert (
+        res.peak.finished / res.peak.span_s > 1.5 * res.finished / res.span_s
+    )  # twice the mean rate arrives
+    assert res.peak.running_area / res.peak.span_s > res.running_area / res.span_s
+    level = Simulator(engine, step).run_workload(Workload("open", 4.0, 0, 0.0, ONE, ONE), 200.0, 30.0, seed=3)
+    assert level.peak is None
+
+
+def _snaps(running: list[float], waiting: list[float], every_s: float = 2.0) -> list[Snap]:
+    return [
+        Snap(
+            i * every_s,
+            {"vllm:num_requests_running": r, "vllm:num_requests_waiting": w, "vllm:kv_cache_usage_perc": 0.1},
+        )
+        for i, (r, w) in enumerate(zip(running, waiting, strict=True))
+    ]
+
+
+def test_a_cap_reached_for_the_last_stretch_of_a_window_is_read_and_a_brief_one_is_not() -> None:
+    ramp = [min(8.0, 1.0 + i / 5) for i in range(40)]  # 1 -> 8 running over 80 s, no queue
+    held = _snaps([*ramp, *[8.0] * 15], [*[0.0] * 40, *[3.0] * 15])  # then 30 s at 8 with 3 waiting
+    assert plateau(held) == 8
+    brief = _snaps([*ramp, *[8.0] * 4], [*[0.0] * 40, *[3.0] * 4])  # 6 s of it: a burst, not a cap
+    assert plateau(brief) is None
+    wandering = _snaps([*ramp, *[5.0, 7.0, 6.0] * 5], [*[0.0] * 40, *[3.0] * 15])  # waited, never pinned
+    assert plateau(wandering) is None
