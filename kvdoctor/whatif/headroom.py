@@ -6,7 +6,8 @@ attaches the fresh result to the diagnosis: evidence keys the /metrics collector
 A result is dropped, so its series vanish, when the steady window was too short, the step-time fit too poor, or it
 is older than STALE_AFTER refresh periods: an autoscaler reading an absent series holds its scale (HPA does no
 scaling on a metric it cannot read; KEDA falls back), where a stale number would keep scaling on old traffic.
-One worker thread computes; its queue is bounded and drops the oldest request (counted). Targets with the same
+One worker thread computes; its queue (`jobs.Jobs`, as the advisor's) is bounded and drops the oldest request
+(counted). Targets with the same
 model, configuration and SLOs and near traffic and step times (`sharing.Fingerprint.near`) share one computation.
 In background mode a target's result is due up to refresh_s/6 sooner (`sharing.spread`, fixed per target, as the
 advisor's effects): results computed together come due apart, so a refresh is not one wave of a fleet's requests.
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvdoctor.verdicts import LIMITS, Advice, Diagnosis
+from kvdoctor.whatif.jobs import Jobs
 from kvdoctor.whatif.learn import learned
 from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.offload import Offload
@@ -96,16 +97,17 @@ class HeadroomWorker:
         # a target's step ledger (the advisor's), for the batches its history does not show
         self.recall = recall
         self.offload = offload  # where the search runs: a child process off the cycle's GIL (None: here)
-        self._lock = threading.Condition()
-        self._queue: deque[tuple[str, str, dict[str, float], int | None, float]] = deque(maxlen=max_queue)
-        self._queued: set[str] = set()
+        self._lock = threading.Lock()
+        self._jobs: Jobs[str] = Jobs(max_queue)  # targets, each queued once until searched
+        self._asks: dict[
+            str, tuple[str, dict[str, float], int | None]
+        ] = {}  # target → (model, SLOs, max_num_seqs)
         self._results: dict[str, Headroom] = {}
         self._asked: dict[str, float] = {}
         # (target, result) of the searches lately made, found again by windows near theirs
         self._searched: Nearby[tuple[str, Headroom]] = Nearby(refresh_s, lambda s: s[1].t)
         self._worker: threading.Thread | None = None
-        self._closed = False
-        self.dropped_total = self.computed_total = self.shared_total = 0
+        self.computed_total = self.shared_total = 0
 
     def annotate(self, diagnoses: list[Diagnosis], t: float, wants: Wants) -> list[Diagnosis]:
         """Ask for what is due (targets at a limit first) and attach every fresh result; never waits in background mode."""
@@ -131,21 +133,24 @@ class HeadroomWorker:
         with self._lock:
             self._results.pop(target, None)
             self._asked.pop(target, None)
+            self._asks.pop(target, None)
 
     def stats(self) -> dict[str, int]:
         """Counters for kvdoctor's own /metrics."""
         with self._lock:
             return {
-                "dropped": self.dropped_total,
+                "dropped": self._jobs.dropped_total,
                 "computed": self.computed_total,
                 "shared": self.shared_total,
-                "queued": len(self._queue),
+                "queued": len(self._jobs),
             }
 
     def _want(self, target: str, model: str, slos: dict[str, float], seqs: int | None, t: float) -> None:
+        if self._jobs.closed or target in self._jobs:
+            return
         with self._lock:
             done = self._results.get(target)
-            if self._closed or target in self._queued or t - self._asked.get(target, -math.inf) < RETRY_S:
+            if t - self._asked.get(target, -math.inf) < RETRY_S:
                 return
             if (
                 done is not None
@@ -154,39 +159,30 @@ class HeadroomWorker:
             ):
                 return
             self._asked[target] = t
-            if not self.background:
-                job = (target, model, slos, seqs, t)
-            else:
-                if len(self._queue) == self._queue.maxlen:
-                    self._queued.discard(self._queue[0][0])  # the deque drops the oldest on append
-                    self.dropped_total += 1
-                self._queue.append((target, model, slos, seqs, t))
-                self._queued.add(target)
-                self._lock.notify()
-                if self._worker is None or not self._worker.is_alive():
-                    self._worker = threading.Thread(target=self._run, name="kvdoctor-headroom", daemon=True)
-                    self._worker.start()
-                return
-        self._compute(*job)
+            self._asks[target] = (model, slos, seqs)
+        if not self.background:
+            self._compute(target, model, slos, seqs, t)
+        elif self._jobs.put(target, t) and (self._worker is None or not self._worker.is_alive()):
+            self._worker = threading.Thread(target=self._run, name="kvdoctor-headroom", daemon=True)
+            self._worker.start()
 
     def _run(self) -> None:
-        while True:
+        while not self._jobs.closed:
+            job = self._jobs.get()
+            if job is None:
+                continue
+            target, t = job
             with self._lock:
-                while not self._queue and not self._closed:
-                    self._lock.wait()
-                if self._closed:
-                    return
-                job = self._queue.popleft()
-                self._queued.discard(job[0])
-            self._compute(*job)
+                ask = self._asks.get(target)  # None: the target was removed while it waited
+            try:
+                if ask is not None:
+                    self._compute(target, *ask, t)
+            finally:
+                self._jobs.done(target)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker thread: queued requests are dropped, a search under way ends first (up to timeout)."""
-        with self._lock:
-            self._closed = True
-            self._queue.clear()
-            self._queued.clear()
-            self._lock.notify_all()
+        self._jobs.close()
         if self._worker is not None:
             self._worker.join(timeout)
 
