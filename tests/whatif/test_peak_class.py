@@ -18,13 +18,20 @@ RISING = Path(__file__).resolve().parents[1] / "fixtures" / "recordings" / "vllm
 ONE = LengthDist(((50.0, 100.0, 1.0),), 75.0)
 
 
-def _whatif_json(capsys: pytest.CaptureFixture[str], name: str, *flags: str) -> dict:
+def _whatif_json(
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    *flags: str,
+    side: str = "before",
+    change: str = "max_num_seqs=16",
+) -> dict:
+    """`kvdoctor whatif --json` on the heavy window of one side of a rising pair."""
     pair = next(p for p in json.loads((RISING / "pairs.json").read_text()) if p["name"] == name)
-    path = RISING / pair["before"]
+    path = RISING / pair[side]
     with gzip.open(path, "rt") as f:
         t0 = json.loads(f.readline())["t"]
-    lo, hi = (t - t0 for t in pair["heavy_before"])
-    argv = ["whatif", str(path), "--window", f"{lo}:{hi}", "--set", "max_num_seqs=16", "--json", *flags]
+    lo, hi = (t - t0 for t in pair[f"heavy_{side}"])
+    argv = ["whatif", str(path), "--window", f"{lo}:{hi}", "--set", change, "--json", *flags]
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -84,3 +91,14 @@ def test_a_cap_reached_for_the_last_stretch_of_a_window_is_read_and_a_brief_one_
     assert plateau(brief) is None
     wandering = _snaps([*ramp, *[5.0, 7.0, 6.0] * 5], [*[0.0] * 40, *[3.0] * 15])  # waited, never pinned
     assert plateau(wandering) is None
+
+
+def test_on_a_second_model_recorded_after_the_cap_and_the_classes_at_the_peak_are_read_as_the_daemon_read_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # llama_rising_cap (session 17, set aside): 0.5 -> 3.5 req/s; 8 seats queued from halfway, 16 held the top
+    before = _whatif_json(capsys, "llama_rising_cap")
+    assert any(a.startswith("max_num_seqs 8: running held there") for a in before["assumptions"])
+    assert before["measured"]["bottleneck"] == before["predicted_unchanged"]["bottleneck"] == "batch_cap"
+    after = _whatif_json(capsys, "llama_rising_cap", side="after", change="max_num_seqs=8")
+    assert after["measured"]["bottleneck"] == after["predicted_unchanged"]["bottleneck"] == "healthy"
