@@ -125,6 +125,8 @@ class Workload:
     shares: tuple[float, ...] = ()
     # an open loop whose rate was uneven across its window: each equal part's rate over the mean (empty: level)
     profile: tuple[float, ...] = ()
+    # the length of the window the profile was read over: its time scale (a queue built in an overload grows with it)
+    profile_span_s: float = 0.0
 
     def scaled(self, factor: float) -> Workload:
         """The same traffic grown by factor (more clients, or a higher rate)."""

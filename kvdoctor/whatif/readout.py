@@ -15,6 +15,8 @@ from kvdoctor.whatif.sim import Simulator
 from kvdoctor.whatif.window import Quantities, Snap, measure
 
 WARMUP_S = 30.0
+REPEAT_AFTER = 1.5  # a run this many times its profile's window long simulates the window again instead
+REPEAT_SEED = 7919  # the repetitions' seeds apart from the engines' (seed + engine)
 
 
 def simulate(
@@ -43,7 +45,15 @@ def _run(
     engine: Engine, step: StepModel, workload: Workload, duration_s: float, seed: int, warmup_s: float
 ) -> SimResult:
     sim = Simulator(engine, step, prefix_hit_ratio=workload.prefix_hit_ratio)
-    return sim.run_workload(workload, duration_s, warmup_s, seed)
+    span = workload.profile_span_s
+    if not workload.profile or span <= 0 or duration_s < REPEAT_AFTER * span:
+        return sim.run_workload(workload, duration_s, warmup_s, seed)
+    # a profile keeps its window's time scale: stretched over a longer run, an overload at its peak would last as
+    # many times longer and build as many times the queue; the run is the window again, with other draws, instead
+    n = max(1, round(duration_s / span))
+    return _pooled(
+        [sim.run_workload(workload, duration_s / n, warmup_s, seed + REPEAT_SEED * i) for i in range(n)]
+    )
 
 
 # what engines' runs add up to: observations, counts, integrals over time, and the queue's ends (its growth)
@@ -52,6 +62,16 @@ _POOLED = (
     *("finished", "preemptions", "rejected", "steps", "waiting_start", "waiting_end"),
     *("queued_s", "queued_finished"),
 )
+
+
+def _pooled(runs: list[SimResult]) -> SimResult:
+    """Repetitions of one engine's run as one run over their spans added up (observations and counts pooled)."""
+    if len(runs) == 1:
+        return runs[0]
+    out = replace(_average(runs), engine_runs=[])
+    if out.peak is not None:
+        out.peak = replace(out.peak, engine_runs=[])
+    return out
 
 
 def _average(runs: list[SimResult]) -> SimResult:

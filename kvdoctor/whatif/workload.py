@@ -140,7 +140,10 @@ def infer_workload(snaps: list[Snap]) -> Workload:
     shape = arrival_profile(snaps)
     if shape:
         why += f"; {describe(shape, rate)}"
-    return Workload("open", rate, 0, 0.0, prompt, output, hit, why, computed, profile=shape)
+    span = snaps[-1].t - snaps[0].t if shape else 0.0
+    return Workload(
+        "open", rate, 0, 0.0, prompt, output, hit, why, computed, profile=shape, profile_span_s=span
+    )
 
 
 def _computed(a: Snap, b: Snap) -> LengthDist | None:
