@@ -285,6 +285,8 @@ def evidence_for(finding: str) -> tuple[str, ...]:
 # ceiling is u = b (r - 1) / ((b - 1) r), r = ITL / light-load ITL; compute from u = CEILING_SHARE.
 CEILING_SHARE = 0.7  # more batch buys < 43 % more tokens/s (0.8 missed vLLM 0.8.5's compute-bound window)
 COMPUTE_FLOOR, FLOOR_SLOPE = 2.5, 0.004  # never below 2.5× the light load plus 0.4 % per running request
+# before a light-load baseline is learned, the pack names compute on a real batch (≥ 4 running) with tokens this slow
+COLD_START_ITL_S, COLD_START_RUNNING = 0.05, 4.0
 
 
 def compute_threshold_ratio(running: float) -> float:

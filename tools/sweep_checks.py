@@ -90,7 +90,7 @@ def _window_s(text: str) -> float:
 def _text_class(kind: str, text: str) -> Any:
     """The verdict the text rendering shows, in the JSON's terms."""
     if kind == "whatif":
-        m = re.search(r"^Class(?:, busiest part)?\s+(\S+)\s+(\S+)\s+(\S+)", text, re.M)
+        m = re.search(r"^Class\s+(\S+)\s+(\S+)\s+(\S+)", text, re.M)
         return m.groups() if m else None
     if kind == "plan":
         m = re.search(r"^(plan|INFEASIBLE)\b.*?(\d+) replica", text, re.M)

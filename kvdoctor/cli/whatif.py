@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,13 +166,23 @@ def _load(args: argparse.Namespace) -> tuple[list[Snap], Any, str]:
     if not path.is_file():
         raise RecordingError(f"{path}: no such recording")
     frames = parse_frames(path)  # once, for the snapshots and the measured class's replay
-    return recording_snaps(path, frames), (lambda lo, hi: _replay_class(path, frames, lo, hi)), str(path)
+    return recording_snaps(path, frames), _replayer(path, frames), str(path)
 
 
-def _replay_class(path: Path, frames: list[ParsedFrame], lo: float, hi: float) -> str | None:
-    """The class kvdoctor gave during the window, replaying the recording through the real pipeline."""
-    seen = window_verdicts(path, lo, hi, frames=frames)
-    return seen.most_common(1)[0][0] if seen else None
+def _replayer(path: Path, frames: list[ParsedFrame]) -> Callable[[float, float], str | None]:
+    """The class kvdoctor gave during a span of the recording, replaying it through the real pipeline: once for the
+    widest span asked, the narrower ones (a window's busiest part) read from the same cycles."""
+    done: list[tuple[float, list[str]]] = []
+    covered = (math.inf, -math.inf)
+
+    def replayed(lo: float, hi: float) -> str | None:
+        nonlocal covered
+        if lo < covered[0] or hi > covered[1]:
+            done[:], covered = window_cycles(path, lo, hi, frames=frames), (lo, hi)
+        seen = Counter(v for t, verdicts in done if lo <= t <= hi for v in verdicts)
+        return seen.most_common(1)[0][0] if seen else None
+
+    return replayed
 
 
 def window_verdicts(
@@ -178,13 +190,20 @@ def window_verdicts(
 ) -> Counter[str]:
     """The verdicts of the window [lo, hi] of a recording (its frames, when parsed already), evaluated every
     interval_s: what the measured class is the most common of."""
+    return Counter(v for _, verdicts in window_cycles(path, lo, hi, interval_s, frames) for v in verdicts)
+
+
+def window_cycles(
+    path: Path, lo: float, hi: float, interval_s: float = 10.0, frames: list[ParsedFrame] | None = None
+) -> list[tuple[float, list[str]]]:
+    """Each cycle's time and verdicts (other than unknown) over the window [lo, hi] of a recording."""
     # every 10 s, not 5 (the daemon evaluates every 15 s): the class of every recording's default window is the same
     # either way, and the relief checks a cycle may simulate were a third of whatif's time on a 5-minute window
     cfg = load_config_or_exit(None)
     # books only: the relief check that decides a verdict is simulated, the advice's effects (never shown here) not
     # … and from the window's start: a verdict before it is never read (the rules still see the whole history)
     pipeline = build_pipeline(cfg, None, [str(path)], books_only=True, judged_from=lo) if cfg else None
-    seen: Counter[str] = Counter()
+    seen: list[tuple[float, list[str]]] = []
     if pipeline is None:
         return seen
     parsed = {str(path): frames} if frames is not None else None
@@ -192,7 +211,7 @@ def window_verdicts(
         if cycle.t > hi:
             break
         if lo <= cycle.t:
-            seen.update(d.bottleneck for d in cycle.diagnoses if d.bottleneck != "unknown")
+            seen.append((cycle.t, [d.bottleneck for d in cycle.diagnoses if d.bottleneck != "unknown"]))
     return seen
 
 

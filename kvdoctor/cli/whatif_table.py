@@ -62,8 +62,6 @@ def render(pred: Prediction) -> str:
     change = ", ".join(f"{k}={v}" for k, v in pred.changes.items())
     lines = [f"{'':22s}{cols[0]:>16s}{cols[1]:>28s}{cols[2]:>28s}    ({change})"]
     for label, key, kind in ROWS:
-        if key == "bottleneck" and pred.workload.profile:  # judged where a rising load meets its limit
-            label = "Class, busiest part"
         m = _cell(d["measured"][key], kind)
         u, p = (_range(d[c], d.get(f"{c}_p10"), d.get(f"{c}_p90"), key, kind) for c in SIDES)
         lines.append(f"{label:22s}{m:>16s}{u:>28s}{p:>28s}")

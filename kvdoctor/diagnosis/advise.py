@@ -7,10 +7,8 @@ import math
 from kvdoctor.capacity.advice import kv_cache_advice
 from kvdoctor.capacity.budget import CapacityEstimate
 from kvdoctor.capacity.live import LiveCapacity
-from kvdoctor.signals import CEILING_SHARE, ceiling_share, compute_threshold_ratio
+from kvdoctor.signals import CEILING_SHARE, COLD_START_ITL_S, ceiling_share, compute_threshold_ratio
 from kvdoctor.verdicts import Advice
-
-COLD_START_ITL_S = 0.05  # the pack's reference before a light-load baseline is learned (rules/kvdoctor.yml)
 
 
 def kv_cache(

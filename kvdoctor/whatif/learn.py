@@ -38,7 +38,7 @@ from kvdoctor.whatif.plateau import load_shares
 from kvdoctor.whatif.prior import physical_prior
 from kvdoctor.whatif.readout import WARMUP_S, quantities, simulate
 from kvdoctor.whatif.stepfit import Row, fit_rows, history_rows
-from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, measure
+from kvdoctor.whatif.window import Quantities, Snap, delta_buckets, hist_name, light_itl, measure
 from kvdoctor.whatif.workload import WindowError, bound_duration, infer_engine, infer_workload
 
 MIN_SIM_S, MAX_SIM_S = 120.0, 600.0
@@ -67,6 +67,8 @@ class Basis:
     physical: StepModel | None = None  # the roofline prior the fit leaned on, if any
     span_s: float = 0.0  # the window's length
     recalled_batch: float = 0.0  # the largest decoding batch the step ledger's rows added to the history's
+    # the light-load ITL a class is judged against, the history's as the pack reads it (None: none, its cold start)
+    light_itl_s: float | None = None
     # what the predictions of this window repeat, computed on first use (seeded, so the same numbers again); not
     # init fields, so a replace() with another step or seed starts its own
     runs: dict[tuple[Any, ...], SimResult] = field(
@@ -183,6 +185,7 @@ def learn(
         physical,
         span,
         recalled,
+        light_itl(history),
     )
 
 

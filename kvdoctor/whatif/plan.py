@@ -105,7 +105,7 @@ class Planner:
     def _candidate(self, changes: Changes, engine: Engine, w: Workload, n: int, res: SimResult) -> Candidate:
         b = self.basis
         q = quantities(res, n, b.buckets, b.sigma)
-        q.bottleneck = classify(res, q, engine, b.step.duration(1, 0, 0.0), n, b.buckets, b.sigma)
+        q.bottleneck = classify(res, q, engine, b.light_itl_s, n, b.buckets, b.sigma)
         overload = detect(res, w, n)
         carried = {**q.to_dict(), **as_dict(overload)}
         extra = tuple(

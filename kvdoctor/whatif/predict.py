@@ -15,7 +15,15 @@ from kvdoctor.whatif.learn import MIN_REQUESTS, MIN_SIM_S, Basis, learn, learned
 from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
 from kvdoctor.whatif.profile import busiest_span
-from kvdoctor.whatif.readout import WARMUP_S, classify, measured_class, quantities, simulate, verdict
+from kvdoctor.whatif.readout import (
+    PEAK_LIMITS,
+    WARMUP_S,
+    classify,
+    measured_class,
+    quantities,
+    simulate,
+    verdict,
+)
 from kvdoctor.whatif.saturation import Overload, as_dict, detect
 from kvdoctor.whatif.window import Quantities, Snap
 from kvdoctor.whatif.workload import bound_duration
@@ -172,21 +180,20 @@ def predict(
     res_after = basis.run(after, w_after, r_after, duration)  # a relief's run is a headroom probe's too
     unchanged = basis.unchanged_quantities(duration)
     predicted = quantities(res_after, r_after, buckets, sigma)
-    light = step.duration(1, 0, 0.0)
-    # judged where the run's classes are: at the busiest part of a window whose arrivals followed a profile
-    judged = busiest_span(window[0].t, window[-1].t, workload.profile)
-    replayed = measured_bottleneck(*judged) if measured_bottleneck else None
-    measured.bottleneck = replayed or measured_class(
-        window, measured, engine, light, replicas, workload.profile
+    light = basis.light_itl_s
+    measured.bottleneck = _measured_class(
+        window, measured, engine, light, replicas, workload, measured_bottleneck
     )
     unchanged.bottleneck = classify(now, unchanged, engine, light, replicas, buckets, sigma)
     predicted.bottleneck = classify(res_after, predicted, after, light, r_after, buckets, sigma)
     assumptions = [workload.why, *basis.notes, *change_notes, *step.notes]
     if workload.profile:
         t0 = window[0].t
+        judged = busiest_span(window[0].t, window[-1].t, workload.profile)
         assumptions.append(
-            f"classes judged at the window's busiest part ({judged[0] - t0:.0f}-{judged[1] - t0:.0f} s in, "
-            f"{workload.rate_per_s * max(workload.profile):.3g} req/s), where a rising load meets its limit"
+            f"a batch cap or KV cache limit is judged at the window's busiest part ({judged[0] - t0:.0f}-"
+            f"{judged[1] - t0:.0f} s in, {workload.rate_per_s * max(workload.profile):.3g} req/s), where a rising "
+            "load meets it; the rest on the whole window"
         )
     if "num_speculative_tokens" in changes and engine.speculation is not None:  # does throughput drop?
         batches = (unchanged.running / replicas, predicted.running / r_after)
@@ -205,6 +212,27 @@ def predict(
     if with_intervals:
         _intervals(p, basis, history, (now, (res_after, w_after, r_after)), gpu_memory_bytes, duration)
     return p
+
+
+def _measured_class(
+    window: list[Snap],
+    measured: Quantities,
+    engine: Engine,
+    light: float | None,
+    replicas: int,
+    workload: Workload,
+    replayed: Replayed | None,
+) -> str:
+    """The class the window measured: kvdoctor's own (a replay of its source) where known, else `measured_class`;
+    where the arrivals followed a profile, its busiest part's when that names a queue's limit, as `classify`."""
+    if replayed is None:
+        return measured_class(window, measured, engine, light, replicas, workload.profile)
+    whole = replayed(window[0].t, window[-1].t)
+    if workload.profile:
+        at_peak = replayed(*busiest_span(window[0].t, window[-1].t, workload.profile))
+        if at_peak in PEAK_LIMITS:
+            return at_peak
+    return whole or measured_class(window, measured, engine, light, replicas)
 
 
 def _intervals(

@@ -6,7 +6,7 @@ import math
 from dataclasses import replace
 
 from kvdoctor.promql.quantile import bucket_quantile
-from kvdoctor.signals import compute_threshold_ratio
+from kvdoctor.signals import COLD_START_ITL_S, COLD_START_RUNNING, compute_threshold_ratio
 from kvdoctor.whatif import histo
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
 from kvdoctor.whatif.plateau import busiest
@@ -15,6 +15,10 @@ from kvdoctor.whatif.sim import Simulator
 from kvdoctor.whatif.window import Quantities, Snap, measure
 
 WARMUP_S = 30.0
+# the limits a rising load meets at its top, a queue its window's means dilute: where the busiest part of a profile
+# window names one, it names the window's. Compute is judged on the window as a whole, as the pack judges it on a
+# minute's ITL and batch: a part's burst of batch and ITL (busy) is not compute
+PEAK_LIMITS = ("batch_cap", "kv_cache")
 REPEAT_AFTER = 1.5  # a run this many times its profile's window long simulates the window again instead
 REPEAT_SEED = 7919  # the repetitions' seeds apart from the engines' (seed + engine)
 
@@ -136,19 +140,22 @@ def classify(
     res: SimResult,
     q: Quantities,
     engine: Engine,
-    light_itl_s: float,
+    light_itl_s: float | None,
     replicas: int,
     buckets: dict[str, tuple[float, ...]],
     sigma: float,
 ) -> str:
     """verdict() of a run read as q; where the engines ran uneven shares, the busiest engine's: the pack judges each
-    engine, and the loaded one names the limit while another has room. Where the arrivals followed a profile, the
-    run's busiest part's (`SimResult.peak`): a load that rises into a limit meets it there, not on average."""
+    engine, and the loaded one names the limit while another has room. Where the arrivals followed a profile and the
+    run's busiest part (`SimResult.peak`) names a queue's limit (PEAK_LIMITS), that one: a load that rises into it
+    meets it there, not on average."""
     if res.peak is not None:
         peak = res.peak  # recorded without a peak of its own
-        return classify(
+        at_peak = classify(
             peak, quantities(peak, replicas, buckets, sigma), engine, light_itl_s, replicas, buckets, sigma
         )
+        if at_peak in PEAK_LIMITS:
+            return at_peak
     if not res.engine_runs:
         return verdict(q, engine, light_itl_s, replicas)
     busiest = max(res.engine_runs, key=lambda r: r.running_area + r.waiting_area)
@@ -159,25 +166,28 @@ def measured_class(
     window: list[Snap],
     q: Quantities,
     engine: Engine,
-    light_itl_s: float,
+    light_itl_s: float | None,
     replicas: int,
     profile: tuple[float, ...] = (),
 ) -> str:
     """verdict() of what the window measured (q); where the engines carried the requests unevenly, the busiest
     engine's, read from its own running and waiting (one at its cap with a queue while another has seats). Where
-    its arrivals followed a profile, what its busiest part measured, as `classify` judges a run."""
+    its arrivals followed a profile and its busiest part names a queue's limit, that one, as `classify` judges a run."""
     lo, hi = busiest_span(window[0].t, window[-1].t, profile)
     part = [s for s in window if lo <= s.t <= hi]
     if profile and len(part) >= 2:
-        window, q = part, measure(part)
+        at_peak = measured_class(part, measure(part), engine, light_itl_s, replicas)
+        if at_peak in PEAK_LIMITS:
+            return at_peak
     one = busiest(window)
     if one is None:
         return verdict(q, engine, light_itl_s, replicas)
     return verdict(replace(q, running=one[0], waiting=one[1]), engine, light_itl_s)
 
 
-def verdict(q: Quantities, engine: Engine, light_itl_s: float, replicas: int = 1) -> str:
-    """The class the rule pack would give these quantities (its thresholds, on window means)."""
+def verdict(q: Quantities, engine: Engine, light_itl_s: float | None, replicas: int = 1) -> str:
+    """The class the rule pack would give these quantities (its thresholds, on window means), against the light-load
+    ITL baseline (None: not learned yet, the pack's cold-start test)."""
     if not q.requests_per_s or q.requests_per_s <= 0:
         return "idle"
     kv, waiting, pre = q.kv_usage_max, q.waiting, q.preemptions_per_s
@@ -185,7 +195,11 @@ def verdict(q: Quantities, engine: Engine, light_itl_s: float, replicas: int = 1
         return "kv_cache"
     if q.running >= 0.9 * engine.max_num_seqs * replicas and waiting >= 1 and kv < 0.8 and pre <= 0:
         return "batch_cap"
-    slow = compute_threshold_ratio(q.running / max(replicas, 1)) * light_itl_s  # the pack's compute test
+    batch = q.running / max(replicas, 1)
+    if light_itl_s is None:
+        slow = COLD_START_ITL_S if batch >= COLD_START_RUNNING else math.inf
+    else:
+        slow = compute_threshold_ratio(batch) * light_itl_s  # the pack's compute test
     if q.itl_p50_s > slow and kv < 0.85 and pre <= 0:
         return "compute"
     return "healthy"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -246,6 +248,34 @@ def measure(snaps: list[Snap]) -> Quantities:
         kv_usage_max=max(kv) if kv else math.nan,
         preemptions_per_s=delta(a, b, "vllm:num_preemptions_total") / dt,
     )
+
+
+# the pack's light load (kvdoctor:itl_seconds:light_load_p50): a minute with at most this many running, none waiting;
+# at the start of the scrapes, as little as a window holds (kvdoctor:window:ready: a scrape 15 s old)
+LIGHT_RUNNING, LIGHT_SPAN_S, LIGHT_MIN_S = 2.0, 60.0, 15.0
+
+
+def light_itl(snaps: list[Snap]) -> float | None:
+    """The light-load ITL p50 as the pack's baseline reads it: vLLM's ITL p50 over each minute, (t - 1m, t], with at
+    most 2 running and none waiting, their median; None where the snapshots have no such minute. As Prometheus'
+    range, a minute at the start of the snapshots holds those there are (LIGHT_MIN_S of them at least)."""
+    times = [s.t for s in snaps]
+    busy = [0]  # scrapes past light load among the first k
+    for s in snaps:
+        light = s.get(RUNNING, 0.0) <= LIGHT_RUNNING and s.get(WAITING, 0.0) <= 0
+        busy.append(busy[-1] + (not light))
+    found = []
+    for j, b in enumerate(snaps):
+        first = bisect.bisect_right(times, b.t - LIGHT_SPAN_S)  # the minute's first scrape
+        if busy[j + 1] - busy[first] > 0:
+            continue
+        base = max(first - 1, 0)  # the increase since the scrape before it, or since the first there is
+        long_enough = b.t - snaps[base].t >= LIGHT_MIN_S
+        itl = delta_buckets(snaps[base], b, hist_name(b, "itl")) if long_enough else {}
+        if itl.get(math.inf, 0.0) > 0:
+            found.append(quantile_of(itl, 0.5))
+    found = [v for v in found if math.isfinite(v) and v > 0]
+    return statistics.median(found) if found else None
 
 
 def _mean(values: Iterable[float]) -> float:
