@@ -177,7 +177,7 @@ def _replayer(path: Path, frames: list[ParsedFrame]) -> Callable[[float, float],
 
     def replayed(lo: float, hi: float) -> str | None:
         nonlocal covered
-        if lo < covered[0] or hi > covered[1]:
+        if lo < covered[0] - 1e-6 or hi > covered[1] + 1e-6:  # a part of the window is read from its cycles
             done[:], covered = window_cycles(path, lo, hi, frames=frames), (lo, hi)
         seen = Counter(v for t, verdicts in done if lo <= t <= hi for v in verdicts)
         return seen.most_common(1)[0][0] if seen else None

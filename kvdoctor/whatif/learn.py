@@ -158,8 +158,12 @@ def learn(
         workload = replace(workload, shares=shares)
     measured = measure(window)
     span = window[-1].t - window[0].t
-    # long enough for the tail quantiles to settle: a few hundred finished requests
-    duration = min(MAX_SIM_S, max(MIN_SIM_S, 2 * span, MIN_REQUESTS / max(measured.requests_per_s, 1e-3)))
+    # long enough for the tail quantiles to settle: a few hundred finished requests, twice the window's; a profile is
+    # simulated as whole windows (`readout.simulate`), once where one holds them
+    windows = 1 if workload.profile else 2
+    duration = min(
+        MAX_SIM_S, max(MIN_SIM_S, windows * span, MIN_REQUESTS / max(measured.requests_per_s, 1e-3))
+    )
     duration, bound_note = bound_duration([(workload, replicas)], duration, WARMUP_S)
     if bound_note:
         notes.append(bound_note)

@@ -87,7 +87,7 @@ def busiest_span(lo: float, hi: float, profile: tuple[float, ...]) -> tuple[floa
     if not profile:
         return lo, hi
     k, parts = profile.index(max(profile)), len(profile)
-    return lo + (hi - lo) * k / parts, lo + (hi - lo) * (k + 1) / parts
+    return lo + (hi - lo) * k / parts, hi if k + 1 == parts else lo + (hi - lo) * (k + 1) / parts
 
 
 def describe(profile: tuple[float, ...], rate_per_s: float) -> str:
