@@ -104,10 +104,9 @@ def main() -> int:
         advisor.annotate(diagnoses, t)
         headroom.annotate(diagnoses, t, wants)
         if t >= 180.0:
-            waves.append(len(headroom._queue))
-        while headroom._queue:
-            headroom._compute(*headroom._queue.popleft())
-        headroom._queued.clear()
+            waves.append(headroom.stats()["queued"])
+        while headroom.work_once(0.0):
+            pass
         peak = max(peak, len(jobs))
         if t >= 180.0:
             shown = [t - a.effect.t for d in diagnoses for a in d.advice if a.effect is not None]

@@ -166,19 +166,24 @@ class HeadroomWorker:
             self._worker = threading.Thread(target=self._run, name="kvdoctor-headroom", daemon=True)
             self._worker.start()
 
+    def work_once(self, timeout: float | None = None) -> bool:
+        """Search the oldest queued target, waiting up to timeout for one; False when none came."""
+        job = self._jobs.get(timeout)
+        if job is None:
+            return False
+        target, t = job
+        with self._lock:
+            ask = self._asks.get(target)  # None: the target was removed while it waited
+        try:
+            if ask is not None:
+                self._compute(target, *ask, t)
+        finally:
+            self._jobs.done(target)
+        return True
+
     def _run(self) -> None:
         while not self._jobs.closed:
-            job = self._jobs.get()
-            if job is None:
-                continue
-            target, t = job
-            with self._lock:
-                ask = self._asks.get(target)  # None: the target was removed while it waited
-            try:
-                if ask is not None:
-                    self._compute(target, *ask, t)
-            finally:
-                self._jobs.done(target)
+            self.work_once()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker thread: queued requests are dropped, a search under way ends first (up to timeout)."""
