@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvdoctor.signals import CEILING_SHARE, ceiling_share, compute_threshold_ratio
+from kvdoctor.ceiling import CEILING_SHARE, ceiling_share, compute_threshold_ratio
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.ceiling import CEILING_SHARE
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
-from kvdoctor.signals import CEILING_SHARE
 from kvdoctor.verdicts import LIMITS, Diagnosis
 from kvdoctor.whatif import gains, relief
 from kvdoctor.whatif.advisor import Advisor

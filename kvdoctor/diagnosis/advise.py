@@ -7,7 +7,7 @@ import math
 from kvdoctor.capacity.advice import kv_cache_advice
 from kvdoctor.capacity.budget import CapacityEstimate
 from kvdoctor.capacity.live import LiveCapacity
-from kvdoctor.signals import CEILING_SHARE, COLD_START_ITL_S, ceiling_share, compute_threshold_ratio
+from kvdoctor.ceiling import CEILING_SHARE, COLD_START_ITL_S, ceiling_share, compute_threshold_ratio
 from kvdoctor.verdicts import Advice
 
 

@@ -7,7 +7,7 @@ the same mean request latency (Little's law). Capacity bought with a bigger batc
 every stream: decoding serves tokens/s = running / ITL and a step costs a fixed part plus a part per running request,
 so a batch grown g_B times slows each token by 1 + u (g_B − 1), u the share of its compute ceiling the server runs at.
 The relief's prediction (tokens/s ×g_X, ITL ×g_ITL, so g_B = g_X g_ITL) says u = (g_ITL − 1) / (g_X g_ITL − 1); from
-the pack's compute line (`signals.CEILING_SHARE`: more batch buys < 43 % more tokens/s) the added requests become
+the pack's compute line (`ceiling.CEILING_SHARE`: more batch buys < 43 % more tokens/s) the added requests become
 slower tokens, not capacity, and compute limits, whatever small gain the simulation shows. Below capacity every
 arrival is served whatever the change, so there a relief helps when it cuts the quantity that suffers without
 lengthening the other latency.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvdoctor.signals import CEILING_SHARE
+from kvdoctor.ceiling import CEILING_SHARE
 from kvdoctor.verdicts import Effect
 
 NOISE = 0.05  # throughput within 5 % either way is the same capacity (the simulation's noise), not a gain

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from kvdoctor.ceiling import COLD_START_ITL_S, COLD_START_RUNNING, compute_threshold_ratio
 from kvdoctor.promql.quantile import bucket_quantile
-from kvdoctor.signals import COLD_START_ITL_S, COLD_START_RUNNING, compute_threshold_ratio
 from kvdoctor.whatif import histo
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
 from kvdoctor.whatif.plateau import busiest

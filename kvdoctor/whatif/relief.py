@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvdoctor import fmt
-from kvdoctor.signals import CEILING_SHARE
+from kvdoctor.ceiling import CEILING_SHARE
 from kvdoctor.verdicts import Advice, Diagnosis, Effect, Finding, Verdict
 from kvdoctor.whatif.gains import BUYS, NOISE, ceiling_share, ends_overload, gain, helps, score
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvdoctor.signals import CEILING_SHARE
+from kvdoctor.ceiling import CEILING_SHARE
 from kvdoctor.verdicts import Effect
 from kvdoctor.whatif import gains
 

@@ -6,11 +6,11 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from kvdoctor.ceiling import CEILING_SHARE
 from kvdoctor.diagnosis import advise
 from kvdoctor.pipeline import Pipeline
 from kvdoctor.replay import replay
 from kvdoctor.rules.loader import default_rule_files, load_files
-from kvdoctor.signals import CEILING_SHARE
 from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import gains, relief
 from kvdoctor.whatif.advisor import Advisor
