@@ -158,8 +158,6 @@ def predict(
     The learned window is shared (`learn.learned`): other changes of the same window only simulate their side.
     Without `with_intervals` the 80 % bands (eight short simulations) are left out: the point values are the same.
     """
-    # the replay first: it runs the pipeline's own what-ifs, dearer beside a learned window's runs held in memory
-    whole = measured_bottleneck(window[0].t, window[-1].t) if measured_bottleneck else None
     basis = learned(
         history,
         window,
@@ -184,7 +182,7 @@ def predict(
     predicted = quantities(res_after, r_after, buckets, sigma)
     light = basis.light_itl_s
     measured.bottleneck = _measured_class(
-        window, measured, engine, light, replicas, workload, measured_bottleneck, whole
+        window, measured, engine, light, replicas, workload, measured_bottleneck
     )
     unchanged.bottleneck = classify(now, unchanged, engine, light, replicas, buckets, sigma)
     predicted.bottleneck = classify(res_after, predicted, after, light, r_after, buckets, sigma)
@@ -224,13 +222,12 @@ def _measured_class(
     replicas: int,
     workload: Workload,
     replayed: Replayed | None,
-    whole: str | None,
 ) -> str:
-    """The class the window measured: kvdoctor's own (a replay of its source, `whole` over all of it) where known,
-    else `measured_class`; where the arrivals followed a profile, its busiest part's when that names a queue's
-    limit, as `classify`."""
+    """The class the window measured: kvdoctor's own (a replay of its source) where known, else `measured_class`;
+    where the arrivals followed a profile, its busiest part's when that names a queue's limit, as `classify`."""
     if replayed is None:
         return measured_class(window, measured, engine, light, replicas, workload.profile)
+    whole = replayed(window[0].t, window[-1].t)  # first: the busiest part is then read from the same cycles
     if workload.profile:
         at_peak = replayed(*busiest_span(window[0].t, window[-1].t, workload.profile))
         if at_peak in PEAK_LIMITS:

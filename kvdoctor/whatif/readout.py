@@ -173,10 +173,12 @@ def measured_class(
     """verdict() of what the window measured (q); where the engines carried the requests unevenly, the busiest
     engine's, read from its own running and waiting (one at its cap with a queue while another has seats). Where
     its arrivals followed a profile and its busiest part names a queue's limit, that one, as `classify` judges a run."""
-    lo, hi = busiest_span(window[0].t, window[-1].t, profile)
-    part = [s for s in window if lo <= s.t <= hi]
-    if profile and len(part) >= 2:
-        at_peak = measured_class(part, measure(part), engine, light_itl_s, replicas)
+    if profile:
+        lo, hi = busiest_span(window[0].t, window[-1].t, profile)
+        part = [s for s in window if lo <= s.t <= hi]
+        at_peak = (
+            measured_class(part, measure(part), engine, light_itl_s, replicas) if len(part) >= 2 else None
+        )
         if at_peak in PEAK_LIMITS:
             return at_peak
     one = busiest(window)
