@@ -98,6 +98,10 @@ class Planner:
         b, share = self.basis, w.rate_per_s / replicas
         if w.kind != "open" or share <= 0:
             return b.duration_s
+        if w.profile:
+            # a profile keeps its window's time scale at every load, as `whatif` simulates it (readout._run): in
+            # fewer seconds its peak would be as many times shorter, and so would the queue built there
+            return bound_duration([(w, replicas)], b.duration_s, WARMUP_S)[0]
         # the quantiles settle on as many requests in less time, and memory stays bounded at ×64
         duration = min(b.duration_s, max(MIN_SIM_S, MIN_REQUESTS / share))
         return bound_duration([(w, replicas)], duration, WARMUP_S)[0]

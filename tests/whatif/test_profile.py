@@ -12,7 +12,8 @@ import pytest
 from kvdoctor.whatif.arrivals import generate
 from kvdoctor.whatif.compare import load_pairs, run_pair
 from kvdoctor.whatif.model import Engine, LengthDist, StepModel, Workload
-from kvdoctor.whatif.predict import predict
+from kvdoctor.whatif.plan import Planner
+from kvdoctor.whatif.predict import learn, predict
 from kvdoctor.whatif.profile import arrival_counts, arrival_profile, warp
 from kvdoctor.whatif.readout import simulate
 from kvdoctor.whatif.sim import Simulator
@@ -187,3 +188,18 @@ def test_a_profile_keeps_its_windows_time_scale_however_long_the_run() -> None:
     ttft_p95 = [sorted(r.ttft)[int(0.95 * len(r.ttft))] for r in (window_long, run_long, stretched)]
     assert 0.6 < ttft_p95[1] / ttft_p95[0] < 1.6
     assert ttft_p95[2] > 2 * ttft_p95[1]
+
+
+def test_plan_probes_a_rising_load_at_its_own_time_scale_as_whatif_predicts_it() -> None:
+    # at ×2 the window's ~600 requests arrive in half its span: a probe of fewer seconds would squeeze the ramp's
+    # peak, and the queue it builds, into half the time; plan must price what `whatif --set load=x2` predicts
+    snaps = recording_snaps(BUSY)
+    lo, hi = default_window(snaps, busy_period=True)
+    history, window = history_before(snaps, lo, hi)
+    basis = learn(history, window)
+    assert basis.workload.profile
+    probe = Planner(basis, {"ttft_p95_s": 1.0}).evaluate({}, 1, 2.0).predicted.quantities
+    p = predict(history, window, {"load": 2.0}, with_intervals=False)
+    assert probe.ttft_p95_s == pytest.approx(p.predicted.ttft_p95_s, rel=1e-9)
+    assert probe.itl_p50_s == pytest.approx(p.predicted.itl_p50_s, rel=1e-9)
+    assert probe.running == pytest.approx(p.predicted.running, rel=1e-9)
