@@ -27,7 +27,6 @@ import sys
 import time
 import zlib
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,12 +78,10 @@ def main() -> int:
     names = [f"t{i:05d}" for i in range(args.targets)]
     phases = [(zlib.crc32(n.encode()) % 5000) / 5000.0 * args.interval for n in names]
     advisor = advisor_module.Advisor(background=True)
-    advisor._worker = SimpleNamespace(
-        is_alive=lambda: True
-    )  # stepped below, on this thread, not a thread of its own
+    advisor.worker.threaded = False  # stepped below, on this thread, not a thread of its own
     jobs, queued = advisor._jobs, Queued(advisor)
     headroom = headroom_module.HeadroomWorker(advisor.snaps, background=True, max_queue=4096)
-    headroom._worker = SimpleNamespace(is_alive=lambda: True)  # served below, after each cycle
+    headroom.worker.threaded = False  # served below, after each cycle
     wants = {n: ({"ttft_p95": 1.0}, None) for n in names}
     waves: list[int] = []  # headroom requests queued by each cycle after the first 3 minutes
     jobs.put = queued.put

@@ -8,8 +8,8 @@ from kvdoctor.rules.loader import RuleGroup
 from kvdoctor.status.state import DaemonState
 from kvdoctor.whatif.advisor import Advisor
 from kvdoctor.whatif.headroom import HeadroomWorker
+from kvdoctor.whatif.jobs import MAX_QUEUE
 from kvdoctor.whatif.offload import shared
-from kvdoctor.whatif.sharing import MAX_QUEUE
 
 
 def daemon_state(cfg: Config) -> DaemonState:

@@ -29,10 +29,11 @@ from kvdoctor.whatif.breaks import restarts
 from kvdoctor.whatif.effectcache import RETRY_S, EffectCache, Key
 from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.followup import FollowUp
+from kvdoctor.whatif.jobs import MAX_QUEUE, Jobs, Worker
 from kvdoctor.whatif.ledger import Ledgers
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.predict import predict
-from kvdoctor.whatif.sharing import MAX_QUEUE, Jobs, SharedEffects, Simulate, steady
+from kvdoctor.whatif.sharing import SharedEffects, Simulate, steady
 from kvdoctor.whatif.window import Snap, snapshot
 from kvdoctor.whatif.workload import WindowError
 
@@ -69,7 +70,7 @@ class Advisor:
         # bounded, oldest dropped and counted, a key queued once (jobs.py); near windows share a simulation
         self._jobs: Jobs[Key] = Jobs(max_queue)
         self._shared = SharedEffects(refresh_s, min(RETRY_S, refresh_s / 6) if background else 0.0)
-        self._worker: threading.Thread | None = None
+        self.worker = Worker(self._jobs, self.work_once, "kvdoctor-whatif")
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
         self._failures: dict[str, str] = {}  # target -> why its last simulation raised (until one works)
@@ -191,10 +192,7 @@ class Advisor:
             return self._effects.get(key)
 
     def _submit(self, key: Key, t: float) -> None:
-        self._jobs.put(key, t)
-        if not self._jobs.closed and (self._worker is None or not self._worker.is_alive()):
-            self._worker = threading.Thread(target=self._run, name="kvdoctor-whatif", daemon=True)
-            self._worker.start()
+        self.worker.submit(key, t)
 
     def stats(self) -> dict[str, int]:
         """The worker's counters for kvdoctor's own /metrics: dropped, computed, shared, kept requests; queue length."""
@@ -227,15 +225,9 @@ class Advisor:
                 self._jobs.done(key)
         return True
 
-    def _run(self) -> None:
-        while not self._jobs.closed:
-            self.work_once()
-
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker thread: queued requests are dropped, a simulation under way ends first (up to timeout)."""
-        self._jobs.close()
-        if self._worker is not None:
-            self._worker.join(timeout)
+        self.worker.close(timeout)
 
     def _compute_safely(
         self, key: Key, t: float, history: list[Snap] | None = None, simulate: bool = True

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvdoctor.verdicts import LIMITS, Advice, Diagnosis
-from kvdoctor.whatif.jobs import Jobs
+from kvdoctor.whatif.jobs import Jobs, Worker
 from kvdoctor.whatif.learn import learned
 from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.offload import Offload
@@ -106,7 +106,7 @@ class HeadroomWorker:
         self._asked: dict[str, float] = {}
         # (target, result) of the searches lately made, found again by windows near theirs
         self._searched: Nearby[tuple[str, Headroom]] = Nearby(refresh_s, lambda s: s[1].t)
-        self._worker: threading.Thread | None = None
+        self.worker = Worker(self._jobs, self.work_once, "kvdoctor-headroom")
         self.computed_total = self.shared_total = 0
 
     def annotate(self, diagnoses: list[Diagnosis], t: float, wants: Wants) -> list[Diagnosis]:
@@ -162,9 +162,8 @@ class HeadroomWorker:
             self._asks[target] = (model, slos, seqs)
         if not self.background:
             self._compute(target, model, slos, seqs, t)
-        elif self._jobs.put(target, t) and (self._worker is None or not self._worker.is_alive()):
-            self._worker = threading.Thread(target=self._run, name="kvdoctor-headroom", daemon=True)
-            self._worker.start()
+        else:
+            self.worker.submit(target, t)
 
     def work_once(self, timeout: float | None = None) -> bool:
         """Search the oldest queued target, waiting up to timeout for one; False when none came."""
@@ -181,15 +180,9 @@ class HeadroomWorker:
             self._jobs.done(target)
         return True
 
-    def _run(self) -> None:
-        while not self._jobs.closed:
-            self.work_once()
-
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker thread: queued requests are dropped, a search under way ends first (up to timeout)."""
-        self._jobs.close()
-        if self._worker is not None:
-            self._worker.join(timeout)
+        self.worker.close(timeout)
 
     def _compute(self, target: str, model: str, slos: dict[str, float], seqs: int | None, t: float) -> None:
         try:

@@ -1,4 +1,5 @@
-"""The advisor's worker queue: a FIFO holding a key once until it is done, dropping (and counting) its oldest when full.
+"""The what-if workers' queue and thread: a FIFO holding a key once until it is done, dropping (and counting) its
+oldest when full, and the one thread that serves it.
 
 A fleet slower to simulate than its cycles would otherwise grow the queue without end; the oldest request is the
 one a newer cycle asks again.
@@ -76,3 +77,34 @@ class Jobs(Generic[K]):
     def __contains__(self, key: object) -> bool:
         with self._cv:  # queued or being computed
             return key in self._pending
+
+
+class Worker(Generic[K]):
+    """The thread that serves one Jobs queue through `work_once`: started by the first request, again if it died,
+    and ended with the queue (`close`)."""
+
+    def __init__(self, jobs: Jobs[K], work_once: Callable[[], bool], name: str) -> None:
+        self.jobs, self.work_once, self.name = jobs, work_once, name
+        self.thread: threading.Thread | None = None
+        # False: requests are only queued, and whoever steps the queue serves them with work_once (a benchmark
+        # that drives the worker from its own loop)
+        self.threaded = True
+
+    def submit(self, key: K, t: float) -> bool:
+        """Queue key (asked at t), starting the thread where none is alive; False when it was pending or closed."""
+        queued = self.jobs.put(key, t)
+        alive = self.thread is not None and self.thread.is_alive()
+        if self.threaded and not self.jobs.closed and not alive:
+            self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self.thread.start()
+        return queued
+
+    def _run(self) -> None:
+        while not self.jobs.closed:
+            self.work_once()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Take no more requests and drop those queued; the request under way ends first (up to timeout)."""
+        self.jobs.close()
+        if self.thread is not None:
+            self.thread.join(timeout)

@@ -24,8 +24,6 @@ from typing import Generic, TypeVar
 from kvdoctor.errors import KvdoctorError
 from kvdoctor.verdicts import Effect
 from kvdoctor.whatif.breaks import restarts
-from kvdoctor.whatif.jobs import MAX_QUEUE as MAX_QUEUE
-from kvdoctor.whatif.jobs import Jobs as Jobs
 from kvdoctor.whatif.plateau import load_shares
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Snap, measure

@@ -20,7 +20,8 @@ from kvdoctor.verdicts import Advice, Diagnosis, Effect
 from kvdoctor.whatif import advisor as advisor_module
 from kvdoctor.whatif import sharing
 from kvdoctor.whatif.advisor import Advisor
-from kvdoctor.whatif.sharing import NEAR, Fingerprint, Jobs, fingerprint
+from kvdoctor.whatif.jobs import Jobs
+from kvdoctor.whatif.sharing import NEAR, Fingerprint, fingerprint
 from kvdoctor.whatif.sources import recording_snaps
 
 PAIRS = Path(__file__).parents[1] / "fixtures/recordings/vllm-0.32-cpu-whatif"
