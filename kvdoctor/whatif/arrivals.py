@@ -9,11 +9,13 @@ from collections.abc import Iterator
 from kvdoctor.whatif.model import Engine, Request, Workload, make_request
 from kvdoctor.whatif.profile import warp
 
+MAX_REFUSALS = 1000  # a closed-loop client's requests refused in a row before it stops: under 0.1 % would fit
+
 
 class ArrivalQueue:
     """Arrivals by time (ties in given order); closed-loop clients think, then send their next request."""
 
-    __slots__ = ("engine", "heap", "rng", "shared_prefix_tokens", "tie", "workload")
+    __slots__ = ("engine", "gave_up", "heap", "refused", "rng", "shared_prefix_tokens", "tie", "workload")
 
     def __init__(
         self,
@@ -30,6 +32,8 @@ class ArrivalQueue:
         )
         self.shared_prefix_tokens = shared_prefix_tokens
         self.tie = len(arrivals)
+        self.refused: dict[int, int] = {}  # closed-loop client → its requests refused in a row
+        self.gave_up = 0  # clients that stopped: MAX_REFUSALS requests in a row refused
 
     def __bool__(self) -> bool:
         return bool(self.heap)
@@ -44,11 +48,20 @@ class ArrivalQueue:
         while heap and heap[0][0] <= now:
             yield heapq.heappop(heap)[2]
 
-    def reissue(self, request: Request, now: float) -> None:
-        """The client of a request answered (or refused) at now sends its next one after its think time."""
+    def reissue(self, request: Request, now: float, refused: bool = False) -> None:
+        """The client of a request answered (or refused) at now sends its next one after its think time; one
+        refused MAX_REFUSALS times in a row stops (no length it draws fits the engine)."""
         w, rng = self.workload, self.rng
         if w is None or rng is None:
             return
+        if refused:
+            # without thinking, a client whose every request is refused would re-send at the same instant forever
+            count = self.refused[request.client] = self.refused.get(request.client, 0) + 1
+            if count >= MAX_REFUSALS:
+                self.gave_up += 1
+                return
+        else:
+            self.refused.pop(request.client, None)
         at = now + w.think_s
         nxt = make_request(rng, w, at, self.shared_prefix_tokens, self.engine, request.client)
         heapq.heappush(self.heap, (at, self.tie, nxt))

@@ -62,7 +62,7 @@ class Scheduler:
             if request.num_prompt_tokens + request.max_tokens > self.engine.max_model_len:
                 # vLLM answers 400 before scheduling: prompt + max_tokens over max_model_len
                 self.recorder.result.rejected += 1
-                self.arrivals.reissue(request, self.now)
+                self.arrivals.reissue(request, self.now, refused=True)
             else:
                 self.waiting.append(request)
 
@@ -199,7 +199,7 @@ class Scheduler:
                     # alone it still does not fit: vLLM would never schedule it, the client gets an error
                     waiting.popleft()
                     self.recorder.result.rejected += 1
-                    self.arrivals.reissue(request, self.now)
+                    self.arrivals.reissue(request, self.now, refused=True)
                     continue
                 break
             waiting.popleft()

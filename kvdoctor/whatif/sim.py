@@ -16,8 +16,13 @@ from kvdoctor.whatif.model import Engine, Request, SimResult, StepModel, Workloa
 from kvdoctor.whatif.profile import busiest_span
 from kvdoctor.whatif.scheduler import Scheduler
 from kvdoctor.whatif.simstats import Recorder, StepTrace
+from kvdoctor.whatif.workload import WindowError
 
-__all__ = ["Simulator", "StepTrace", "run_until"]
+__all__ = ["MAX_STEPS", "Simulator", "StepTrace", "run_until"]
+
+# steps one run may take: ten minutes of 0.6 ms steps, past any engine's; a step model that a lying target's
+# counters made nearly free would otherwise step without end, and hold the one simulation child every target shares
+MAX_STEPS = 1_000_000
 
 
 class Simulator:
@@ -86,4 +91,10 @@ def run_until(scheduler: Scheduler, end_s: float) -> None:
                     return
                 scheduler.idle_until(min(scheduler.arrivals.next_time(), end_s))
                 continue
+            if scheduler.step_index >= MAX_STEPS:
+                raise WindowError(
+                    f"the simulation took {MAX_STEPS:,} steps to reach {scheduler.now:.3g} s of {end_s:.3g} s: "
+                    f"the step times learned ({scheduler.step_model.c0 * 1e3:.3g} ms a step) are no engine's; "
+                    "are the ITL histogram's _count and _sum right?"
+                )
             scheduler.step()

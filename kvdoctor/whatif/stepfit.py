@@ -17,7 +17,7 @@ from dataclasses import replace
 from kvdoctor.whatif.bayes import Posterior, draw, nonneg_posterior, relative_rms, spread
 from kvdoctor.whatif.model import StepModel
 from kvdoctor.whatif.prior import Prior, roofline, structural
-from kvdoctor.whatif.steprows import INTERVAL_S, Row, history_rows
+from kvdoctor.whatif.steprows import INTERVAL_S, MAX_STEP_S, MIN_STEP_S, Row, history_rows
 from kvdoctor.whatif.window import Snap
 
 __all__ = ["INTERVAL_S", "Row", "fit_rows", "fit_step_model", "history_rows", "posterior_draws"]
@@ -61,7 +61,10 @@ def _posterior(
     """The prior, and the posterior at the rows' own spread, with the coefficients pinned at 0 (wide: the
     posterior under the prior's draw spread)."""
     if len(rows) < 2:
-        raise ValueError("fewer than 2 busy intervals in the history: nothing to fit step times to")
+        raise ValueError(
+            f"fewer than 2 busy intervals in the history with step times an engine could take ({MIN_STEP_S * 1e3:g} "
+            f"ms to {MAX_STEP_S:g} s, read through the ITL histogram): nothing to fit step times to"
+        )
     prior = roofline(physical, rows) if physical is not None else structural(rows)
     mean, sd = list(prior.mean), list(prior.draw_sd if wide and prior.draw_sd else prior.sd)
     post, pinned = nonneg_posterior(rows, mean, sd, MAX_SIGMA)

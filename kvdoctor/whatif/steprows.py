@@ -15,6 +15,10 @@ from kvdoctor.whatif.window import Snap, delta, delta_buckets, hist_name, mean_o
 
 INTERVAL_S = 5.0
 MIN_ITL = 5  # ITL observations an interval needs to count
+# a step no engine takes: faster than any forward pass, or longer than a scrape interval's worth of them. A row
+# past these read a counter that lies (a target's poisoned _count made a step of 1e-30 s, and its simulation
+# one that never ends)
+MIN_STEP_S, MAX_STEP_S = 1e-4, 120.0
 
 Row = tuple[
     list[float], float, float
@@ -91,9 +95,17 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
             pre_rows.append(([1.0, beside, n, _read(beside, per_request, prefix), n * half], y_pre, n_pre))
     # prefill times are few (one per request) beside ITLs (one per token): weigh them as much in total, or the
     # fit would trade TTFT for ITL
+    rows, pre_rows = [r for r in rows if _plausible(r)], [r for r in pre_rows if _plausible(r)]
     total, total_pre = sum(r[2] for r in rows), sum(r[2] for r in pre_rows)
     scale = total / total_pre if total_pre else 0.0
-    return rows + [(x, y, w * scale) for x, y, w in pre_rows]
+    return rows + [(x, y, w * scale) for x, y, w in pre_rows if scale > 0]
+
+
+def _plausible(row: Row) -> bool:
+    """A row whose step time an engine could take, from finite counts."""
+    x, y, w = row
+    finite = all(math.isfinite(v) and abs(v) < 1e15 for v in (*x, w))
+    return finite and w > 0 and MIN_STEP_S <= y <= MAX_STEP_S
 
 
 def _context(a: Snap, b: Snap, fallback: float) -> float:

@@ -1,0 +1,89 @@
+"""What a target's impossible numbers can make a simulation do: finish, or fail saying why, and never run forever.
+
+A fuzzed recording found both: an output-length histogram poisoned into 2,000-4,000 tokens against a 2,048-token
+limit left twenty closed-loop clients without think time re-sending refused requests at one instant for ever, and an
+ITL `_count` of ~1e28 fitted a step of 1e-30 s that the simulation stepped through without end. Either held the
+daemon's one simulation child, and with it every other target's predictions.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.cli import main
+from kvdoctor.whatif import sim
+from kvdoctor.whatif.arrivals import MAX_REFUSALS
+from kvdoctor.whatif.model import Engine, LengthDist, StepModel, Workload
+from kvdoctor.whatif.sim import Simulator
+from kvdoctor.whatif.sources import recording_snaps
+from kvdoctor.whatif.steprows import MAX_STEP_S, MIN_STEP_S, history_rows
+from kvdoctor.whatif.workload import WindowError
+
+CLOSED = Path(__file__).resolve().parents[1] / "fixtures/recordings/vllm-0.32-cpu-ramps/tiny_ramp_c8.jsonl.gz"
+STEP = StepModel(c0=0.01, c_decode=0.001, c_prefill=1e-4)
+
+
+def test_closed_loop_clients_whose_every_request_is_refused_stop_and_the_run_ends() -> None:
+    too_long = LengthDist.fixed(3000)  # prompt + output over max_model_len: vLLM answers 400 at once
+    w = Workload("closed", 0.0, 20, 0.0, LengthDist.fixed(100), too_long)
+    res = Simulator(Engine(max_model_len=2048), STEP).run_workload(w, 600.0, 30.0, seed=1)
+    assert res.finished == 0 and res.generation_tokens == 0
+    assert res.rejected == 20 * MAX_REFUSALS  # each client gave up after as many refusals in a row
+
+
+def test_a_client_refused_now_and_then_goes_on_sending() -> None:
+    # half the outputs fit: refusals in a row stay short, so no client gives up and the loop serves the rest
+    half = LengthDist(((1.0, 100.0, 0.5), (2500.0, 3000.0, 1.0)), 1400.0)
+    w = Workload("closed", 0.0, 4, 0.0, LengthDist.fixed(100), half)
+    res = Simulator(Engine(max_model_len=2048), STEP).run_workload(w, 120.0, 10.0, seed=1)
+    assert res.finished > 100 and res.rejected > 100
+
+
+def test_a_step_model_no_engine_has_is_refused_before_it_runs_for_ever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sim, "MAX_STEPS", 20_000)
+    w = Workload("closed", 0.0, 4, 0.0, LengthDist.fixed(100), LengthDist.fixed(50))
+    with pytest.raises(WindowError, match="no engine's; are the ITL histogram's _count and _sum right"):
+        Simulator(Engine(), StepModel(c0=1e-30, c_decode=0.0, c_prefill=0.0)).run_workload(
+            w, 600.0, 30.0, seed=1
+        )
+
+
+def _poisoned(src: Path, dst: Path, count_times: float) -> None:
+    """The recording with every ITL _count after its first scrape multiplied (a counter that lies)."""
+    line = re.compile(r"^(vllm:inter_token_latency_seconds_count\{[^}]*\}) (\S+)$", re.M)
+    with gzip.open(src, "rt") as fin, gzip.open(dst, "wt") as fout:
+        for i, raw in enumerate(fin):
+            frame = json.loads(raw)
+            if i and frame.get("text"):
+                frame["text"] = line.sub(
+                    lambda m: f"{m.group(1)} {float(m.group(2)) * count_times:.6g}", frame["text"]
+                )
+            fout.write(json.dumps(frame) + "\n")
+
+
+def test_history_rows_leave_out_steps_read_through_a_lying_count(tmp_path: Path) -> None:
+    bad = tmp_path / "lying.jsonl.gz"
+    _poisoned(CLOSED, bad, 1e28)
+    honest, lying = history_rows(recording_snaps(CLOSED), 2048), history_rows(recording_snaps(bad), 2048)
+    assert len(honest) > 20
+    # what is left is the rows that do not read the ITL: step periods of intervals the engine never idled
+    assert len(lying) < len(honest) / 3
+    assert all(MIN_STEP_S <= y <= MAX_STEP_S for _, y, _ in lying)
+
+
+def test_whatif_on_a_target_whose_itl_count_lies_says_so_and_does_not_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "lying.jsonl.gz"
+    _poisoned(CLOSED, bad, 1e28)
+    rc = main(["whatif", str(bad), "--set", "max_num_seqs=16"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "kvdoctor whatif: " in err and "busy intervals" in err and "Traceback" not in err
