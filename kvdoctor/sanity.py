@@ -19,6 +19,9 @@ RATIOS = frozenset({"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vl
 RATE_MAX = 1e9
 COUNT_MAX = 1e7
 SECONDS_MAX = 1e7
+# No vLLM sample reaches this: a token counter at a million tokens a second for thirty years is under it. Above it a
+# value is a broken or hostile exporter's, and sums of a few such (1e308) overflow every float they touch.
+RAW_MAX = 1e15
 
 
 def describe(v: float) -> str:
@@ -44,6 +47,8 @@ def raw_problem(name: str, v: float) -> str | None:
         return f"{describe(v)} (negative)"
     if name in RATIOS and v > RATIO_MAX:
         return f"{describe(v)} (over 1)"
+    if v > RAW_MAX:
+        return f"{describe(v)} (absurd)"
     return None
 
 

@@ -133,13 +133,14 @@ def test_a_failing_advice_or_classification_fails_that_target_alone(
 
 
 def test_an_absurd_rate_is_dropped_from_the_evidence_and_named(shared_032: Path, tmp_path: Path) -> None:
-    # a token counter a million million times too fast: its rate is no throughput any server has
+    # a token counter a billion times too fast: its rate is no throughput any server has, its values (~1e13) still
+    # ones a counter can hold (above sanity.RAW_MAX the raw sample itself is refused, test below)
     frames = read_frames(shared_032 / "batch_cap.jsonl.gz")
     for f in frames:
         if f.get("text"):
             f["text"] = re.sub(
                 r"^(vllm:generation_tokens_total\{[^}]*\}) (\S+)$",
-                lambda m: f"{m.group(1)} {float(m.group(2)) * 1e12}",
+                lambda m: f"{m.group(1)} {float(m.group(2)) * 1e9}",
                 f["text"],
                 flags=re.M,
             )
@@ -163,3 +164,31 @@ def test_the_whatif_on_a_recording_of_negative_gauges_does_not_crash(
     rc = main(["whatif", str(bad), "--set", "max_num_seqs=16"])
     out = capsys.readouterr()
     assert rc in (0, 2) and "Traceback" not in out.err and "complex" not in out.err + out.out, out.err[-2000:]
+
+
+@pytest.mark.parametrize("command", ["whatif", "plan", "report"])
+def test_values_past_any_counter_are_refused_and_no_command_overflows(
+    command: str, shared_032: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a fuzzed recording: a few samples at 1e308 summed to +Inf (report: "cannot convert float infinity to
+    # integer"; whatif and plan: "intermediate overflow in fsum"), tracebacks where a clear answer belongs
+    frames = read_frames(shared_032 / "batch_cap.jsonl.gz")
+    for i, f in enumerate(frames):
+        if f.get("text") and i % 7 == 3:
+            f["text"] = re.sub(
+                r"^((?:vllm:request_success_total|vllm:e2e_request_latency_seconds_sum)\{[^}]*\}) (\S+)$",
+                lambda m: f"{m.group(1)} 1e308",
+                f["text"],
+                flags=re.M,
+            )
+    bad = tmp_path / "huge.jsonl.gz"
+    write(frames, bad)
+    pipeline = Pipeline(load_files(default_rule_files()))
+    notes = [n for c in replay(pipeline, [bad], 15.0) for n in pipeline.targets["huge"].invalid_notes()]
+    assert "`vllm:request_success_total` = 1e+308 (absurd) ignored" in notes
+    extra = {"whatif": ["--set", "max_num_seqs=16"], "plan": ["--slo", "ttft_p95=2s"], "report": []}[command]
+    rc = main([command, str(bad), *extra])
+    out = capsys.readouterr()
+    assert rc in (0, 1, 2) and "Traceback" not in out.err and "Overflow" not in out.err, out.err[-2000:]
+    if command == "report":
+        assert rc == 0 and "inf" not in out.out.lower().replace("info", "")

@@ -7,7 +7,7 @@ from operator import itemgetter
 
 from kvdoctor.diagnosis.evidence import ENGINE, Key
 from kvdoctor.samples import Sample
-from kvdoctor.sanity import COUNT_MAX, RATIO_MAX, RATIOS, evidence_problem, raw_problem
+from kvdoctor.sanity import COUNT_MAX, RATIO_MAX, RATIOS, RAW_MAX, evidence_problem, raw_problem
 from kvdoctor.signals import SIGNALS
 
 INF = float("inf")
@@ -18,10 +18,12 @@ def split_samples(samples: Iterable[Sample]) -> tuple[list[Sample], dict[str, st
     """The samples kvdoctor can compute with, and metric -> problem for the vLLM ones it cannot (first per metric)."""
     samples = list(samples)
     values = list(map(_VALUE, samples))
-    # the common case, a page with nothing wrong, judged by C loops (min, sum; NaN and ±Inf make the sum no number
-    # below Inf) and one scan of the names for the ratios; only a page that fails it is looked at sample by sample
+    # the common case, a page with nothing wrong, judged by C loops (min, max, sum; NaN and ±Inf make the sum no
+    # number below Inf, wherever min and max met them) and one scan of the names for the ratios; only a page that
+    # fails it is looked at sample by sample
     if not values or (
         min(values) >= 0.0
+        and max(values) <= RAW_MAX
         and sum(values) < INF
         and all(v <= RATIO_MAX for n, v in zip(map(_NAME, samples), values, strict=True) if n in RATIOS)
     ):

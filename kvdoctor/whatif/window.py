@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from kvdoctor import vllm_metrics
 from kvdoctor.promql.quantile import bucket_quantile
 from kvdoctor.samples import Sample
+from kvdoctor.sanity import RAW_MAX
 from kvdoctor.vllm_metrics import BY_KEY
 
 CACHE_INFO = BY_KEY["cache_config"].name
@@ -49,7 +50,7 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
     kinds = _KINDS
     last_base, last_b = "", {}  # a histogram's buckets come in a run: its dict is looked up once per run
     for name, labels, value, _ in samples:
-        if not 0.0 <= value < math.inf:  # NaN, ±Inf or negative: no count, size or time a simulation can use
+        if not 0.0 <= value <= RAW_MAX:  # NaN, ±Inf, negative or absurd: nothing a simulation can use
             continue
         kind = kinds.get(name)
         if kind is None:
