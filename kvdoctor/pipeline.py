@@ -250,8 +250,9 @@ class Pipeline:
             except Exception as exc:  # the diagnoses stand without their headroom
                 for d in diagnoses:
                     failures.setdefault(d.target, {}).setdefault("whatif", f"{type(exc).__name__}: {exc}")
-        if self.advisor is not None:  # the simulation thread's own failures, per target
-            for name, error in self.advisor.failures().items():
+        # the simulation threads' own failures, per target
+        for worker in (w for w in (self.advisor, self.headroom) if w is not None):
+            for name, error in worker.failures().items():
                 failures.setdefault(name, {}).setdefault("whatif", error)
         for step in STEPS:
             self.note_steps(step, {name: f[step] for name, f in failures.items() if step in f})

@@ -103,6 +103,7 @@ class HeadroomWorker:
             str, tuple[str, dict[str, float], int | None]
         ] = {}  # target → (model, SLOs, max_num_seqs)
         self._results: dict[str, Headroom] = {}
+        self._failures: dict[str, str] = {}  # target → why its last search raised (until one works)
         self._asked: dict[str, float] = {}
         # (target, result) of the searches lately made, found again by windows near theirs
         self._searched: Nearby[tuple[str, Headroom]] = Nearby(refresh_s, lambda s: s[1].t)
@@ -134,6 +135,12 @@ class HeadroomWorker:
             self._results.pop(target, None)
             self._asked.pop(target, None)
             self._asks.pop(target, None)
+            self._failures.pop(target, None)
+
+    def failures(self) -> dict[str, str]:
+        """Targets whose last search raised, and why (cleared by the next that works)."""
+        with self._lock:
+            return dict(self._failures)
 
     def stats(self) -> dict[str, int]:
         """Counters for kvdoctor's own /metrics."""
@@ -191,7 +198,13 @@ class HeadroomWorker:
             h = None  # too little steady traffic, or a fit not to be trusted: its series vanish
         except RuntimeError:  # the simulation child is gone (interpreter shutdown): asked again
             h = None
+        except Exception as exc:  # one target's search must not end the thread every target's runs on
+            with self._lock:
+                self._failures[target] = f"{type(exc).__name__}: {exc}"
+                self._results.pop(target, None)
+            return
         with self._lock:
+            self._failures.pop(target, None)
             if h is None:
                 self._results.pop(target, None)
             else:

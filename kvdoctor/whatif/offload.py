@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 from typing import Any, TypeVar
@@ -27,6 +28,9 @@ from kvdoctor.errors import KvdoctorError
 
 T = TypeVar("T")
 TASKS_PER_CHILD = 2000  # a child is replaced after this many: whatever it leaks goes with it
+# a call the child has not answered in this long is abandoned and the child stopped: every target's predictions
+# wait behind the one call in it. Wall time, at nice 19 on a busy core: ten times the slowest plan seen
+CALL_TIMEOUT_S = 300.0
 
 
 NICE_ENV = (
@@ -47,10 +51,15 @@ class OffloadClosed(KvdoctorError, RuntimeError):
     """The offload was closed (the process is exiting): nothing more is simulated."""
 
 
+class OffloadTimeout(KvdoctorError):
+    """A call ran past its deadline in the child: it was stopped, and the next call gets a new child."""
+
+
 class Offload:
     """Runs picklable functions in a nice-19 child process, one call at a time per calling thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, call_timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.call_timeout_s = call_timeout_s
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
@@ -74,7 +83,13 @@ class Offload:
         for attempt in (1, 2):
             pool = self._executor()
             try:
-                return pool.submit(fn, *args).result()
+                return pool.submit(fn, *args).result(timeout=self.call_timeout_s)
+            except FutureTimeout:
+                self._stop(pool)
+                raise OffloadTimeout(
+                    f"{getattr(fn, '__name__', 'a call')} ran past {self.call_timeout_s:g} s in the simulation child: "
+                    "stopped, so the other targets' predictions go on"
+                ) from None
             except (BrokenProcessPool, CancelledError):  # cancelled: another caller shut the broken pool down
                 with self._lock:
                     closed = self._closed
@@ -99,9 +114,21 @@ class Offload:
             pool, self._pool = self._pool, None
             self._closed = self._closed or final
         if pool is not None:
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            _terminate(pool)
+
+    def _stop(self, pool: ProcessPoolExecutor) -> None:
+        """Stop this pool's child (a call in it ran too long); the next call starts another."""
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        _terminate(pool)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    # concurrent.futures has no public way to stop a running task: its processes are terminated
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 _SHARED: Offload | None = None

@@ -280,3 +280,21 @@ def test_results_computed_together_come_due_apart_within_a_sixth_of_the_refresh(
         until(lambda: asked_again() == 40, timeout=10.0, step=0.01, what="every target asked again")
     finally:
         gate.set()
+
+
+def test_a_target_whose_search_raises_is_named_and_the_others_still_get_their_headroom():
+    # an exception no window check foresaw (a fuzzed target's OverflowError) ended the worker's thread before
+    snaps = recording_snaps(BATCHCAP)
+
+    def history(target: str) -> list:
+        if target == "broken":
+            raise OverflowError("intermediate overflow in fsum")
+        return snaps
+
+    worker = HeadroomWorker(history)
+    t = snaps[-1].t
+    ds = [Diagnosis(n, "m", t, "batch_cap", snaps[0].t) for n in ("broken", "fine")]
+    worker.annotate(ds, t, {n: ({"ttft_p95": 2.0}, None) for n in ("broken", "fine")})
+    assert worker.failures() == {"broken": "OverflowError: intermediate overflow in fsum"}
+    assert any(k.startswith("slo_headroom") for k in ds[1].evidence)
+    assert not any(k.startswith("slo_headroom") for k in ds[0].evidence)

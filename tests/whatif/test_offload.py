@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+import time
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from kvdoctor.whatif.breaks import restarts
 from kvdoctor.whatif.followup import follow_up
 from kvdoctor.whatif.headroom import search
-from kvdoctor.whatif.offload import Offload, OffloadClosed
+from kvdoctor.whatif.offload import Offload, OffloadClosed, OffloadTimeout
 from kvdoctor.whatif.predict import predict
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.workload import WindowError
@@ -103,3 +104,26 @@ def test_a_follow_up_in_the_child_is_the_one_made_here(offload):
     assert here is not None and here.change == {"max_num_seqs": 12}
     there = offload.run(follow_up, "batchcap_restart", snaps, restart_t)
     assert there == here
+
+
+def test_a_call_past_its_deadline_is_stopped_and_the_next_call_gets_a_new_child():
+    # a simulation that never ends (a target's impossible numbers) must not hold the child every target shares
+    off = Offload(call_timeout_s=0.5)
+    try:
+        first = off.run(os.getpid)
+        with pytest.raises(OffloadTimeout, match=r"sleep ran past 0.5 s in the simulation child"):
+            off.run(time.sleep, 600)
+        until(lambda: not _alive(first), timeout=10.0, what="the stuck child to be stopped")
+        assert off.run(os.getpid) not in (first, os.getpid())
+    finally:
+        off.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a child stopped but not yet reaped by the pool's manager thread is a zombie: gone for our purpose
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z"
