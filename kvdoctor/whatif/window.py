@@ -42,6 +42,15 @@ class Snap:
         return default
 
 
+def _le(text: str) -> float | None:
+    """A bucket's upper bound from its `le` label; None when it is no number (NaN included)."""
+    try:
+        bound = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(bound) else bound
+
+
 def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
     """Fold one scrape's samples into a Snap (every engine and model summed; KV usage the highest engine's)."""
     s = Snap(t)
@@ -73,7 +82,9 @@ def snapshot(t: float, samples: Iterable[Sample]) -> Snap:
                 last_base, last_b = key, b
             bound = _BOUNDS.get(le)
             if bound is None:
-                bound = math.inf if le == "+Inf" else float(le)
+                bound = _le(le)
+                if bound is None:  # no number: histogram_quantile skips such a bucket too
+                    continue
                 if len(_BOUNDS) < 10_000:
                     _BOUNDS[le] = bound
             last_b[bound] = last_b.get(bound, 0.0) + value

@@ -85,3 +85,18 @@ def test_values_no_simulation_can_use_are_left_out() -> None:
     assert got.flat == {"vllm:num_requests_running": 3.0, 'vllm:num_requests_running{engine="1"}': 3.0}
     assert got.buckets == {"vllm:time_to_first_token_seconds": {0.1: 7.0, math.inf: 4.0}}
     assert got == _reading(1.0, page)
+
+
+def test_buckets_whose_bound_is_no_number_and_values_past_any_counter_are_left_out() -> None:
+    # a fuzzed page: `le="abc"` raised out of the replay; 1e308 summed to +Inf downstream
+    page = (
+        'vllm:time_to_first_token_seconds_bucket{le="0.1"} 2\n'
+        'vllm:time_to_first_token_seconds_bucket{le="abc"} 3\n'
+        'vllm:time_to_first_token_seconds_bucket{le="NaN"} 3\n'
+        'vllm:time_to_first_token_seconds_bucket{le="+Inf"} 4\n'
+        "vllm:request_success_total 1e308\n"
+        "vllm:generation_tokens_total 120\n"
+    )
+    got = snapshot(1.0, Parser().parse(page).samples)
+    assert got.buckets == {"vllm:time_to_first_token_seconds": {0.1: 2.0, math.inf: 4.0}}
+    assert got.flat == {"vllm:generation_tokens_total": 120.0}
