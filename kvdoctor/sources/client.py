@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,6 +34,12 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# What one answer may take: a week's range queries of a large fleet stay well within these; a broken or hostile
+# server's endless or dripping body does not (the scrape bounds, 16 MiB and 10 s, are a target page's)
+ANSWER_MAX_BYTES = 256 * 1024 * 1024
+ANSWER_DEADLINE_S = 120.0
+
+
 class PromClient:
     """Instant queries over HTTP with the configured auth and TLS; counts every query it sends."""
 
@@ -57,6 +65,8 @@ class PromClient:
             self.session.headers["Authorization"] = f"Bearer {self.http.bearer_token}"
         self._lock = threading.Lock()
         self.queries_total = 0
+        self.max_bytes = max(self.http.max_bytes, ANSWER_MAX_BYTES)
+        self.deadline_s = max(self.http.total_timeout, ANSWER_DEADLINE_S)
 
     def __repr__(self) -> str:
         return f"PromClient({self.base!r})"
@@ -131,7 +141,9 @@ class PromClient:
                 cert=h.client_cert,
                 timeout=(h.connect_timeout, h.read_timeout),
                 allow_redirects=True,
+                stream=True,
             )
+            raw = self._read(resp, what)
         except requests.exceptions.SSLError as exc:
             raise SourceError(f"{self.base}: TLS error: {_short(str(exc))}") from None
         except requests.exceptions.Timeout:
@@ -142,18 +154,34 @@ class PromClient:
         except requests.exceptions.RequestException as exc:
             raise SourceError(f"{what}: {type(exc).__name__}: {_short(str(exc))}") from None
         try:
-            body = resp.json()
+            body = json.loads(raw)
         except ValueError:
             body = None
         if resp.status_code in (401, 403):
             raise SourceError(f"{self.base}: HTTP {resp.status_code}: check the bearer token / basic auth")
         if not isinstance(body, dict):
             status = f"HTTP {resp.status_code}"
-            raise SourceError(f"{what}: {status}, body is not a JSON object: {_short(resp.text, 120)!r}")
+            text = raw[:240].decode("utf-8", "replace")
+            raise SourceError(f"{what}: {status}, body is not a JSON object: {_short(text, 120)!r}")
         if resp.status_code != 200 or body.get("status") != "success":
             err = f"{body.get('errorType', 'error')}: {_short(body.get('error', 'no error message'))}"
             raise SourceError(f"{what}: HTTP {resp.status_code} {err}")
         return body
+
+    def _read(self, resp: requests.Response, what: str) -> bytes:
+        """The answer's body, at most max_bytes of it and within deadline_s; SourceError past either."""
+        deadline, got, size = time.monotonic() + self.deadline_s, bytearray(), 0
+        try:
+            for chunk in resp.iter_content(64 * 1024):
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise SourceError(f"{what}: answer larger than {self.max_bytes:,} bytes: not read")
+                if time.monotonic() > deadline:
+                    raise SourceError(f"{what}: answer not complete after {self.deadline_s:g}s: not read")
+                got += chunk
+        finally:
+            resp.close()
+        return bytes(got)
 
 
 def _matrix(

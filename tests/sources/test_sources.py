@@ -148,3 +148,21 @@ def test_targets_that_vanish_are_forgotten_and_a_failed_query_fails_the_cycle(fa
     with pytest.raises(SourceError, match="execution: boom"):
         ev.evaluate(1002.0)
     assert ev.pipeline.rules.active == before  # a failed cycle resolves nothing
+
+
+def test_an_answer_too_large_or_too_slow_is_refused_not_read_to_the_end(fake):
+    # a broken or hostile Prometheus: an endless body would have been read whole into memory, a dripping one for ever
+    big = {"status": "success", "data": {"resultType": "vector", "result": [], "pad": "x" * 200_000}}
+    srv = fake(lambda q, h: (200, big))
+    client = PromClient(srv.url)
+    assert client.query("up", 1.0) == []  # within the bounds an operator's fleet needs, the answer is read
+    client.max_bytes = 100_000
+    with pytest.raises(SourceError, match=r"answer larger than 100,000 bytes: not read") as err:
+        client.query("up", 1.0)
+    assert srv.url in str(err.value)
+    client.max_bytes, client.deadline_s = (
+        10**9,
+        0.0,
+    )  # past its deadline by the first chunk: a drip is cut the same
+    with pytest.raises(SourceError, match=r"answer not complete after 0s: not read"):
+        client.query("up", 1.0)
