@@ -21,6 +21,7 @@ from kvdoctor.whatif.readout import (
     classify,
     measured_class,
     quantities,
+    refused,
     simulate,
     verdict,
 )
@@ -187,6 +188,8 @@ def predict(
     unchanged.bottleneck = classify(now, unchanged, engine, light, replicas, buckets, sigma)
     predicted.bottleneck = classify(res_after, predicted, after, light, r_after, buckets, sigma)
     assumptions = [workload.why, *basis.notes, *change_notes, *step.notes]
+    sides = ((now, engine, "now"), (res_after, after, "after the change"))
+    assumptions += [n for res, e, side in sides if (n := refused(res, e, side)) is not None]
     if workload.profile:
         t0 = window[0].t
         judged = busiest_span(window[0].t, window[-1].t, workload.profile)

@@ -205,3 +205,18 @@ def verdict(q: Quantities, engine: Engine, light_itl_s: float | None, replicas: 
     if q.itl_p50_s > slow and kv < 0.85 and pre <= 0:
         return "compute"
     return "healthy"
+
+
+REFUSED_NOTE = 0.01  # share of simulated requests refused from which a prediction says so
+
+
+def refused(res: SimResult, engine: Engine, side: str) -> str | None:
+    """What share of a run's requests vLLM would have refused (too long for max_model_len or the whole cache), in
+    words; None below REFUSED_NOTE."""
+    asked = res.rejected + res.finished
+    if not asked or res.rejected / asked < REFUSED_NOTE:
+        return None
+    return (
+        f"{res.rejected / asked:.0%} of the requests simulated {side} are refused, as vLLM refuses them: prompt + "
+        f"output tokens over max_model_len {engine.max_model_len} or more than the whole KV cache"
+    )

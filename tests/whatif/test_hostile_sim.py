@@ -87,3 +87,42 @@ def test_whatif_on_a_target_whose_itl_count_lies_says_so_and_does_not_hang(
     err = capsys.readouterr().err
     assert rc == 2
     assert "kvdoctor whatif: " in err and "busy intervals" in err and "Traceback" not in err
+
+
+def _long_answers(src: Path, dst: Path) -> None:
+    """The recording with every answer in the output histogram's top bucket, 3,000 tokens on average."""
+    bucket = re.compile(r'^(vllm:request_generation_tokens_bucket\{[^}]*le="([^"]+)"[^}]*\}) (\S+)$', re.M)
+    total = re.compile(r"^(vllm:request_generation_tokens_sum\{[^}]*\}) (\S+)$", re.M)
+    count = re.compile(r"^vllm:request_generation_tokens_count\{[^}]*\} (\S+)$", re.M)
+    with gzip.open(src, "rt") as fin, gzip.open(dst, "wt") as fout:
+        for raw in fin:
+            frame = json.loads(raw)
+            text = frame.get("text")
+            if text:
+                found = count.search(text)
+                mean_sum = f"{3000 * float(found.group(1)) if found else 0.0:g}"
+                text = bucket.sub(lambda m: m.group(0) if m.group(2) == "+Inf" else f"{m.group(1)} 0", text)
+                frame["text"] = total.sub(lambda m, s=mean_sum: f"{m.group(1)} {s}", text)
+            fout.write(json.dumps(frame) + "\n")
+
+
+def test_whatif_on_answers_longer_than_the_model_allows_says_what_it_could_not_simulate(
+    shared_032: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a closed loop without think time (kv_bound's 24 clients): before, its refused clients re-sent for ever
+    bad = tmp_path / "long_answers.jsonl.gz"
+    _long_answers(shared_032 / "kv_bound.jsonl.gz", bad)
+    assert main(["whatif", str(bad), "--set", "max_num_seqs=16"]) == 0
+    out = capsys.readouterr().out
+    assert "the window itself is not reproduced: running 0 predicted against" in out
+    assert "100% of the requests simulated now are refused" in out and "max_model_len 1024" in out
+
+
+def test_a_max_model_len_too_short_for_the_traffic_says_how_much_is_refused(
+    shared_032: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rec = shared_032 / "healthy_closed_c2.jsonl.gz"
+    assert main(["whatif", str(rec), "--set", "max_model_len=64"]) == 0
+    out = capsys.readouterr().out
+    assert "100% of the requests simulated after the change are refused" in out
+    assert "requests simulated now are refused" not in out
