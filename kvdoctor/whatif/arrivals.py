@@ -15,7 +15,7 @@ MAX_REFUSALS = 1000  # a closed-loop client's requests refused in a row before i
 class ArrivalQueue:
     """Arrivals by time (ties in given order); closed-loop clients think, then send their next request."""
 
-    __slots__ = ("engine", "gave_up", "heap", "refused", "rng", "shared_prefix_tokens", "tie", "workload")
+    __slots__ = ("engine", "heap", "refused", "rng", "shared_prefix_tokens", "tie", "workload")
 
     def __init__(
         self,
@@ -33,7 +33,6 @@ class ArrivalQueue:
         self.shared_prefix_tokens = shared_prefix_tokens
         self.tie = len(arrivals)
         self.refused: dict[int, int] = {}  # closed-loop client → its requests refused in a row
-        self.gave_up = 0  # clients that stopped: MAX_REFUSALS requests in a row refused
 
     def __bool__(self) -> bool:
         return bool(self.heap)
@@ -58,7 +57,6 @@ class ArrivalQueue:
             # without thinking, a client whose every request is refused would re-send at the same instant forever
             count = self.refused[request.client] = self.refused.get(request.client, 0) + 1
             if count >= MAX_REFUSALS:
-                self.gave_up += 1
                 return
         else:
             self.refused.pop(request.client, None)
