@@ -86,9 +86,10 @@ class Offload:
                 return pool.submit(fn, *args).result(timeout=self.call_timeout_s)
             except FutureTimeout:
                 self._stop(pool)
+                name = getattr(getattr(fn, "func", fn), "__name__", "a call")  # a partial's function
                 raise OffloadTimeout(
-                    f"{getattr(fn, '__name__', 'a call')} ran past {self.call_timeout_s:g} s in the simulation child: "
-                    "stopped, so the other targets' predictions go on"
+                    f"{name} ran past {self.call_timeout_s:g} s in the simulation child: stopped, so the other "
+                    "targets' predictions go on"
                 ) from None
             except (BrokenProcessPool, CancelledError):  # cancelled: another caller shut the broken pool down
                 with self._lock:
