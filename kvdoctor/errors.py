@@ -49,4 +49,5 @@ INTERNAL = {
     "kvdoctor.notify.outboxdb.Corrupt": "a notify.sqlite that is no usable outbox: moved aside where it is opened",
     "kvdoctor.whatif.sharing.Simulate": "a what-if look that found no fresh effect: the advisor queues a simulation",
     "kvdoctor.whatif.offload.OffloadClosed": "a simulation asked for at exit: the what-if workers take it as gone",
+    "kvdoctor.whatif.offload.OffloadTimeout": "a simulation past its deadline, stopped: its target's what-if failure",
 }

@@ -29,7 +29,7 @@ from kvdoctor.whatif.breaks import restarts
 from kvdoctor.whatif.effectcache import RETRY_S, EffectCache, Key
 from kvdoctor.whatif.effects import effect_of
 from kvdoctor.whatif.followup import FollowUp
-from kvdoctor.whatif.jobs import MAX_QUEUE, Jobs, Worker
+from kvdoctor.whatif.jobs import MAX_QUEUE, Jobs, JobsThread
 from kvdoctor.whatif.ledger import Ledgers
 from kvdoctor.whatif.offload import Offload
 from kvdoctor.whatif.predict import predict
@@ -70,7 +70,7 @@ class Advisor:
         # bounded, oldest dropped and counted, a key queued once (jobs.py); near windows share a simulation
         self._jobs: Jobs[Key] = Jobs(max_queue)
         self._shared = SharedEffects(refresh_s, min(RETRY_S, refresh_s / 6) if background else 0.0)
-        self.worker = Worker(self._jobs, self.work_once, "kvdoctor-whatif")
+        self.worker = JobsThread(self._jobs, self.work_once, "kvdoctor-whatif")
         self._restarts: dict[str, float] = {}  # target → time of its last restart with a new configuration
         self._followups: dict[str, FollowUp] = {}
         self._failures: dict[str, str] = {}  # target -> why its last simulation raised (until one works)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvdoctor.verdicts import LIMITS, Advice, Diagnosis
-from kvdoctor.whatif.jobs import Jobs, Worker
+from kvdoctor.whatif.jobs import Jobs, JobsThread
 from kvdoctor.whatif.learn import learned
 from kvdoctor.whatif.ledger import Recall
 from kvdoctor.whatif.offload import Offload
@@ -107,7 +107,7 @@ class HeadroomWorker:
         self._asked: dict[str, float] = {}
         # (target, result) of the searches lately made, found again by windows near theirs
         self._searched: Nearby[tuple[str, Headroom]] = Nearby(refresh_s, lambda s: s[1].t)
-        self.worker = Worker(self._jobs, self.work_once, "kvdoctor-headroom")
+        self.worker = JobsThread(self._jobs, self.work_once, "kvdoctor-headroom")
         self.computed_total = self.shared_total = 0
 
     def annotate(self, diagnoses: list[Diagnosis], t: float, wants: Wants) -> list[Diagnosis]:

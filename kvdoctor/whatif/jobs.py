@@ -79,7 +79,7 @@ class Jobs(Generic[K]):
             return key in self._pending
 
 
-class Worker(Generic[K]):
+class JobsThread(Generic[K]):
     """The thread that serves one Jobs queue through `work_once`: started by the first request, again if it died,
     and ended with the queue (`close`)."""
 

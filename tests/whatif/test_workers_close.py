@@ -13,7 +13,7 @@ from kvdoctor.verdicts import Diagnosis
 from kvdoctor.whatif.advisor import Advisor
 from kvdoctor.whatif.effectcache import Key
 from kvdoctor.whatif.headroom import HeadroomWorker
-from kvdoctor.whatif.jobs import Jobs, Worker
+from kvdoctor.whatif.jobs import Jobs, JobsThread
 from tests.support.daemon import Daemons
 from tests.support.wait import until
 
@@ -100,7 +100,7 @@ def test_a_worker_whose_thread_died_starts_another_and_an_unthreaded_one_only_qu
         served.append(job[0])
         return True
 
-    worker = Worker(jobs, work_once, "test-worker")
+    worker = JobsThread(jobs, work_once, "test-worker")
     worker.submit("boom", 0.0)
     first = worker.thread
     assert first is not None
@@ -111,6 +111,6 @@ def test_a_worker_whose_thread_died_starts_another_and_an_unthreaded_one_only_qu
     assert worker.thread is not first
     worker.close(timeout=10.0)
     quiet: Jobs[str] = Jobs()
-    stepped = Worker(quiet, lambda: False, "test-stepped")
+    stepped = JobsThread(quiet, lambda: False, "test-stepped")
     stepped.threaded = False
     assert stepped.submit("b", 2.0) and stepped.thread is None and len(quiet) == 1
