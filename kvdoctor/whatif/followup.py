@@ -17,7 +17,7 @@ from kvdoctor.whatif.saturation import DURATION_DEPENDENT
 from kvdoctor.whatif.sharing import Simulate
 from kvdoctor.whatif.sources import default_window
 from kvdoctor.whatif.window import Quantities, Snap, measure
-from kvdoctor.whatif.workload import WindowError, infer_workload
+from kvdoctor.whatif.workload import WindowError, infer_workload, info_count
 
 SETTLE_S = 30.0  # steady traffic after the restart before the new configuration is judged
 SAME_LOAD = 1.5  # before and after loads further apart than this are not compared
@@ -92,9 +92,12 @@ def inferred_change(before: list[Snap], after: list[Snap]) -> dict[str, float | 
     """The change the restart made, as far as the metrics tell: a new cache size, or a new batch-cap plateau."""
     a, b = before[-1].info, after[-1].info
     if a and b and a.get("num_gpu_blocks") != b.get("num_gpu_blocks"):
-        return {
-            "kv_cache_tokens": int(float(b.get("num_gpu_blocks", 0))) * int(float(b.get("block_size", 16)))
-        }
+        try:
+            return {
+                "kv_cache_tokens": info_count(b, "num_gpu_blocks", "0") * info_count(b, "block_size", "16")
+            }
+        except WindowError:  # a size that is no count: no change to check
+            return None
     cap_before, cap_after = plateau(before), plateau(after)
     if cap_after is not None and cap_after != cap_before:
         return {"max_num_seqs": cap_after}

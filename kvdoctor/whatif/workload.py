@@ -185,6 +185,20 @@ def bound_duration(
     )
 
 
+def info_count(info: dict[str, str], key: str, default: str) -> int:
+    """A count cache_config_info gives as a label (block_size, num_gpu_blocks): a whole number from 1 up."""
+    raw = info.get(key, default)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 1 <= value <= 1e12):
+        raise WindowError(
+            f"vllm:cache_config_info {key}={raw[:40]!r} is no count of blocks or tokens an engine has"
+        )
+    return int(value)
+
+
 def infer_engine(
     snaps: list[Snap], max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None
 ) -> tuple[Engine, list[str]]:
@@ -193,16 +207,17 @@ def infer_engine(
     info = snaps[-1].info
     if not info:
         raise WindowError("no vllm:cache_config_info in the window: the cache size is unknown")
-    block = int(float(info.get("block_size", "16")))
-    blocks = int(float(info.get("num_gpu_blocks", "0") or 0))
-    if blocks <= 0:
+    if not (info.get("num_gpu_blocks") or "").strip():
         raise WindowError("vllm:cache_config_info has no num_gpu_blocks")
+    block, blocks = info_count(info, "block_size", "16"), info_count(info, "num_gpu_blocks", "0")
     tokens, conc = info.get("kv_cache_size_tokens"), info.get("kv_cache_max_concurrency")
     max_len = 0
     try:
         if tokens and conc and float(conc) > 0:
             max_len = round(float(tokens) / float(conc))
-    except ValueError:
+    except (ValueError, OverflowError):  # no number, or no finite one (`inf`)
+        max_len = 0
+    if not 0 < max_len <= blocks * block:  # none, or longer than the cache the info names: no engine's
         max_len = 0
     if not max_len:
         max_len = blocks * block

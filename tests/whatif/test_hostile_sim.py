@@ -126,3 +126,28 @@ def test_a_max_model_len_too_short_for_the_traffic_says_how_much_is_refused(
     out = capsys.readouterr().out
     assert "100% of the requests simulated after the change are refused" in out
     assert "requests simulated now are refused" not in out
+
+
+@pytest.mark.parametrize(
+    ("label", "value"),
+    [("block_size", "0"), ("block_size", "abc"), ("num_gpu_blocks", "inf"), ("num_gpu_blocks", "-1")],
+)
+def test_a_cache_size_that_is_no_count_is_named_not_divided_by(
+    label: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a fuzzed cache_config_info: block_size="0" raised ZeroDivisionError out of the simulation (a traceback)
+    info = re.compile(rf'({label}=")[^"]*(")')
+    bad = tmp_path / "info.jsonl.gz"
+    with gzip.open(CLOSED, "rt") as fin, gzip.open(bad, "wt") as fout:
+        for raw in fin:
+            frame = json.loads(raw)
+            if frame.get("text"):
+                frame["text"] = info.sub(lambda m: m.group(1) + value + m.group(2), frame["text"])
+            fout.write(json.dumps(frame) + "\n")
+    for argv in (
+        ["whatif", str(bad), "--set", "max_num_seqs=16"],
+        ["plan", str(bad), "--slo", "ttft_p95=2s"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"vllm:cache_config_info {label}='{value}' is no count" in err and "Traceback" not in err
