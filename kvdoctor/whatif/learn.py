@@ -91,6 +91,19 @@ class Basis:
             res = self.runs[key] = simulate(engine, self.step, workload, replicas, duration_s, self.seed)
         return res
 
+    def probe_duration(self, w: Workload, replicas: int) -> float:
+        """The simulated seconds of another load on this window: its own, fewer where an open loop brings the
+        ~MIN_REQUESTS the quantiles need sooner; a profile keeps its window's time scale at every load, as `whatif`
+        simulates it (`readout.simulate`): in fewer seconds its peak, and the queue built there, would shrink."""
+        share = w.rate_per_s / replicas
+        if w.kind != "open" or share <= 0:
+            return self.duration_s
+        # memory stays bounded at ×64 too
+        duration = (
+            self.duration_s if w.profile else min(self.duration_s, max(MIN_SIM_S, MIN_REQUESTS / share))
+        )
+        return bound_duration([(w, replicas)], duration, WARMUP_S)[0]
+
     def unchanged(self, duration_s: float) -> SimResult:
         """Today's configuration simulated for duration_s (the window's own run at its length)."""
         return self.run(self.engine, self.workload, self.replicas, duration_s)

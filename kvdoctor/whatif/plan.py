@@ -20,11 +20,10 @@ from kvdoctor.whatif.candidates import Candidate, Changes, Plan, Predicted, roun
 from kvdoctor.whatif.learn import run_key
 from kvdoctor.whatif.members import step_draws
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
-from kvdoctor.whatif.predict import MIN_REQUESTS, MIN_SIM_S, WARMUP_S, Basis, quantities, simulate
+from kvdoctor.whatif.predict import Basis, quantities, simulate
 from kvdoctor.whatif.readout import classify
 from kvdoctor.whatif.saturation import as_dict, detect
 from kvdoctor.whatif.slo import extra_value, holds, margin
-from kvdoctor.whatif.workload import bound_duration
 
 MAX_REPLICAS = 64
 # headroom is reported as "at least this" beyond it; a light step of a real ramp broke its SLOs at ×10-×60
@@ -78,7 +77,7 @@ class Planner:
         engine, workload, n, _ = knobs.apply(
             b.engine, b.workload, b.replicas, all_changes, b.info, self.gpu_memory_bytes
         )
-        res = self._run(engine, workload, n, self._duration(workload, n))
+        res = self._run(engine, workload, n, self.basis.probe_duration(workload, n))
         self._cache[key] = cand = self._candidate(changes, engine, workload, n, res)
         return cand
 
@@ -92,19 +91,6 @@ class Planner:
             self.simulations += 1
             self._runs[key] = res
         return res
-
-    def _duration(self, w: Workload, replicas: int) -> float:
-        """The window's simulated seconds, fewer where the arrivals bring ~600 requests sooner (open loop)."""
-        b, share = self.basis, w.rate_per_s / replicas
-        if w.kind != "open" or share <= 0:
-            return b.duration_s
-        if w.profile:
-            # a profile keeps its window's time scale at every load, as `whatif` simulates it (readout._run): in
-            # fewer seconds its peak would be as many times shorter, and so would the queue built there
-            return bound_duration([(w, replicas)], b.duration_s, WARMUP_S)[0]
-        # the quantiles settle on as many requests in less time, and memory stays bounded at ×64
-        duration = min(b.duration_s, max(MIN_SIM_S, MIN_REQUESTS / share))
-        return bound_duration([(w, replicas)], duration, WARMUP_S)[0]
 
     def _candidate(self, changes: Changes, engine: Engine, w: Workload, n: int, res: SimResult) -> Candidate:
         b = self.basis
