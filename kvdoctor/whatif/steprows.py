@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from kvdoctor.sanity import RAW_MAX
 from kvdoctor.whatif.window import Snap, delta, delta_buckets, hist_name, mean_of
 
 INTERVAL_S = 5.0
@@ -104,7 +105,7 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
 def _plausible(row: Row) -> bool:
     """A row whose step time an engine could take, from finite counts."""
     x, y, w = row
-    finite = all(math.isfinite(v) and abs(v) < 1e15 for v in (*x, w))
+    finite = all(math.isfinite(v) and abs(v) <= RAW_MAX for v in (*x, w))
     return finite and w > 0 and MIN_STEP_S <= y <= MAX_STEP_S
 
 

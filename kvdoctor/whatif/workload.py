@@ -6,10 +6,12 @@ import math
 import statistics
 
 from kvdoctor.errors import InputError
+from kvdoctor.sanity import RAW_MAX
 from kvdoctor.whatif import spec
 from kvdoctor.whatif.model import Engine, LengthDist, Workload
 from kvdoctor.whatif.plateau import PERSISTENT_QUEUE, plateau, uneven
 from kvdoctor.whatif.profile import arrival_profile, describe
+from kvdoctor.whatif.slo import number
 from kvdoctor.whatif.window import Snap, deferred, delta, delta_buckets, mean_of
 
 HELD = 0.75  # share of scrapes with running + waiting within 10 % of its median for a fixed population
@@ -188,11 +190,8 @@ def bound_duration(
 def info_count(info: dict[str, str], key: str, default: str) -> int:
     """A count cache_config_info gives as a label (block_size, num_gpu_blocks): a whole number from 1 up."""
     raw = info.get(key, default)
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 1 <= value <= 1e12):
+    value = number(raw)
+    if value is None or not (math.isfinite(value) and 1 <= value <= RAW_MAX):
         raise WindowError(
             f"vllm:cache_config_info {key}={raw[:40]!r} is no count of blocks or tokens an engine has"
         )
