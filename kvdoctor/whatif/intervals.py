@@ -139,9 +139,8 @@ def not_reproduced(unchanged: Quantities, measured: Quantities, band: Band | Non
         u, m = getattr(unchanged, key), getattr(measured, key)
         if not (math.isfinite(u) and math.isfinite(m) and u >= 0 and m > 0):
             continue
-        if (
-            u > 0 and max(u / m, m / u) <= factor
-        ):  # nothing simulated where the window served is the widest miss
+        # nothing simulated where the window served is the widest miss
+        if u > 0 and max(u / m, m / u) <= factor:
             continue
         if band is None or not band.inside(key, m):
             out.append(f"{label} {u:.3g} predicted against {m:.3g} measured")

@@ -61,10 +61,14 @@ class Scheduler:
         for request in self.arrivals.pop_due(self.now):
             if request.num_prompt_tokens + request.max_tokens > self.engine.max_model_len:
                 # vLLM answers 400 before scheduling: prompt + max_tokens over max_model_len
-                self.recorder.result.rejected += 1
-                self.arrivals.reissue(request, self.now, refused=True)
+                self._refuse(request)
             else:
                 self.waiting.append(request)
+
+    def _refuse(self, request: Request) -> None:
+        """vLLM answers the client an error: counted, and a closed-loop client sends its next request."""
+        self.recorder.result.rejected += 1
+        self.arrivals.reissue(request, self.now, refused=True)
 
     @property
     def idle(self) -> bool:
@@ -198,8 +202,7 @@ class Scheduler:
                 if not running:
                     # alone it still does not fit: vLLM would never schedule it, the client gets an error
                     waiting.popleft()
-                    self.recorder.result.rejected += 1
-                    self.arrivals.reissue(request, self.now, refused=True)
+                    self._refuse(request)
                     continue
                 break
             waiting.popleft()
