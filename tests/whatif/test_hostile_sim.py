@@ -8,9 +8,8 @@ daemon's one simulation child, and with it every other target's predictions.
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from kvdoctor.whatif.sim import Simulator
 from kvdoctor.whatif.sources import recording_snaps
 from kvdoctor.whatif.steprows import MAX_STEP_S, MIN_STEP_S, history_rows
 from kvdoctor.whatif.workload import WindowError
+from tests.notify_support.recordings import read_frames, write
 
 CLOSED = Path(__file__).resolve().parents[1] / "fixtures/recordings/vllm-0.32-cpu-ramps/tiny_ramp_c8.jsonl.gz"
 STEP = StepModel(c0=0.01, c_decode=0.001, c_prefill=1e-4)
@@ -55,17 +55,21 @@ def test_a_step_model_no_engine_has_is_refused_before_it_runs_for_ever(
         )
 
 
+def _rewritten(src: Path, dst: Path, edit: Callable[[str], str], from_frame: int = 0) -> None:
+    """The recording with each page's text edited, from the from_frame-th page on."""
+    frames = read_frames(src)
+    for f in frames[from_frame:]:
+        if f.get("text"):
+            f["text"] = edit(f["text"])
+    write(frames, dst)
+
+
 def _poisoned(src: Path, dst: Path, count_times: float) -> None:
     """The recording with every ITL _count after its first scrape multiplied (a counter that lies)."""
     line = re.compile(r"^(vllm:inter_token_latency_seconds_count\{[^}]*\}) (\S+)$", re.M)
-    with gzip.open(src, "rt") as fin, gzip.open(dst, "wt") as fout:
-        for i, raw in enumerate(fin):
-            frame = json.loads(raw)
-            if i and frame.get("text"):
-                frame["text"] = line.sub(
-                    lambda m: f"{m.group(1)} {float(m.group(2)) * count_times:.6g}", frame["text"]
-                )
-            fout.write(json.dumps(frame) + "\n")
+    _rewritten(
+        src, dst, lambda t: line.sub(lambda m: f"{m.group(1)} {float(m.group(2)) * count_times:.6g}", t), 1
+    )
 
 
 def test_history_rows_leave_out_steps_read_through_a_lying_count(tmp_path: Path) -> None:
@@ -94,16 +98,14 @@ def _long_answers(src: Path, dst: Path) -> None:
     bucket = re.compile(r'^(vllm:request_generation_tokens_bucket\{[^}]*le="([^"]+)"[^}]*\}) (\S+)$', re.M)
     total = re.compile(r"^(vllm:request_generation_tokens_sum\{[^}]*\}) (\S+)$", re.M)
     count = re.compile(r"^vllm:request_generation_tokens_count\{[^}]*\} (\S+)$", re.M)
-    with gzip.open(src, "rt") as fin, gzip.open(dst, "wt") as fout:
-        for raw in fin:
-            frame = json.loads(raw)
-            text = frame.get("text")
-            if text:
-                found = count.search(text)
-                mean_sum = f"{3000 * float(found.group(1)) if found else 0.0:g}"
-                text = bucket.sub(lambda m: m.group(0) if m.group(2) == "+Inf" else f"{m.group(1)} 0", text)
-                frame["text"] = total.sub(lambda m, s=mean_sum: f"{m.group(1)} {s}", text)
-            fout.write(json.dumps(frame) + "\n")
+
+    def edit(text: str) -> str:
+        found = count.search(text)
+        mean_sum = f"{3000 * float(found.group(1)) if found else 0.0:g}"
+        text = bucket.sub(lambda m: m.group(0) if m.group(2) == "+Inf" else f"{m.group(1)} 0", text)
+        return total.sub(lambda m: f"{m.group(1)} {mean_sum}", text)
+
+    _rewritten(src, dst, edit)
 
 
 def test_whatif_on_answers_longer_than_the_model_allows_says_what_it_could_not_simulate(
@@ -138,12 +140,7 @@ def test_a_cache_size_that_is_no_count_is_named_not_divided_by(
     # a fuzzed cache_config_info: block_size="0" raised ZeroDivisionError out of the simulation (a traceback)
     info = re.compile(rf'({label}=")[^"]*(")')
     bad = tmp_path / "info.jsonl.gz"
-    with gzip.open(CLOSED, "rt") as fin, gzip.open(bad, "wt") as fout:
-        for raw in fin:
-            frame = json.loads(raw)
-            if frame.get("text"):
-                frame["text"] = info.sub(lambda m: m.group(1) + value + m.group(2), frame["text"])
-            fout.write(json.dumps(frame) + "\n")
+    _rewritten(CLOSED, bad, lambda t: info.sub(lambda m: m.group(1) + value + m.group(2), t))
     for argv in (
         ["whatif", str(bad), "--set", "max_num_seqs=16"],
         ["plan", str(bad), "--slo", "ttft_p95=2s"],
