@@ -6,8 +6,9 @@ Per ramp of ramps.json (tests/fixtures/recordings/vllm-0.32-cpu-ramps/: tiny and
 EPYC; vllm-0.32-cpu-ramps2/: Llama-shaped in bf16 on an Intel Xeon; made by tools/record/ramp_fixtures.py)
 and per SLO (TTFT p95 ≤ 3× and ITL p50 ≤ 2× the light step's, queue time p95 ≤ 1 s):
 - measured: the rate at which the SLO broke on the ramp (vLLM's histograms over each step's steady part),
-  interpolated between steps (ramps.json, in the steps' nominal rates), re-read in the arrivals the server saw
-  (the client's started requests/s on the same two steps), the unit plan's rate is in;
+  interpolated between steps in the logarithm of the quantity (ramps.json, in the steps' nominal rates),
+  re-read in the arrivals the server saw (the client's started requests/s on the same two steps), the unit
+  plan's rate is in;
 - kvdoctor: `kvdoctor plan REC --window <light step> --slo … --max-num-seqs N --json`, whose `current.headroom`
   is the load multiple at which the SLO breaks: predicted rate = the light step's rate (`current.requests_per_s`,
   what plan calls ×1) × headroom;
@@ -115,9 +116,9 @@ def arrivals_breaking(r: dict, key: str) -> float | None:
 def bracket(r: dict, key: str) -> tuple[float, float] | None:
     """The arrivals of the last step that held the objective and of the first that broke it.
 
-    The measured breaking point interpolates linearly between them, but a queue's TTFT and queue time stay flat
-    until close to capacity and then climb steeply: where the two steps lie far apart (tiny_ramp_c32's 1.9 and
-    3.6 req/s) the true break may be anywhere between them, most likely near the upper one.
+    The measured breaking point interpolates between them in the logarithm of the quantity (ramps.json), but
+    a queue's TTFT and queue time stay flat until close to capacity and then climb steeply: where the two steps
+    lie far apart (tiny_ramp_c32's 1.9 and 3.6 req/s) the true break may be anywhere between them.
     """
     lo, hi = r["breaking"][key]["between"]
     by_rate = {s["rate"]: s for s in r["steps"]}

@@ -107,6 +107,10 @@ def test_slos_come_from_the_light_step_and_break_between_the_steps_named():
                 continue
             below, above = b["between"]
             assert below <= b["rate"] <= above
+            # where the quantity's logarithm, drawn straight between the two steps, meets the objective
+            lo, hi = (next(s["vllm"][key] for s in by_rate if s["rate"] == x) for x in (below, above))
+            share = math.log(objective / lo) / math.log(hi / lo)
+            assert b["rate"] == pytest.approx(below + share * (above - below), abs=1e-4), (r["name"], key)
             for s in by_rate:
                 v = s["vllm"][key]
                 held = v is not None and v <= objective

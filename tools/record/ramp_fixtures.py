@@ -1,6 +1,7 @@
 """Turn the raw ramps (record_margins.sh) into fixtures: thinned recordings, their client.json, and ramps.json.
 
 usage: tools/record/ramp_fixtures.py RAW_DIR OUT_DIR [--every 3] [--bf16]
+       tools/record/ramp_fixtures.py --rebreak RAMPS_JSON   (the breaking points again, from the steps it holds)
 (--bf16: session 11's two Llama-shaped ramps in bf16 on an Intel Xeon, vllm-0.32-cpu-ramps2/)
 Each ramp keeps its scrapes from the recording's start (the idle seconds before the load: history for the step
 fit) to 5 s after its last step, one scrape every --every seconds, each kept line byte for byte (counters and
@@ -12,8 +13,8 @@ ramps.json has, per ramp and step: rate, window (seconds from the fixture's firs
 and unix), the client's TTFT p50/p95 over the whole step and its dropped arrivals, and what vLLM's own metrics
 measured over the steady part (kvdoctor's `measure`, the quantities `plan` predicts). Per ramp also the SLOs an
 operator would set from the light step (TTFT p95 ≤ 3×, ITL p50 ≤ 2×, rounded to 2 digits; queue time p95 ≤ 1 s)
-and the rate at which each broke, interpolated linearly between the last step that held it and the first that
-did not (null: it held on every step).
+and the rate at which each broke, interpolated between the last step that held it and the first that did not,
+linearly in the logarithm of the quantity (null: it held on every step).
 offered_generation_tokens_per_s is the client's arrivals × the mean requested output (max_tokens uniform in
 [out_min, out_max], ignore_eos), beside what vLLM generated.
 """
@@ -36,6 +37,7 @@ from trim import read_lines, write_gzip  # noqa: E402
 from kvdoctor.whatif.sources import recording_snaps  # noqa: E402
 from kvdoctor.whatif.window import delta_buckets, in_window, measure, quantile_of  # noqa: E402
 
+ABOUT = (__doc__ or "").split("\n\n", 2)[2].strip()  # what ramps.json says of itself
 # serve.sh's and record_margins.sh's flags, the same for every ramp
 SERVE = "--enforce-eager --load-format dummy --dtype float32 --max-model-len 2048"
 TINY = "tiny: random-weight Qwen2, 4 layers, hidden 512, 8 heads, 2 KV heads (head_dim 64, GQA)"
@@ -143,7 +145,14 @@ def slos_of(light: dict) -> dict[str, float]:
 
 
 def breaking_rate(steps: list[dict], key: str, objective: float) -> dict:
-    """Where the SLO broke: the first step (by rate) whose value passed it, interpolated from the step before."""
+    """Where the SLO broke: the first step (by rate) whose value passed it, interpolated from the step before.
+
+    In the logarithm of the quantity: a queue's latency is flat until near capacity and then climbs steeply, so a
+    straight line between a step that held and one far past capacity crosses the objective early. Where a ramp
+    was recorded both ways (tiny_ramp_c32 in steps of 2 req/s and tiny_ramp_c32_fine in steps of 0.5 on the same
+    server), the coarse ramp's TTFT p95 broke at 2.0 req/s by a straight line, 2.3 by its logarithm, and the fine
+    one measured 2.5; its queue time p95 at 2.2, 2.7 and 3.1-3.2.
+    """
     ordered = sorted(steps, key=lambda s: s["rate"])
     prev = None
     for s in ordered:
@@ -153,12 +162,25 @@ def breaking_rate(steps: list[dict], key: str, objective: float) -> dict:
                 return {"rate": None, "between": [None, s["rate"]], "note": "broken on the lightest step"}
             pv = prev["vllm"][key] or 0.0
             if v is None or not math.isfinite(v) or v <= pv:
-                rate = s["rate"]
+                share = 1.0
+            elif pv > 0:
+                share = math.log(objective / pv) / math.log(v / pv)
             else:
-                rate = prev["rate"] + (objective - pv) / (v - pv) * (s["rate"] - prev["rate"])
+                share = objective / v
+            rate = prev["rate"] + share * (s["rate"] - prev["rate"])
             return {"rate": round(rate, 4), "between": [prev["rate"], s["rate"]]}
         prev = s
     return {"rate": None, "between": [ordered[-1]["rate"], None], "note": "held on every step"}
+
+
+def rebreak(path: Path) -> None:
+    """Recompute an existing ramps.json's breaking points (and its about) from the steps it holds."""
+    doc = json.loads(path.read_text())
+    doc["about"] = ABOUT
+    for r in doc["ramps"]:
+        r["breaking"] = {k: breaking_rate(r["steps"], k, v) for k, v in r["slos"].items()}
+        print(f"{r['name']}: broke at { ({k: b['rate'] for k, b in r['breaking'].items()}) }")
+    path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def ramp(
@@ -212,15 +234,23 @@ def ramp(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("raw", type=Path)
-    ap.add_argument("out", type=Path)
+    ap.add_argument("raw", type=Path, nargs="?")
+    ap.add_argument("out", type=Path, nargs="?")
     ap.add_argument("--every", type=float, default=3.0, help="seconds between kept scrapes (default 3)")
     ap.add_argument("--bf16", action="store_true", help="session 11's bf16 ramps (RAMPS_BF16) instead")
+    ap.add_argument(
+        "--rebreak", type=Path, metavar="RAMPS_JSON", help="recompute its breaking points, nothing else"
+    )
     a = ap.parse_args()
+    if a.rebreak:
+        rebreak(a.rebreak)
+        return
+    if a.raw is None or a.out is None:
+        ap.error("RAW_DIR and OUT_DIR are needed (or --rebreak RAMPS_JSON)")
     a.out.mkdir(parents=True, exist_ok=True)
     ramps, serve = (RAMPS_BF16, SERVE.replace("float32", "bfloat16")) if a.bf16 else (RAMPS, SERVE)
     doc = {
-        "about": __doc__.split("\n\n", 2)[2].strip(),
+        "about": ABOUT,
         "host": HOST_BF16 if a.bf16 else HOST,
         "scrape_every_s": a.every,
         "slo_rule": {
