@@ -56,11 +56,14 @@ class OffloadTimeout(KvdoctorError):
 
 
 class Offload:
-    """Runs picklable functions in a nice-19 child process, one call at a time per calling thread."""
+    """Runs picklable functions in a nice-19 child process, one call at a time."""
 
     def __init__(self, call_timeout_s: float = CALL_TIMEOUT_S) -> None:
         self.call_timeout_s = call_timeout_s
         self._lock = threading.Lock()
+        # one call in the child at a time, so a call's deadline counts its own run, not its wait behind another
+        # thread's (which would stop the child under that other call)
+        self._calling = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
 
@@ -80,6 +83,10 @@ class Offload:
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) in the child; its exception is raised here. A dead child is replaced and the call tried once more."""
+        with self._calling:
+            return self._run(fn, *args)
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
         for attempt in (1, 2):
             pool = self._executor()
             try:

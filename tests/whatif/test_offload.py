@@ -119,6 +119,31 @@ def test_a_call_past_its_deadline_is_stopped_and_the_next_call_gets_a_new_child(
         off.close()
 
 
+def test_a_calls_deadline_counts_its_own_run_not_its_wait_behind_another_threads():
+    # the advisor's and the headroom worker's calls share the child: each runs 1.2 s, under the 2 s deadline, but
+    # the second waits 1.2 s for the first; were that wait counted, it would pass 2 s and stop the child under it
+    off = Offload(call_timeout_s=2.0)
+    try:
+        child = off.run(os.getpid)  # started: the spawn is not what is timed
+        errors: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                off.run(time.sleep, 1.2)
+            except BaseException as exc:  # whatever the call raised is the failure
+                errors.append(exc)
+
+        threads = [threading.Thread(target=call) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert errors == []
+        assert off.run(os.getpid) == child  # the child was never stopped
+    finally:
+        off.close()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
