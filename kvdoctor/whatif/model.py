@@ -157,7 +157,8 @@ class SimResult:
     finished: int = 0
     preemptions: int = 0
     rejected: int = 0
-    running_area: float = 0.0  # ∫ running dt
+    # ∫ running dt and ∫ waiting dt as vLLM's gauges show them: the counts after the last step's update
+    running_area: float = 0.0
     waiting_area: float = 0.0
     kv_samples: list[float] = field(default_factory=list)  # usage at every 1 s "scrape"
     steps: int = 0

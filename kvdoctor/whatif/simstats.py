@@ -42,7 +42,8 @@ class Recorder:
     def step(
         self, now: float, duration: float, decoding: int, running: int, waiting: int, tokens: float
     ) -> bool:
-        """A step that ended at now; True when it lies in the measured span (its tokens then count)."""
+        """A step that ended at now, with the running and waiting vLLM's gauges showed during it; True when it
+        lies in the measured span (its tokens then count)."""
         if self.peak is not None:
             self.peak.step(now, duration, decoding, running, waiting, tokens)
         if not self.within(now):

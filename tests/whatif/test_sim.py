@@ -100,6 +100,20 @@ def test_max_num_seqs_caps_the_running_set():
     assert 19 < res.waiting_area / res.span_s <= 20.0
 
 
+def test_running_and_waiting_read_as_vllms_gauges_after_each_steps_update():
+    # vLLM publishes len(running) and len(waiting) at the end of update_from_output (make_stats), and a scrape reads
+    # the last published: a request is not running yet in the step that admits it, and still is in the step that
+    # finishes it. One seat, 1 s a step, A and B of 5 tokens: A runs steps 0-4, B waits and runs steps 5-9.
+    engine = Engine(max_num_seqs=1, max_num_batched_tokens=100, num_gpu_blocks=100, block_size=16)
+    res, trace = _run(engine, [Request(0.0, 10, 5), Request(0.0, 10, 5)], duration=10.0)
+    assert [s.num_admitted for s in trace] == [1, 0, 0, 0, 0, 1, 0, 0, 0, 0]
+    # shown running: 0 in step 0, A in 1-4, 0 in step 5 (A freed, B not yet updated), B in 6-9
+    assert res.running_area == 8.0
+    # shown waiting: 0 in step 0 (nothing published yet), B in steps 1-5
+    assert res.waiting_area == 5.0
+    assert res.finished == 2
+
+
 def test_prefix_hits_on_full_blocks_skip_their_prefill():
     engine = Engine(max_num_seqs=8, max_num_batched_tokens=4096, num_gpu_blocks=1000, block_size=16)
     step = StepModel(c0=0.0001, c_decode=0.0, c_prefill=0.001)
