@@ -195,6 +195,7 @@ class Request:
         "num_new_tokens",
         "num_output_tokens",
         "num_prompt_tokens",
+        "queued_time",
     )
 
     def __init__(self, arrival: float, prompt: int, out: int, hit: int = 0, client: int = -1) -> None:
@@ -209,7 +210,10 @@ class Request:
         self.epoch = 0  # bumps on preemption and on finish, invalidating the lockstep events scheduled for it
         # a decoder advances in lockstep from (step, computed tokens, output tokens) at its first decode step
         self.decode_from_step, self.decode_from_computed, self.decode_from_output = 0, 0.0, 0.0
-        self.first_scheduled_time = -1.0  # queue time ends here
+        # queue time: vLLM's QUEUED event (the engine core's add_request, at the step boundary after arrival) to
+        # its first SCHEDULED one
+        self.queued_time = arrival
+        self.first_scheduled_time = -1.0
         self.last_token_time = 0.0
         self.cached_segment: FreedBlocks | None = (
             None  # its cached blocks in the free queue, after a preemption

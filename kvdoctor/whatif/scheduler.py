@@ -66,6 +66,7 @@ class Scheduler:
                 # vLLM answers 400 before scheduling: prompt + max_tokens over max_model_len
                 self._refuse(request)
             else:
+                request.queued_time = self.now
                 self.waiting.append(request)
 
     def _refuse(self, request: Request) -> None:

@@ -92,7 +92,7 @@ class Recorder:
         res = self.result
         res.finished += 1
         res.queued_finished += self.queued
-        res.queue.append(request.first_scheduled_time - request.arrival_time)
+        res.queue.append(request.first_scheduled_time - request.queued_time)
 
     def preempted(self, now: float) -> None:
         """One preemption at now."""

@@ -46,6 +46,17 @@ def test_queue_time_is_observed_when_the_request_finishes_as_vllm_records_it():
     assert res.queue == [5.0]
 
 
+def test_queue_time_starts_when_the_engine_core_takes_the_request_ttft_at_its_arrival():
+    # vLLM's engine core takes the requests that arrived during a step (add_request: the QUEUED event) before it
+    # schedules the next one: B, arriving half way through A's first step, is queued and scheduled at 1 s, so
+    # its queue time is 0; its TTFT counts from its arrival at the front end (0.5 s) to its first token (2 s)
+    engine = Engine(max_num_seqs=8, max_num_batched_tokens=100, num_gpu_blocks=100, block_size=16)
+    res, trace = _run(engine, [Request(0.0, 10, 3), Request(0.5, 10, 3)])
+    assert [s.num_admitted for s in trace[:2]] == [1, 1]
+    assert sorted(res.ttft) == [1.0, 1.5]
+    assert res.queue == [0.0, 0.0]
+
+
 def test_youngest_request_is_preempted_recomputed_and_requeued_at_the_front():
     # 4 usable blocks of 4 tokens; A and B both 4-token prompts, 10 output tokens
     engine = Engine(max_num_seqs=8, max_num_batched_tokens=100, num_gpu_blocks=5, block_size=4)
