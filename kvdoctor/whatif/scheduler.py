@@ -55,9 +55,9 @@ class Scheduler:
         # any decoder holds it (the same blocks, read once a step: what prefix caching saves a decode step)
         self.decode_context_tokens, self.decoders_sharing, self.shared_prefix_tokens = 0.0, 0, 0
         self.next_admit_order = 0
-        # what vLLM's running and waiting gauges show during a step: the counts after the last step's update
-        # (`make_stats`), so a request is not yet running in the step that admits it
-        self.shown = (0, 0)
+        # what vLLM's running, waiting and KV usage gauges show during a step: their values after the last step's
+        # update (`make_stats`), so a request is not yet running in the step that admits it
+        self.shown: tuple[int, int, float] = (0, 0, 0.0)
 
     def add_arrived(self) -> None:
         """Queue every request that has arrived by now (vLLM's `add_request`), refusing what can never fit."""
@@ -104,8 +104,9 @@ class Scheduler:
             used = self.kv_cache_manager.block_pool.used
             self.trace.append(StepTrace(self.now, *shape, used, len(self.running)))
         in_span = self._advance(duration, num_decoding)
+        usage = self.shown[2]  # what the scrapes during this step read
         self._update_from_output(scheduled, in_span)
-        self.recorder.scrape_kv(self.now, self.kv_cache_manager.usage)
+        self.recorder.scrape_kv(self.now, usage)
 
     def _schedule_running_decodes(self) -> int:
         """The decoding half of `schedule()`'s "First, schedule the RUNNING requests" loop; returns how many.
@@ -238,7 +239,7 @@ class Scheduler:
         self.step_index += 1
         gained = num_decoding * self.accepted_per_step
         self.decode_context_tokens += gained
-        return self.recorder.step(self.now, duration, num_decoding, *self.shown, gained)
+        return self.recorder.step(self.now, duration, num_decoding, *self.shown[:2], gained)
 
     def _update_from_output(self, scheduled: list[Request], in_span: bool) -> None:
         """vLLM's `update_from_output`: prefills that reached their last token emit it and start decoding;
@@ -261,7 +262,7 @@ class Scheduler:
                 self._start_decoding(request)
         for request in finished:
             self._free_request(request, in_span)
-        self.shown = (len(self.running), len(self.waiting))
+        self.shown = (len(self.running), len(self.waiting), self.kv_cache_manager.usage)
 
     def _start_decoding(self, request: Request) -> None:
         """A request whose prompt is computed joins the lockstep decoders."""

@@ -122,6 +122,10 @@ def test_running_and_waiting_read_as_vllms_gauges_after_each_steps_update():
     assert res.running_area == 8.0
     # shown waiting: 0 in step 0 (nothing published yet), B in steps 1-5
     assert res.waiting_area == 5.0
+    # KV usage likewise (a scrape a second): an empty cache at 0 s, A's block at 2-5 s, none at 6 s (A freed, B's
+    # block not yet published), B's at 7-10 s
+    one = res.kv_samples[2]
+    assert one > 0.0 and res.kv_samples == [0.0, 0.0, one, one, one, one, 0.0, one, one, one, one]
     assert res.finished == 2
 
 
