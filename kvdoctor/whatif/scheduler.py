@@ -48,16 +48,14 @@ class Scheduler:
         )
         self.draft_cost = verify_cost(engine, step_model)  # per decoding request, beyond the fitted step time
         self.preempted_reqs: list[Request] = []  # in the current step
-        self.token_budget = 0
-        self.now = 0.0
-        self.step_index = 0
+        self.token_budget, self.now, self.step_index = 0, 0.0, 0
         # the KV read per step: decoders' computed tokens past their cached shared prefix, and that prefix once while
         # any decoder holds it (the same blocks, read once a step: what prefix caching saves a decode step)
         self.decode_context_tokens, self.decoders_sharing, self.shared_prefix_tokens = 0.0, 0, 0
         self.next_admit_order = 0
         # what vLLM's running, waiting and KV usage gauges show during a step: their values after the last step's
         # update (`make_stats`), so a request is not yet running in the step that admits it
-        self.shown: tuple[int, int, float] = (0, 0, 0.0)
+        self.shown_running, self.shown_waiting, self.shown_usage = 0, 0, 0.0
 
     def add_arrived(self) -> None:
         """Queue every request that has arrived by now (vLLM's `add_request`), refusing what can never fit."""
@@ -77,7 +75,7 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         """Nothing running and nothing waiting."""
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running.decoding and not self.running.prefilling
 
     def idle_until(self, until: float) -> None:
         """Jump over an idle gap: the scrapes in it see an empty cache."""
@@ -104,7 +102,7 @@ class Scheduler:
             used = self.kv_cache_manager.block_pool.used
             self.trace.append(StepTrace(self.now, *shape, used, len(self.running)))
         in_span = self._advance(duration, num_decoding)
-        usage = self.shown[2]  # what the scrapes during this step read
+        usage = self.shown_usage  # what the scrapes during this step read
         self._update_from_output(scheduled, in_span)
         self.recorder.scrape_kv(self.now, usage)
 
@@ -193,7 +191,9 @@ class Scheduler:
         `max_num_seqs` and the blocks allow; the head blocks the rest. Returns how many were let in."""
         waiting, running, kv = self.waiting, self.running, self.kv_cache_manager
         admitted = 0
-        while waiting and self.token_budget > 0 and len(running) < self.max_num_running_reqs:
+        # the running list's length without a Python-level __len__: this loop runs every step of every run
+        seats = self.max_num_running_reqs - len(running.decoding) - len(running.prefilling)
+        while waiting and self.token_budget > 0 and admitted < seats:
             request = waiting[0]
             num_tokens = request.num_prompt_tokens + request.num_output_tokens
             # a full cache's head is refused step after step: at once where even all it held could not fit it
@@ -239,7 +239,9 @@ class Scheduler:
         self.step_index += 1
         gained = num_decoding * self.accepted_per_step
         self.decode_context_tokens += gained
-        return self.recorder.step(self.now, duration, num_decoding, *self.shown[:2], gained)
+        return self.recorder.step(
+            self.now, duration, num_decoding, self.shown_running, self.shown_waiting, gained
+        )
 
     def _update_from_output(self, scheduled: list[Request], in_span: bool) -> None:
         """vLLM's `update_from_output`: prefills that reached their last token emit it and start decoding;
@@ -262,7 +264,8 @@ class Scheduler:
                 self._start_decoding(request)
         for request in finished:
             self._free_request(request, in_span)
-        self.shown = (len(self.running), len(self.waiting), self.kv_cache_manager.usage)
+        self.shown_running = len(self.running.decoding) + len(self.running.prefilling)
+        self.shown_waiting, self.shown_usage = len(self.waiting), self.kv_cache_manager.usage
 
     def _start_decoding(self, request: Request) -> None:
         """A request whose prompt is computed joins the lockstep decoders."""
