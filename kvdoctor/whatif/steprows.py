@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from kvdoctor.sanity import RAW_MAX
-from kvdoctor.whatif.window import Snap, delta, delta_buckets, hist_name, mean_of
+from kvdoctor.whatif.window import Snap, delta, delta_buckets, hist_name, mean_of, quantile_of
 
 INTERVAL_S = 5.0
 MIN_ITL = 5  # ITL observations an interval needs to count
@@ -68,19 +68,21 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         # the running count is its share and a step's period is the interval over its share of the steps
         engines = max(1, b.engines)
         busy = [r / engines for s in window if (r := s.get("vllm:num_requests_running", 0.0)) > 0]
-        # the others running beside a prefilling request: a lone request's prefill step decodes nobody
-        beside = min(decoding, max(0.0, sum(busy) / len(busy) - 1.0)) if busy else decoding
+        # the others running beside a prefilling request: a lone request's prefill step decodes nobody. A step's
+        # prefill reaches the ITL mean only through the decoders it delays: a lone request's prefill step records
+        # no ITL at all; a prefilling request shares its step with the others running
         if busy:
+            beside = min(decoding, max(0.0, sum(busy) / len(busy) - 1.0))
+            shared = prefill * steps * beside / n_itl
             mean_run = sum(busy) / len(busy)
             weighted = decoding * (sum(r * r for r in busy) / sum(busy)) / mean_run
-            # a step's prefill reaches the ITL mean only through the decoders it delays: a lone request's prefill
-            # step records no ITL at all; a prefilling request shares its step with the others running
-            shared = prefill * steps * beside / n_itl
             rows.append(
                 ([1.0, weighted, shared, _read(weighted, per_request, prefix), shared * half], y, n_itl)
             )
-        else:
-            rows.append(([1.0, decoding, prefill, ctx, pairs], y, n_itl))
+        else:  # no scrape saw a request running, which vLLM shows in no step that admits one: its ITLs say who
+            beside = min(decoding, _beside_bound(a, b, itl, max(0.0, tokens - n_itl)))
+            shared = prefill * steps * beside / n_itl
+            rows.append(([1.0, decoding, shared, ctx, shared * half], y, n_itl))
         if len(busy) == len(window):
             rows.append(([1.0, decoding, prefill, ctx, pairs], (b.t - a.t) * engines / steps, steps))
         n_pre = delta(a, b, "vllm:request_prefill_time_seconds_count")
@@ -100,6 +102,26 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
     total, total_pre = sum(r[2] for r in rows), sum(r[2] for r in pre_rows)
     scale = total / total_pre if total_pre else 0.0
     return rows + [(x, y, w * scale) for x, y, w in pre_rows if scale > 0]
+
+
+def _beside_bound(a: Snap, b: Snap, itl: str, prefill_tokens: float) -> float:
+    """The most decoders the interval's prefill steps can have carried, read from its own ITL buckets (inf: they
+    cannot tell).
+
+    An interval no scrape saw running is not one without load: vLLM's gauge shows no request in the step that
+    admits it, so under sparse long prompts the scrapes read 0 while 0.6 s prefills ran, and counting every decoder
+    beside them priced a prompt token at half its cost (their ITLs were 24 ms). Where a prefill takes several decode
+    steps (its prefill time, at least 4 median ITLs), each decoder that shared one left an ITL past half that time."""
+    prefill_s, prompt = (
+        mean_of(a, b, f"vllm:request_{n}") for n in ("prefill_time_seconds", "prompt_tokens")
+    )
+    buckets = delta_buckets(a, b, itl)
+    median = quantile_of(buckets, 0.5)
+    if not (math.isfinite(prefill_s) and math.isfinite(median) and prompt > 0) or prefill_s < 4 * median:
+        return math.inf
+    prefills = prefill_tokens / prompt
+    short = max((c for le, c in buckets.items() if le <= prefill_s / 2), default=0.0)
+    return (buckets.get(math.inf, 0.0) - short) / prefills if prefills >= 0.5 else math.inf
 
 
 def _plausible(row: Row) -> bool:
