@@ -168,9 +168,12 @@ PAIR_LIST = load_pairs(PAIRS)
 # arrivals (6.6 against 6.4 req/s), the lengths, TTFT nor the mixed steps' price (-13 to +7 %) carry the miss.
 KNOWN_WRONG: set[tuple[str, str]] = {("load_x1.5_healthy", "itl_p50_s")}
 # The max_num_batched_tokens 2048 -> 512 TTFT p95 miss (1.63 s predicted against 0.96 s, read through vLLM's 1-2.5 s
-# bucket) closed with the Bayesian step model (session 6: ~1.25 s, 29 %); a (pair, side, quantity) here keeps a miss
-# visible.
-KNOWN_FAR: set[tuple[str, str, str]] = set()
+# bucket) closed with the Bayesian step model (session 6: ~1.25 s, 29 %) and opened again in session 19 (~1.7 s,
+# 75 %), when the step fit stopped crediting decoders to the prefills of an interval no scrape saw running: its fit
+# of the history went from 22 to 10 % error and its ITL p50 after the change from 31 to 17 %, but the better-read
+# KV cost (c_kv 288 -> 394 ns a context token) makes each 512-token chunk re-read more. A (pair, side, quantity)
+# here keeps a miss visible.
+KNOWN_FAR: set[tuple[str, str, str]] = {("max_num_batched_tokens_2048_to_512", "changed", "ttft_p95_s")}
 # generous bounds (unchanged, changed): the benchmark reports the real errors; these catch a model that falls apart
 BOUNDS = {
     "ttft_p50_s": (0.3, 0.5),
