@@ -73,15 +73,16 @@ def history_rows(snaps: list[Snap], prefill_budget: int, interval_s: float = INT
         # no ITL at all; a prefilling request shares its step with the others running
         if busy:
             beside = min(decoding, max(0.0, sum(busy) / len(busy) - 1.0))
-            shared = prefill * steps * beside / n_itl
+        else:  # no scrape saw a request running, yet steps ran (vLLM's gauge shows none in the step admitting one)
+            beside = min(decoding, _beside_bound(a, b, itl, max(0.0, tokens - n_itl)))
+        shared = prefill * steps * beside / n_itl
+        if busy:
             mean_run = sum(busy) / len(busy)
             weighted = decoding * (sum(r * r for r in busy) / sum(busy)) / mean_run
             rows.append(
                 ([1.0, weighted, shared, _read(weighted, per_request, prefix), shared * half], y, n_itl)
             )
-        else:  # no scrape saw a request running, which vLLM shows in no step that admits one: its ITLs say who
-            beside = min(decoding, _beside_bound(a, b, itl, max(0.0, tokens - n_itl)))
-            shared = prefill * steps * beside / n_itl
+        else:
             rows.append(([1.0, decoding, shared, ctx, shared * half], y, n_itl))
         if len(busy) == len(window):
             rows.append(([1.0, decoding, prefill, ctx, pairs], (b.t - a.t) * engines / steps, steps))
