@@ -24,6 +24,7 @@ from kvdoctor.capacity.arch import ModelSpec
 from kvdoctor.capacity.presets import GpuSpec
 from kvdoctor.whatif import histo
 from kvdoctor.whatif.breaks import stalls
+from kvdoctor.whatif.calibration import calibrated
 from kvdoctor.whatif.ledger import Recall, merged
 from kvdoctor.whatif.model import (
     ITL_BUCKETS,
@@ -69,6 +70,9 @@ class Basis:
     recalled_batch: float = 0.0  # the largest decoding batch the step ledger's rows added to the history's
     # the light-load ITL a class is judged against, the history's as the pack reads it (None: none, its cold start)
     light_itl_s: float | None = None
+    itl_scale: float = (
+        1.0  # the factor on the decode step's costs that matched the window's mean ITL (calibration)
+    )
     # what the predictions of this window repeat, computed on first use (seeded, so the same numbers again); not
     # init fields, so a replace() with another step or seed starts its own
     runs: dict[tuple[Any, ...], SimResult] = field(
@@ -182,6 +186,10 @@ def learn(
         notes.append(bound_note)
     buckets = _bounds(window[-1])
     res_now = simulate(engine, step, workload, replicas, duration, seed)
+    step, res_now, cal = calibrated(engine, step, workload, replicas, duration, seed, window, res_now)
+    itl_scale = cal.scale if cal is not None and cal.applies else 1.0
+    if cal is not None and cal.applies:
+        notes.append(cal.note())
     a, b = window[0], window[-1]
     sigma = histo.fit_sigma(res_now.itl, buckets["itl"], delta_buckets(a, b, hist_name(b, "itl")))
     info = window[-1].info
@@ -203,6 +211,7 @@ def learn(
         span,
         recalled,
         light_itl(history),
+        itl_scale,
     )
 
 

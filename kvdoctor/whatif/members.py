@@ -68,14 +68,16 @@ def perturb(w: Workload, rng: random.Random, n: float) -> Workload:
 
 
 def step_draws(
-    rows: list[Row], physical: StepModel | None, k: int, seed: int, point: StepModel
+    rows: list[Row], physical: StepModel | None, k: int, seed: int, point: StepModel, itl_scale: float = 1.0
 ) -> list[StepModel]:
-    """k step models drawn from the fit's posterior (the point model k times where the fit fails)."""
+    """k step models drawn from the fit's posterior, each calibrated as the point was (`calibration`), so the
+    members spread about the point (the point k times where the fit fails)."""
     rng = random.Random(f"kvdoctor-steps-{seed}")
     try:
-        return posterior_draws(rows, physical, k, rng)
+        draws = posterior_draws(rows, physical, k, rng)
     except (ValueError, ZeroDivisionError):
         return [point] * k
+    return [d.decode_scaled(itl_scale) for d in draws] if itl_scale != 1.0 else draws
 
 
 def member_seconds(span_s: float, duration_s: float, rate_per_s: float = 0.0) -> float:
@@ -93,7 +95,9 @@ def run_members(
     """The members of both sides, paired (one perturbation each, before and after the change)."""
     n = max(5.0, basis.measured.requests_per_s * basis.span_s)
     if basis.member_steps is None:  # the same draws for every change of this window
-        basis.member_steps = step_draws(basis.rows, basis.physical, MEMBERS, basis.seed, basis.step)
+        basis.member_steps = step_draws(
+            basis.rows, basis.physical, MEMBERS, basis.seed, basis.step, basis.itl_scale
+        )
     steps = basis.member_steps
     _, w_after, r_after, _ = knobs.apply(
         basis.engine, basis.workload, basis.replicas, changes, basis.info, gpu_memory_bytes

@@ -81,6 +81,10 @@ class StepModel:
             + self.c_attn * prefill_pairs
         )
 
+    def decode_scaled(self, factor: float) -> StepModel:
+        """The same shape with the decode step's costs (per step, per decoder, per context token) times factor."""
+        return replace(self, c0=self.c0 * factor, c_decode=self.c_decode * factor, c_kv=self.c_kv * factor)
+
     def scaled(self, factor: float) -> StepModel:
         """The same shape with every coefficient multiplied by factor."""
         return replace(

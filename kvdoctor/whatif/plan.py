@@ -158,7 +158,7 @@ class Planner:
         """Planners of today's window under the posterior step models that price a full batch cheapest and dearest
         (its p10 and p90 step cost there); None when the fit has no posterior to draw from."""
         b = self.basis
-        draws = step_draws(b.rows, b.physical, BAND_DRAWS, b.seed, b.step)
+        draws = step_draws(b.rows, b.physical, BAND_DRAWS, b.seed, b.step, b.itl_scale)
         if all(d == b.step for d in draws):
             return None
         # a full batch of decoders, each holding a mean prompt and half its output: the batch a breaking load nears

@@ -160,13 +160,10 @@ def test_same_seed_same_prediction(shared_032):
 PAIR_LIST = load_pairs(PAIRS)
 # No wrong direction since the pairs were re-recorded alone on the machine (the first mnbt pair, recorded beside
 # other jobs, showed a -17 % tokens/s a quiet re-recording does not); a (pair, quantity) here keeps a miss visible.
-# Known miss since the step model's prior (session 6): load_x1.5_healthy's history shows batches of 1-3 only, so the
-# per-request decode cost leans on the structure (2x a prefill token) and ITL p50 is predicted +13-16 % where this
-# Xeon's measured +4 % (flat): its small-batch decode costs less than the structure says. Session 10: the before
-# window's own rows read 0.48-0.57 ms a decoder (context read included), the after side's 0.36-0.39; with the after
-# side's fit the simulation runs 4.3 (not 5.1) at 6 req/s, 7 % of ITLs over 10 ms (measured 6.7 %): neither the
-# arrivals (6.6 against 6.4 req/s), the lengths, TTFT nor the mixed steps' price (-13 to +7 %) carry the miss.
-KNOWN_WRONG: set[tuple[str, str]] = {("load_x1.5_healthy", "itl_p50_s")}
+# load_x1.5_healthy's ITL p50 direction, wrong from session 6 (its history shows batches of 1-3 only, so the
+# per-request decode cost leaned on the structure, +13-16 % where this Xeon measured +4 %), came right in session
+# 20 when the decode costs were calibrated to the window's own mean ITL (calibration.py): +9 % predicted.
+KNOWN_WRONG: set[tuple[str, str]] = set()
 # The max_num_batched_tokens 2048 -> 512 TTFT p95 miss (1.63 s predicted against 0.96 s, read through vLLM's 1-2.5 s
 # bucket) closed with the Bayesian step model (session 6: ~1.25 s, 29 %) and opened again in session 19 (~1.7 s,
 # 75 %), when the step fit stopped crediting decoders to the prefills of an interval no scrape saw running: its fit
