@@ -65,8 +65,27 @@ def _at_the_end(
     return None
 
 
+# Labelled windows whose relief check now names another limit than the label, kept visible (strict: the day one
+# comes back, its entry must go). The cap-32 ramp's step past capacity was labelled batch_cap on a line through the
+# light and 12-running points ("a cap of 64 would still buy ~15 %"), never on a run at cap 64. Since session 20 the
+# what-if holds the window to its own mean ITL (whatif/calibration.py, ×1.10 here); the fitted model did not
+# reproduce the window (28.4 running, 2.3 waiting, 417 tok/s), the calibrated one does (31.5, 9.2, 400 against
+# 31.5, 5-12, 407), and from there cap 64 serves no more than it does: compute. (The window's arrivals read as 2.99
+# req/s where the client sent 4; with the queue cut at each step's end, 23 s show little of its growth.)
+FLIPPED = {
+    "vllm-0.32-cpu-margins/tiny_ramp_c32.jsonl.gz:batch_cap@1796156480": "the calibrated simulation finds cap 64 "
+    "buys no throughput past capacity on this margin window; its label is a line's extrapolation",
+}
+LIMITED_CASES = [
+    pytest.param(w, id=_id(w), marks=pytest.mark.xfail(strict=True, reason=FLIPPED[_id(w)]))
+    if _id(w) in FLIPPED
+    else pytest.param(w, id=_id(w))
+    for w in LIMITED
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", LIMITED, ids=[_id(w) for w in LIMITED])
+@pytest.mark.parametrize("entry", LIMITED_CASES)
 def test_a_limit_whose_own_relief_pays_stays_the_verdict(entry):
     # batch caps whose raise buys throughput, caches whose growth does, compute that only a replica relieves
     d = _at_the_end(entry["path"], entry["steady_to"], 0.0)
