@@ -16,17 +16,14 @@ import math
 from dataclasses import dataclass
 
 from kvdoctor.whatif.model import Engine, SimResult, StepModel, Workload
-from kvdoctor.whatif.readout import WARMUP_S, simulate
-from kvdoctor.whatif.sim import Simulator, run_until
+from kvdoctor.whatif.readout import simulate
 from kvdoctor.whatif.window import Snap, delta, hist_name
 
 MIN_ITLS = 100  # measured ITLs the window needs before its mean outweighs the fit
-MAX_SCALE = 1.3  # the most a window's mean moves the fit, either way; past it the fit is wrong otherwise
+MAX_SCALE = (
+    1.3  # the most a window's mean moves the fit, either way: past it the fit is wrong for another reason
+)
 DEAD_BAND = 0.02  # closer than this, the simulation stands as fitted (a second run would buy nothing)
-# the simulated traffic a mean ITL is read from before the run goes on (or restarts calibrated): PILOT_S, the
-# window's length where longer, and on until PILOT_ITLS ITLs (a light load's few decoders share each step's time)
-PILOT_S = 60.0
-PILOT_ITLS = 20000
 
 
 @dataclass(frozen=True)
@@ -78,34 +75,18 @@ def calibrated(
     duration_s: float,
     seed: int,
     window: list[Snap],
+    res: SimResult,
 ) -> tuple[StepModel, SimResult, ItlCalibration | None]:
-    """The window simulated (`readout.simulate`) with the step model calibrated to its mean ITL where it departs.
+    """The step model and the window's simulation, calibrated to its mean ITL where it departs (else as given).
 
-    The run is looked at after its pilot (PILOT_S, the window's length where longer, PILOT_ITLS ITLs at the
-    least): where the fit stands it runs on to the end, the same run as one call, and is looked at again; only a
-    calibrated window pays a second run, and where the pilot said so, only its pilot's length more.
     Not where the load rose or fell through the window (`Workload.profile`): its mean ITL mixes the operating
     points the load passed through, each weighted by how the simulation reached it, and one factor fitted to the
     mix misprices them all (the field recording `busy`: its mean moved the decode costs ×0.82 while the simulation
-    already ran 13.6 requests against the 18.8 measured). Nor where a data-parallel server's engines carried uneven
-    shares: each engine is a run of its own."""
-    if workload.profile or workload.split_unevenly(replicas):
-        return step, simulate(engine, step, workload, replicas, duration_s, seed), None
-    share = workload.scaled(1.0 / replicas) if replicas > 1 else workload
-    sim = Simulator(engine, step, prefix_hit_ratio=share.prefix_hit_ratio)
-    scheduler = sim.workload_scheduler(share, duration_s, WARMUP_S, seed)
-    end = WARMUP_S + duration_s
-    pilot = WARMUP_S + min(duration_s, max(PILOT_S, window[-1].t - window[0].t))
-    run_until(scheduler, pilot)
-    # a light load's pilot holds few requests: on until its mean rests on PILOT_ITLS ITLs (or the run's end)
-    while pilot < end and sum(k for _, k in scheduler.recorder.result.itl) < PILOT_ITLS:
-        pilot = min(end, pilot + PILOT_S)
-        run_until(scheduler, pilot)
-    cal = itl_calibration(window, scheduler.recorder.result)
+    already ran 13.6 requests against the 18.8 measured)."""
+    if workload.profile:
+        return step, res, None
+    cal = itl_calibration(window, res)
     if cal is None or not cal.applies:
-        run_until(scheduler, end)
-        cal = itl_calibration(window, scheduler.recorder.result)  # the whole run's mean has the last word
-        if cal is None or not cal.applies:
-            return step, scheduler.recorder.result, cal
+        return step, res, cal
     step = step.decode_scaled(cal.scale)
     return step, simulate(engine, step, workload, replicas, duration_s, seed), cal

@@ -185,7 +185,8 @@ def learn(
     if bound_note:
         notes.append(bound_note)
     buckets = _bounds(window[-1])
-    step, res_now, cal = calibrated(engine, step, workload, replicas, duration, seed, window)
+    res_now = simulate(engine, step, workload, replicas, duration, seed)
+    step, res_now, cal = calibrated(engine, step, workload, replicas, duration, seed, window, res_now)
     itl_scale = cal.scale if cal is not None and cal.applies else 1.0
     if cal is not None and cal.applies:
         notes.append(cal.note())

@@ -35,19 +35,13 @@ class Simulator:
 
     def run_workload(self, w: Workload, duration_s: float, warmup_s: float, seed: int = 0) -> SimResult:
         """Simulate warmup_s + duration_s of the workload; metrics cover the last duration_s."""
-        scheduler = self.workload_scheduler(w, duration_s, warmup_s, seed)
-        run_until(scheduler, warmup_s + duration_s)
-        return scheduler.recorder.result
-
-    def workload_scheduler(self, w: Workload, duration_s: float, warmup_s: float, seed: int = 0) -> Scheduler:
-        """`run_workload` before its first step: run it to any time, look, and run on (the same run as one call)."""
         rng = random.Random(seed)
         block_size = self.engine.block_size
         # the traffic's shared prefix is hit only where the engine caches prefixes
         ratio = self.prefix_hit_ratio if self.engine.enable_prefix_caching else 0.0
         shared = round(ratio * w.prompt.mean / block_size) * block_size
         arrivals = generate(w, self.engine, warmup_s + duration_s, rng, shared, warmup_s)
-        return self.scheduler(arrivals, duration_s, warmup_s, w, rng, shared)
+        return self.run(arrivals, duration_s, warmup_s, w, rng, shared)
 
     def run(
         self,
