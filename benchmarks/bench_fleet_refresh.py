@@ -46,8 +46,8 @@ from kvdoctor.rules.loader import default_rule_files, load_files  # noqa: E402
 from kvdoctor.verdicts import LIMITS  # noqa: E402
 from kvdoctor.whatif.advisor import Advisor  # noqa: E402
 from kvdoctor.whatif.headroom import HeadroomWorker  # noqa: E402
+from kvdoctor.whatif.jobs import MAX_QUEUE  # noqa: E402
 from kvdoctor.whatif.offload import NICE_ENV, shared  # noqa: E402
-from kvdoctor.whatif.sharing import MAX_QUEUE  # noqa: E402
 
 AT_LIMIT = ("compute_bound", "kv_bound")
 SLOS = {"ttft_p95": 2.0, "itl_p95": 0.2}  # the targets' SLOs, as the headroom worker is asked for them
