@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,3 +89,13 @@ def test_the_cap_8_ramps_light_step_is_simulated_at_its_own_mean_itl() -> None:
     # and so the stay: running is vLLM's arrivals × time running, 3.0 measured (±0.4 over ten scrapes)
     assert basis.now.running_area / basis.now.span_s == pytest.approx(basis.measured.running, rel=0.15)
     assert any("decode step costs ×0.9" in n for n in basis.notes)
+
+
+@pytest.mark.parametrize("mean_itl_s", [math.inf, math.nan, -0.02, 0.0])
+def test_a_lying_itl_histogram_leaves_the_fit_as_it_is(mean_itl_s: float) -> None:
+    # a target's _sum that is infinite, not a number, negative or zero says nothing of its steps: no factor, and the
+    # window is simulated as fitted rather than scaled to the bound
+    res = simulate(ENGINE, STEP, ONE_CLIENT, 1, 60.0)
+    assert itl_calibration(window(mean_itl_s, 500), res) is None
+    step, same, cal = calibrated(ENGINE, STEP, ONE_CLIENT, 1, 60.0, 0, window(mean_itl_s, 500), res)
+    assert (step, same, cal) == (STEP, res, None)
