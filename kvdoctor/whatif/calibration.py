@@ -20,9 +20,7 @@ from kvdoctor.whatif.readout import simulate
 from kvdoctor.whatif.window import Snap, delta, hist_name
 
 MIN_ITLS = 100  # measured ITLs the window needs before its mean outweighs the fit
-MAX_SCALE = (
-    1.3  # the most a window's mean moves the fit, either way: past it the fit is wrong for another reason
-)
+MAX_SCALE = 1.3  # the most a window's mean moves the fit, either way; past it the fit is wrong otherwise
 DEAD_BAND = 0.02  # closer than this, the simulation stands as fitted (a second run would buy nothing)
 
 
@@ -77,7 +75,8 @@ def calibrated(
     window: list[Snap],
     res: SimResult,
 ) -> tuple[StepModel, SimResult, ItlCalibration | None]:
-    """The step model and the window's simulation, calibrated to its mean ITL where it departs (else as given).
+    """The step model and the window's simulation, calibrated to its mean ITL where it departs, with the calibration
+    applied (else as given, and None).
 
     Not where the load rose or fell through the window (`Workload.profile`): its mean ITL mixes the operating
     points the load passed through, each weighted by how the simulation reached it, and one factor fitted to the
@@ -87,6 +86,6 @@ def calibrated(
         return step, res, None
     cal = itl_calibration(window, res)
     if cal is None or not cal.applies:
-        return step, res, cal
+        return step, res, None
     step = step.decode_scaled(cal.scale)
     return step, simulate(engine, step, workload, replicas, duration_s, seed), cal

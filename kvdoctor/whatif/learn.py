@@ -70,9 +70,8 @@ class Basis:
     recalled_batch: float = 0.0  # the largest decoding batch the step ledger's rows added to the history's
     # the light-load ITL a class is judged against, the history's as the pack reads it (None: none, its cold start)
     light_itl_s: float | None = None
-    itl_scale: float = (
-        1.0  # the factor on the decode step's costs that matched the window's mean ITL (calibration)
-    )
+    # the factor on the decode costs that matched the window's mean ITL (calibration.py; 1: none applied)
+    itl_scale: float = 1.0
     # what the predictions of this window repeat, computed on first use (seeded, so the same numbers again); not
     # init fields, so a replace() with another step or seed starts its own
     runs: dict[tuple[Any, ...], SimResult] = field(
@@ -187,9 +186,8 @@ def learn(
     buckets = _bounds(window[-1])
     res_now = simulate(engine, step, workload, replicas, duration, seed)
     step, res_now, cal = calibrated(engine, step, workload, replicas, duration, seed, window, res_now)
-    itl_scale = cal.scale if cal is not None and cal.applies else 1.0
-    if cal is not None and cal.applies:
-        notes.append(cal.note())
+    itl_scale = cal.scale if cal is not None else 1.0
+    notes += [cal.note()] if cal is not None else []
     a, b = window[0], window[-1]
     sigma = histo.fit_sigma(res_now.itl, buckets["itl"], delta_buckets(a, b, hist_name(b, "itl")))
     info = window[-1].info
