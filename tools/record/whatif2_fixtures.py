@@ -172,7 +172,14 @@ def side_note(kind: str, side: str, o: dict, p: dict, dst: Path) -> str:
     )
 
 
-def build(raw_dir: Path, out: Path, table: list, later: dict[str, str], session: dict[str, str]) -> None:
+def build(
+    raw_dir: Path,
+    out: Path,
+    table: list,
+    later: dict[str, str],
+    session: dict[str, str],
+    kv_space: dict[str, str] = KV_SPACE,
+) -> None:
     """Write each pair of `table` whose raw files are in raw_dir to out (recordings, pairs.json, other_pairs.json)."""
     out.mkdir(parents=True, exist_ok=True)
     pairs, others = [], []
@@ -183,7 +190,7 @@ def build(raw_dir: Path, out: Path, table: list, later: dict[str, str], session:
             continue
         if change is None:
             change = {"kv_cache_tokens": cache_tokens(raw["after"])}  # type: ignore[arg-type]
-        env = KV_SPACE.get(name, "VLLM_CPU_KVCACHE_SPACE=1 ")
+        env = kv_space.get(name, "VLLM_CPU_KVCACHE_SPACE=1 ")
         entry: dict = {
             "name": name,
             "before": f"{name}_before.jsonl.gz",
