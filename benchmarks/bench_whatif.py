@@ -68,6 +68,9 @@ PAIRS6 = (
 PAIRS7 = (
     ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-rising"
 )  # session 16: open loops rising across the window, set aside
+PAIRS8 = (
+    ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-whatif4"
+)  # session 21: fresh held-out pairs, Llama-shaped in bf16, set aside
 COVERAGE_GOAL = (0.70, 0.90)
 # recordings with 5 minutes of traffic for the whatif timing, the first present is used
 LONG = (
@@ -321,7 +324,8 @@ def main() -> int:
     args = ap.parse_args()
     took = max(speed(), whatif_speed(args.long))
     ok = accuracy(
-        args.pairs or [d for d in (PAIRS, PAIRS2, PAIRS3, PAIRS4, PAIRS5, PAIRS6, PAIRS7) if d.is_dir()],
+        args.pairs
+        or [d for d in (PAIRS, PAIRS2, PAIRS3, PAIRS4, PAIRS5, PAIRS6, PAIRS7, PAIRS8) if d.is_dir()],
         args.seeds,
         args.tuned_only,
         args.show_set_aside,

@@ -86,8 +86,30 @@ def _judged(entry: dict, cadence: float) -> Timeline:
     ]
 
 
-@CADENCES
-@pytest.mark.parametrize("entry", WINDOWS, ids=IDS)
+# Held-out windows (recorded to be labelled before anything was tuned on them) that the classifier misses, kept
+# visible rather than tuned away: (window id, cadence id) -> why.
+HELD_OUT_MISSES = {
+    ("vllm-0.32-cpu-whatif4/llama_bf16_cap8to16_after.jsonl.gz:healthy@1796410251", "native"): (
+        "Poisson bursts at 1.8 req/s against cap 16 (8.5 running on median, no queue on median) pin the cap with a "
+        "queue for 8-10 s twice in the window; the short batch-cap branch (a queue in every scrape of the last "
+        "10 s) names batch_cap for one of them, held 15 s by keep_firing_for: 4 of 21 evaluations"
+    ),
+}
+
+
+def _held_out_miss(entry: dict, cadence: str):
+    why = HELD_OUT_MISSES.get((IDS[WINDOWS.index(entry)], cadence))
+    return [pytest.mark.xfail(strict=True, reason=why)] if why else []
+
+
+@pytest.mark.parametrize(
+    ("entry", "cadence"),
+    [
+        pytest.param(w, c, id=f"{i}-{cid}", marks=_held_out_miss(w, cid))
+        for w, i in zip(WINDOWS, IDS, strict=True)
+        for c, cid in ((0.0, "native"), (15.0, "scrape15s"))
+    ],
+)
 def test_labelled_window_gets_its_class(entry, cadence):
     got = [cls for _, cls, _ in _judged(entry, cadence)]
     if not got:
