@@ -3,7 +3,8 @@
 usage: python benchmarks/bench_plan_ramps.py [--ramps DIR]... [--seed N]
 
 Per ramp of ramps.json (tests/fixtures/recordings/vllm-0.32-cpu-ramps/: tiny and Llama-shaped in fp32 on an AMD
-EPYC; vllm-0.32-cpu-ramps2/: Llama-shaped in bf16 on an Intel Xeon; made by tools/record/ramp_fixtures.py)
+EPYC; vllm-0.32-cpu-ramps2/: Llama-shaped in bf16 on an Intel Xeon; vllm-0.32-cpu-ramps3/: held-out ramps at cap
+16, Llama-shaped and multi-head, bf16 on the Xeon; made by tools/record/ramp_fixtures.py)
 and per SLO (TTFT p95 ≤ 3× and ITL p50 ≤ 2× the light step's, queue time p95 ≤ 1 s):
 - measured: the rate at which the SLO broke on the ramp (vLLM's histograms over each step's steady part),
   interpolated between steps in the logarithm of the quantity (ramps.json, in the steps' nominal rates),
@@ -46,6 +47,9 @@ RAMPS = ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-ramps"
 RAMPS2 = (
     ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-ramps2"
 )  # session 11: Llama-shaped, bf16, an Intel Xeon
+RAMPS3 = (
+    ROOT / "tests/fixtures/recordings/vllm-0.32-cpu-ramps3"
+)  # session 21: held out at cap 16, Llama-shaped and multi-head, bf16, an Intel Xeon
 WITHIN = 0.20
 SPEED_TARGET_S = 10.0
 WINDOW_S = 300.0
@@ -200,12 +204,12 @@ def main() -> int:
         "--ramps",
         type=Path,
         action="append",
-        help=f"a folder with ramps.json (repeatable; default {RAMPS.name} and {RAMPS2.name})",
+        help=f"a folder with ramps.json (repeatable; default {RAMPS.name}, {RAMPS2.name} and {RAMPS3.name})",
     )
     # the simulation's seed (plan's --seed): the done line is read at a few, since one draw can tip a breaking load
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    folders = args.ramps or [d for d in (RAMPS, RAMPS2) if d.is_dir()]
+    folders = args.ramps or [d for d in (RAMPS, RAMPS2, RAMPS3) if d.is_dir()]
     ramps = [(f, r) for f in folders for r in json.loads((f / "ramps.json").read_text())["ramps"]]
     done: list[bool] = []
     inside: list[bool] = []

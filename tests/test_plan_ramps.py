@@ -23,7 +23,10 @@ from kvdoctor.whatif.window import Snap, in_window, measure
 FIXTURES = Path(__file__).parent / "fixtures/recordings"
 RAMPS = FIXTURES / "vllm-0.32-cpu-ramps"  # tiny and Llama-shaped, fp32, an AMD EPYC
 RAMPS2 = FIXTURES / "vllm-0.32-cpu-ramps2"  # Llama-shaped, bf16, an Intel Xeon (session 11)
-DOCS = {folder: json.loads((folder / "ramps.json").read_text()) for folder in (RAMPS, RAMPS2)}
+RAMPS3 = (
+    FIXTURES / "vllm-0.32-cpu-ramps3"
+)  # held out at cap 16: Llama-shaped and multi-head, bf16 (session 21)
+DOCS = {folder: json.loads((folder / "ramps.json").read_text()) for folder in (RAMPS, RAMPS2, RAMPS3)}
 DOC = DOCS[RAMPS]
 BY_NAME = {r["name"]: r for doc in DOCS.values() for r in doc["ramps"]}
 FOLDER = {r["name"]: folder for folder, doc in DOCS.items() for r in doc["ramps"]}
@@ -51,7 +54,7 @@ def _close(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=2e-3, abs_tol=1e-9)
 
 
-def test_six_ramps_two_shapes_two_caps_two_cpus_each_with_its_client_record():
+def test_eight_ramps_three_shapes_three_caps_two_cpus_each_with_its_client_record():
     assert {r["name"] for r in DOC["ramps"]} == {
         "tiny_ramp_c32",
         "tiny_ramp_c32_fine",
@@ -59,9 +62,16 @@ def test_six_ramps_two_shapes_two_caps_two_cpus_each_with_its_client_record():
         "llama_ramp_c32",
     }
     assert {r["name"] for r in DOCS[RAMPS2]["ramps"]} == {"llama_ramp_c8_bf16", "llama_ramp_c32_bf16"}
-    assert "AMD EPYC" in DOC["host"] and "Intel Xeon" in DOCS[RAMPS2]["host"]
-    for doc in DOCS.values():
+    assert {r["name"] for r in DOCS[RAMPS3]["ramps"]} == {"llama_ramp_c16_bf16", "mha_ramp_c16_bf16"}
+    assert (
+        "AMD EPYC" in DOC["host"]
+        and "Intel Xeon" in DOCS[RAMPS2]["host"]
+        and "Intel Xeon" in DOCS[RAMPS3]["host"]
+    )
+    for doc in (DOC, DOCS[RAMPS2]):
         assert {r["max_num_seqs"] for r in doc["ramps"]} == {8, 32}
+    assert {r["max_num_seqs"] for r in DOCS[RAMPS3]["ramps"]} == {16}
+    assert {r["model"].split(":")[0] for r in BY_NAME.values()} == {"tiny", "llama-shaped", "multi-head"}
     for r in BY_NAME.values():
         client = json.loads((FOLDER[r["name"]] / r["client"]).read_text())
         phases = client["phases"]
