@@ -11,32 +11,9 @@
 #   DTYPE=bfloat16 ONLY="llama_ramp_c8_bf16 llama_ramp_c32_bf16" tools/record/record_margins.sh ...
 set -uo pipefail
 V=$1 TINY=$2 LLAMA=$3 O=$4
-R=$(cd "$(dirname "$0")" && pwd)
-port=${PORT:-8000}
-mkdir -p "$O"
-export VLLM_CPU_OMP_THREADS_BIND=0   # engine worker on core 0; API server and load generator on the other
-
-run() {  # run NAME MODEL "SERVER_ENV" "SERVER FLAGS" load.py options...
-  local name=$1 model=$2 senv=$3 flags=$4; shift 4
-  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
-  read -r -a f <<<"$flags --dtype ${DTYPE:-float32}"
-  env $senv "$R/serve.sh" "$V" "$model" "$port" "${f[@]}" >"$O/$name.server.log" 2>&1 &
-  local server=$!
-  until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 1; done
-  echo "$(date -u +%T) $name: recording"
-  "$V/bin/python" "$R/load.py" "$name" --out "$O" --base "http://127.0.0.1:$port" --warmup "$@" >"$O/$name.load.log" 2>&1
-  kill -INT "$server"; wait "$server" || true
-  echo "$(date -u +%T) $name: done"
-}
-
-steps() {  # steps SEED_BASE DURATION CAP PROMPT/OUT rate... -> --phase options, one open-loop step per rate
-  local seed=$1 dur=$2 cap=$3 shape=$4; shift 4
-  local i=0
-  for r in "$@"; do
-    i=$((i + 1))
-    printf -- '--phase rate=%s,concurrency=%s,duration=%s,drain=2,%s,seed=%s ' "$r" "$cap" "$dur" "$shape" $((seed + i))
-  done
-}
+: "${DTYPE:=float32}"
+# shellcheck source=ramps_common.sh
+. "$(dirname "$0")/ramps_common.sh"
 
 S="prompt_min=100,prompt_max=300,out_min=64,out_max=192"
 # tiny, cap 32: light 0.15 and 0.4 req/s (75 s each), then a ramp 1 -> 16 req/s (40 s a step, at most 44 in

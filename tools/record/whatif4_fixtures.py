@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from whatif2_fixtures import build
-from whatif_fixtures import check, describe, observe, phases
+from whatif_fixtures import check, describe, label, observe, phases
 
 B = "--dtype bfloat16"
 OPEN = "prompt 100-300, out 64-192 (ignore_eos)"
@@ -91,17 +91,7 @@ def labels(raw_dir: Path, out: Path) -> list[dict]:
                 if why:
                     print(f"NOT LABELLED: {file} {kind} {w}: {why}; {describe(o)}", file=sys.stderr)
                     continue
-                entry = {
-                    "file": file,
-                    "vllm": "0.32.0",
-                    "expected": cls,
-                    "steady_from": w[0],
-                    "steady_to": w[1],
-                    "notes": f"{name}, {side} the change, {kind} phase (seed {p['settings']['seed']}); {flags}; "
-                    f"{describe(o)}",
-                    "load_start": round(p["load_start"], 2),
-                    "load_end": round(p["load_end"], 2),
-                }
+                entry = label(file, cls, p, f"{name}, {side} the change, {kind} phase", flags, o)
                 following = EXPECT.get((name, side, "heavy")) if kind == "light" else None
                 if kind == "light" and (
                     following is None or check(following, observe(out / file, ps[i + 1]["window"]), cap, None)

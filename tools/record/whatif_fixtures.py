@@ -176,6 +176,21 @@ def describe(o: dict) -> str:
     )
 
 
+def label(file: str, cls: str, phase: dict, what: str, flags: str, o: dict) -> dict:
+    """One labels.json entry: a load phase's steady window of `file`, expected to show `cls`."""
+    w = phase["window"]
+    return {
+        "file": file,
+        "vllm": "0.32.0",
+        "expected": cls,
+        "steady_from": w[0],
+        "steady_to": w[1],
+        "notes": f"{what} (seed {phase['settings']['seed']}); {flags}; {describe(o)}",
+        "load_start": round(phase["load_start"], 2),
+        "load_end": round(phase["load_end"], 2),
+    }
+
+
 def trim(src: Path, dst: Path, start: float, end: float) -> None:
     """Scrapes with start <= t <= end, gzipped as trim.py writes them."""
     keep = [ln for ln in read_lines(str(src)) if start <= json.loads(ln)["t"] <= end]
@@ -266,17 +281,14 @@ def main() -> int:
                 targets = [file] + (["batchcap_restart.jsonl.gz"] if name == "max_num_seqs_4_to_12" else [])
                 for f in dict.fromkeys(targets):
                     labels.append(
-                        {
-                            "file": f,
-                            "vllm": "0.32.0",
-                            "expected": cls,
-                            "steady_from": w[0],
-                            "steady_to": w[1],
-                            "notes": f"{name}, {side} the change, {kind} phase (seed {p['settings']['seed']}); "
-                            f"{(bf if side == 'before' else af)}; {describe(o)}",
-                            "load_start": round(p["load_start"], 2),
-                            "load_end": round(p["load_end"], 2),
-                        }
+                        label(
+                            f,
+                            cls,
+                            p,
+                            f"{name}, {side} the change, {kind} phase",
+                            bf if side == "before" else af,
+                            o,
+                        )
                     )
         if rb == ra:
             s = stamp if rb == "batchcap_restart" else kvr
