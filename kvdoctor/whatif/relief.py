@@ -5,8 +5,7 @@ capacity while the server is saturated, short of the compute ceiling; below capa
 The cap ×2 and the cache ×2 each relieve one resource; a second replica relieves all of them, so compute is named only
 when no single-resource relief helps and the replica does.
 
-Where the window's own simulation does not reproduce it (`intervals.not_reproduced`), no relief is read from it.
-When the check names another limit than the rule's, the diagnosis keeps both: its verdict becomes the limit whose relief
+When that names another limit than the rule's, the diagnosis keeps both: its verdict becomes the limit whose relief
 helps, its evidence keeps the rule's (`limit_rule`, `co_binding`; the pack's `bottleneck` label and alert stay the
 rule's, the Prometheus-only path cannot simulate), and a `relief_check` finding says what the simulator found, with
 the advice leading with the change that helps.
@@ -95,8 +94,6 @@ def check(d: Diagnosis, effects: dict[str, tuple[Relief, Effect]]) -> Finding | 
     rule = d.verdict
     if any(r.limit not in effects for r in reliefs(d)) or rule not in effects or "compute" not in effects:
         return None  # a relief not predicted yet: no name from half the answer
-    if effects[rule][1].not_reproduced:
-        return None  # a simulation that misses the window it learned from cannot say which relief helps there
     q = suffering(d)
     single = [k for k in effects if k != "compute" and helps(effects[k][1], q)]
     if single:
