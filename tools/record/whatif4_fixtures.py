@@ -1,12 +1,13 @@
 """Turn the fifth set of raw what-if pairs (record_pairs5.sh, session 21) into vllm-0.32-cpu-whatif4/.
 
 usage: tools/record/whatif4_fixtures.py RAW_DIR OUT_DIR      (OUT_DIR: tests/fixtures/recordings/vllm-0.32-cpu-whatif4)
+RAW_DIR holds both runs of record_pairs5.sh: the Llama-shaped pairs and, with SHAPE=mha, the multi-head ones.
 The same files and notes as whatif2_fixtures.py (one scrape every 2 s kept). These pairs were recorded to be held
 out: every one carries `set_aside`, and bench_whatif.py scores it with the set-aside part, never printing its own
 errors. labels.json: the class each window was meant to show was written into EXPECT below before the recording
 ran; a window is labelled only when its scrapes meet that class's criteria (whatif_fixtures.check), and one that
-does not is printed and left unlabelled, so the classifier's tests (tests/test_labels.py and the others reading
-labels.json) judge it on windows no session tuned it on.
+does not is printed and left unlabelled, so the classifier's tests (tests/diagnosis/test_recordings.py and the
+others reading labels.json) judge it on windows no session tuned it on.
 """
 
 from __future__ import annotations
@@ -51,12 +52,31 @@ PAIRS = [
         f"after (seed 722: the same requests, inter-arrival times / 1.5), at most 200 in flight, 120 s, {OPEN}",
         2,
     ),
+    (
+        "mha_bf16_cap8to16",
+        {"max_num_seqs": 16},
+        f"--max-model-len 2048 --max-num-seqs 8 {B}",
+        f"--max-model-len 2048 --max-num-seqs 16 {B}",
+        f"multi-head model; light: 2 workers 30 s (seed 711); heavy: open loop Poisson 1.8 req/s, at most 200 in "
+        f"flight, 120 s, {OPEN} (seed 712): a queue at cap 8, relieved at 16",
+        2,
+    ),
+    (
+        "mha_bf16_loadx1.5",
+        {"load": 1.5},
+        f"--max-model-len 2048 --max-num-seqs 32 {B}",
+        f"--max-model-len 2048 --max-num-seqs 32 {B}",
+        f"multi-head model; light: 2 workers 30 s (seed 721); heavy: open loop Poisson 1.4 req/s before, 2.1 "
+        f"after (seed 722), at most 200 in flight, 120 s, {OPEN}: near the ~2 req/s the cap-16 ramp held",
+        2,
+    ),
 ]  # fmt: skip  (a data table: one pair a row group, as the recording script lists them)
 LATER = {
     name: "recorded in session 21 as fresh held-out pairs, before anything was tuned or looked at on them"
     for name, *_ in PAIRS
 }
 SESSION = {name: "session 21, Intel Xeon with AVX-512 BF16, bf16, engine on core 0" for name, *_ in PAIRS}
+# the multi-head pairs (SHAPE=mha): the same loads and seeds on the model of vllm-0.32-cpu-ramps3/'s mha ramp
 KV_SPACE = {"llama_bf16_kvhalf": ""}  # the others ran with VLLM_CPU_KVCACHE_SPACE=1
 # the class each (pair, side, phase) was recorded to show, written before the recording ran
 EXPECT = {
@@ -65,6 +85,10 @@ EXPECT = {
     ("llama_bf16_cap8to16", "after", "heavy"): "healthy",
     ("llama_bf16_loadx1.5", "before", "heavy"): "healthy",
     ("llama_bf16_loadx1.5", "after", "heavy"): "healthy",
+    ("mha_bf16_cap8to16", "before", "heavy"): "batch_cap",
+    ("mha_bf16_cap8to16", "after", "heavy"): "healthy",
+    ("mha_bf16_loadx1.5", "before", "heavy"): "healthy",
+    ("mha_bf16_loadx1.5", "after", "heavy"): "healthy",
     **{(name, side, "light"): "healthy" for name, *_ in PAIRS for side in ("before", "after")},
 }
 
