@@ -45,6 +45,26 @@ def labelled_windows() -> list[dict]:
     return out
 
 
+def window_id(w: dict) -> str:
+    """A labelled window's name in test ids and in HELD_OUT_MISSES: folder/file:class@steady_from."""
+    return f"{w['dir']}/{w['file']}:{w['expected']}@{w['steady_from']:.0f}"
+
+
+# Held-out windows (recorded to be labelled before anything was tuned on them) that the classifier misses, kept
+# visible rather than tuned away: (window id, cadence id) -> why. `llama_bf16_cap8to16_after`'s heavy window at 1 s
+# scrapes (a Poisson burst pinning cap 16 for 8-10 s named batch_cap for 20 s after it) was here until the short
+# batch-cap branch learned to skip a draining queue; that change was made on it, so it no longer counts as held out.
+_MHA_BUSY = (
+    "the multi-head model at 2.1 req/s and cap 32, near the ~2 req/s its cap-16 ramp held: 13.5 running, no queue, "
+    "ITL p50 49 ms against 18 ms light (2.7x; the label's compute criterion asks 5x); compute is named in the "
+    "window's last 15-20 s (3 of 21 evaluations). Busy near the ceiling, or compute: not tuned on held-out data"
+)
+HELD_OUT_MISSES: dict[tuple[str, str], str] = {
+    ("vllm-0.32-cpu-whatif4/mha_bf16_loadx1.5_after.jsonl.gz:healthy@1796415522", cadence): _MHA_BUSY
+    for cadence in ("native", "scrape15s")
+}
+
+
 @pytest.fixture(scope="session")
 def shared_032() -> Path:
     """The shared vLLM 0.32 recordings (skips when ../shared is absent)."""

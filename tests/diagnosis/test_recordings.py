@@ -15,7 +15,7 @@ import pytest
 
 from kvdoctor.ingest.recording import load_frames
 from kvdoctor.pipeline import IDLE_AFTER_S
-from tests.conftest import labelled_windows
+from tests.conftest import HELD_OUT_MISSES, labelled_windows, window_id
 from tests.support.replays import replayed
 from tests.support.timeline import LIMITS, WITHIN_S, Timeline, onset_s, resolution_s, timeline
 
@@ -25,7 +25,7 @@ EXCLUSIVE = ("stalled", "engine_imbalance")  # findings that must fire only wher
 WINDOW_S = (
     15.0  # a verdict needs two scrapes at least this far apart (rules/kvdoctor.yml, kvdoctor:window:ready)
 )
-IDS = [f"{w['dir']}/{w['file']}:{w['expected']}@{w['steady_from']:.0f}" for w in WINDOWS]
+IDS = [window_id(w) for w in WINDOWS]
 
 
 @cache  # every test function here walks all recordings at both cadences: one timeline each
@@ -86,23 +86,8 @@ def _judged(entry: dict, cadence: float) -> Timeline:
     ]
 
 
-# Held-out windows (recorded to be labelled before anything was tuned on them) that the classifier misses, kept
-# visible rather than tuned away: (window id, cadence id) -> why. `llama_bf16_cap8to16_after`'s heavy window at 1 s
-# scrapes (a Poisson burst pinning cap 16 for 8-10 s named batch_cap for 20 s after it) was here until the short
-# batch-cap branch learned to skip a draining queue; that change was made on it, so it no longer counts as held out.
-_MHA_BUSY = (
-    "the multi-head model at 2.1 req/s and cap 32, near the ~2 req/s its cap-16 ramp held: 13.5 running, no queue, "
-    "ITL p50 49 ms against 18 ms light (2.7x; the label's compute criterion asks 5x); compute is named in the "
-    "window's last 15-20 s (3 of 21 evaluations). Busy near the ceiling, or compute: not tuned on held-out data"
-)
-HELD_OUT_MISSES: dict[tuple[str, str], str] = {
-    ("vllm-0.32-cpu-whatif4/mha_bf16_loadx1.5_after.jsonl.gz:healthy@1796415522", cadence): _MHA_BUSY
-    for cadence in ("native", "scrape15s")
-}
-
-
 def _held_out_miss(entry: dict, cadence: str):
-    why = HELD_OUT_MISSES.get((IDS[WINDOWS.index(entry)], cadence))
+    why = HELD_OUT_MISSES.get((window_id(entry), cadence))
     return [pytest.mark.xfail(strict=True, reason=why)] if why else []
 
 

@@ -16,7 +16,7 @@ from kvdoctor.pipeline import Cycle
 from kvdoctor.query import recording_instance
 from kvdoctor.rules.evaluate import Evaluation
 from kvdoctor.verdicts import VERDICTS, Diagnosis, Finding
-from tests.conftest import labelled_windows
+from tests.conftest import HELD_OUT_MISSES, labelled_windows, window_id
 from tests.support.pipelines import replay_all
 from tests.support.prometheus import PrometheusServer, backfill, binaries
 
@@ -131,6 +131,8 @@ def test_backfilled_export_answers_in_prometheus(tmp_path: Path) -> None:
             starts = [frames[0].t] + [f.t for f in frames if f.text is None and f.t < t]
             if t - max(starts) < 15.0 + 2 * 15.0:
                 continue  # a verdict needs a 15 s window: a 15 s evaluation grid may not have one yet by steady_to
+            if any(window_id(w) == miss for miss, _ in HELD_OUT_MISSES):
+                continue  # a held-out label the classifier misses (a strict xfail in tests/diagnosis/test_recordings)
             # model_name!="": a fresh V0 server's first scrapes carry no model yet, and backfilled blocks keep that
             # early series visible for the 5-minute lookback (they have no staleness markers)
             res = prom.query(f'kvdoctor_bottleneck_code{{target="{target}",model_name!=""}}', t)["result"]
