@@ -76,7 +76,6 @@ LATER = {
     for name, *_ in PAIRS
 }
 SESSION = {name: "session 21, Intel Xeon with AVX-512 BF16, bf16, engine on core 0" for name, *_ in PAIRS}
-# the multi-head pairs (SHAPE=mha): the same loads and seeds on the model of vllm-0.32-cpu-ramps3/'s mha ramp
 KV_SPACE = {"llama_bf16_kvhalf": ""}  # the others ran with VLLM_CPU_KVCACHE_SPACE=1
 # the class each (pair, side, phase) was recorded to show, written before the recording ran
 EXPECT = {
@@ -102,24 +101,23 @@ def labels(raw_dir: Path, out: Path) -> list[dict]:
             if not (out / file).exists():
                 continue
             ps = phases(raw_dir, f"{name}_{side}")
-            for i, p in enumerate(ps):
-                kind = "heavy" if p is ps[-1] else "light"
+            kinds = ["heavy" if p is ps[-1] else "light" for p in ps]
+            words = flags.split()
+            cap = int(words[words.index("--max-num-seqs") + 1]) if "--max-num-seqs" in words else None
+            held = {}  # phase index -> (class, observation), for the phases whose scrapes meet their class
+            for i, (p, kind) in enumerate(zip(ps, kinds, strict=True)):
                 cls = EXPECT.get((name, side, kind))
                 if cls is None:
                     continue
-                w = p["window"]
-                o = observe(out / file, w)
-                words = flags.split()
-                cap = int(words[words.index("--max-num-seqs") + 1]) if "--max-num-seqs" in words else None
+                o = observe(out / file, p["window"])
                 why = check(cls, o, cap, None)
                 if why:
-                    print(f"NOT LABELLED: {file} {kind} {w}: {why}; {describe(o)}", file=sys.stderr)
+                    print(f"NOT LABELLED: {file} {kind} {p['window']}: {why}; {describe(o)}", file=sys.stderr)
                     continue
-                entry = label(file, cls, p, f"{name}, {side} the change, {kind} phase", flags, o)
-                following = EXPECT.get((name, side, "heavy")) if kind == "light" else None
-                if kind == "light" and (
-                    following is None or check(following, observe(out / file, ps[i + 1]["window"]), cap, None)
-                ):
+                held[i] = (cls, o)
+            for i, (cls, o) in held.items():
+                entry = label(file, cls, ps[i], f"{name}, {side} the change, {kinds[i]} phase", flags, o)
+                if kinds[i] == "light" and i + 1 not in held:
                     # the next phase is not labelled: where this class ends is not known, only where it began
                     del entry["load_end"]
                 found.append(entry)
